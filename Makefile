@@ -1,0 +1,71 @@
+# Torchyard: `make run` starts the whole stack on embedded defaults; `make test` runs every test.
+# Both install what they need first (a virtualenv from pyproject.toml, the dashboard's npm packages).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY_STAMP := $(VENV)/.installed
+NPM_STAMP := node_modules/.installed
+DIST := frontend/dist/index.html
+# The CPU torch wheel lies here on the project's machines; pip would otherwise fetch a CUDA build.
+WHEELS := $(wildcard /opt/wheels)
+PIP_FIND := $(if $(WHEELS),--find-links $(WHEELS),)
+FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.config.ts -type f 2>/dev/null)
+
+# Tests run against the real servers of this machine (started below when they are down).
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/torchyard
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/9
+
+.PHONY: run test install frontend services lint pytest npm-test bench clean browser
+
+run: install frontend
+	$(BIN)/torchyard-server run
+
+install: $(PY_STAMP)
+
+$(PY_STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is needed (found %s)" % sys.version.split()[0]'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(PIP_FIND) -e '.[dev]'
+	touch $@
+
+$(NPM_STAMP): package.json package-lock.json frontend/package.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+frontend: $(DIST)
+
+$(DIST): $(NPM_STAMP) $(FRONTEND_SRC)
+	npm run build
+
+# PostgreSQL and Redis are installed on the project's machines; start them when they are down.
+services:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+	@for i in $$(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.5; done
+	@redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
+	@for i in $$(seq 1 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.5; done
+
+# Debian's chromium for the browser tests (Playwright drives it; it never downloads a browser).
+browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+
+lint: install $(NPM_STAMP)
+	$(BIN)/ruff check backend workers tests
+	$(BIN)/mypy backend/torchyard_server workers/torchyard
+	cd backend && DATABASE_URL=sqlite:///:memory: ../$(BIN)/python manage.py makemigrations --check --dry-run
+	npm run lint
+
+pytest: install frontend services browser
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+npm-test: $(NPM_STAMP)
+	npm test
+
+test: lint npm-test pytest
+
+bench: install services
+	$(BIN)/python tests/benchmarks/bench_checkpoint.py
+
+clean:
+	rm -rf $(VENV) node_modules frontend/dist var

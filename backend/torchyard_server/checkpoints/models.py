@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class CheckpointManifest(models.Model):
+    """A committed checkpoint: it exists for Torchyard once its manifest is committed and recorded."""
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField(default=0)
+    uri = models.CharField(max_length=1000, help_text="URI of manifest.json")
+    world_size = models.PositiveIntegerField(null=True, blank=True)
+    files = models.JSONField(default=list)  # [{path, size, sha256}]
+    total_bytes = models.BigIntegerField(default=0)
+    manifest = models.JSONField(default=dict)
+    committed_at = models.DateTimeField()
+    verified = models.BooleanField(default=True, help_text="False once a restore found its files corrupt.")
+    deleted = models.BooleanField(default=False, help_text="Removed by retention.")
+
+    class Meta:
+        ordering = ["job_id", "-step"]
+        constraints = [models.UniqueConstraint(fields=["job", "uri"], name="one_row_per_manifest")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} step {self.step}"

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from ..jobs.models import Job
+from .models import CheckpointManifest
+
+
+def checkpoint_record(*, event: dict[str, Any]) -> CheckpointManifest | None:
+    """Record a manifest the SDK committed (its `checkpoint` event). Idempotent by (job, uri)."""
+    job_id, uri = event.get("job"), event.get("uri")
+    manifest = event.get("manifest") or {}
+    job = Job.objects.filter(pk=job_id).first()
+    if not uri or job is None:
+        return None
+    files = manifest.get("files") or []
+    created = manifest.get("created_at")
+    committed_at = timezone.now()
+    if isinstance(created, (int, float)):
+        committed_at = dt.datetime.fromtimestamp(created, tz=dt.UTC)
+    elif isinstance(created, str):
+        committed_at = parse_datetime(created) or committed_at
+    row, _ = CheckpointManifest.objects.update_or_create(
+        job_id=job_id,
+        uri=uri,
+        defaults={
+            "step": int(event.get("step") or manifest.get("step") or 0),
+            "attempt": int(manifest.get("attempt") or event.get("attempt") or 0),
+            "world_size": manifest.get("world_size"),
+            "files": files,
+            "total_bytes": int(manifest.get("total_bytes") or sum(int(f.get("size") or 0) for f in files)),
+            "manifest": manifest,
+            "committed_at": committed_at,
+        },
+    )
+    # Retention happens in the SDK after each commit (the newest `keep`); mirror it here so the
+    # list shows what exists.
+    keep = (job.spec.get("checkpointing") or {}).get("keep")
+    if isinstance(keep, int) and keep > 0:
+        stale = CheckpointManifest.objects.filter(job_id=job_id, deleted=False).order_by("-step")[keep:]
+        CheckpointManifest.objects.filter(pk__in=[r.pk for r in stale]).update(deleted=True)
+    return row

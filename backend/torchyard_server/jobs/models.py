@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Job(models.Model):
+    """A distributed training job. Its `spec` is a validated JobSpec; `plan` is the current attempt's."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        PLANNING = "planning"
+        DISPATCHING = "dispatching"
+        RUNNING = "running"
+        RECOVERING = "recovering"
+        STOPPING = "stopping"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        STOPPED = "stopped"
+
+    name = models.CharField(max_length=200)
+    spec = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    status_reason = models.TextField(blank=True)
+    plan = models.JSONField(null=True, blank=True)
+    world_size = models.PositiveIntegerField(null=True, blank=True)
+    master_addr = models.CharField(max_length=255, blank=True)
+    master_port = models.PositiveIntegerField(null=True, blank=True)
+    # 0 for the first launch, +1 per relaunch.
+    attempt = models.PositiveIntegerField(default=0)
+    # Relaunches caused by failures, counted against fault_tolerance.max_restarts (a relaunch after
+    # Torchyard itself was shut down does not count).
+    restarts = models.PositiveIntegerField(default=0)
+    # step, total_steps, throughput, loss, eta_seconds: the latest known, for lists and summaries.
+    progress = models.JSONField(default=dict, blank=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+
+class JobNode(models.Model):
+    """One node (one torchrun on one machine) of one attempt of a job."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        LAUNCHING = "launching"
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        LOST = "lost"
+        STOPPED = "stopped"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="nodes")
+    attempt = models.PositiveIntegerField()
+    machine = models.ForeignKey("machines.Machine", on_delete=models.SET_NULL, null=True, related_name="nodes")
+    machine_name = models.CharField(max_length=100, help_text="Kept when the machine row is deleted.")
+    host = models.CharField(max_length=255)
+    node_rank = models.PositiveIntegerField()
+    nproc = models.PositiveIntegerField()
+    rank_start = models.PositiveIntegerField()
+    rank_end = models.PositiveIntegerField()
+    gpus = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    status_reason = models.TextField(blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    progress = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job_id", "attempt", "node_rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "node_rank"], name="one_node_rank_per_attempt"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt} node {self.node_rank} on {self.machine_name}"

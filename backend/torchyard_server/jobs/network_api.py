@@ -1,0 +1,233 @@
+"""TransformerLab's `/api/network/*` routes (seed 000), kept as thin aliases over the same
+services as the canonical API, with the seed's payloads.
+
+The seed planned and dispatched one rank at a time from the browser; here `distributed/plan` is
+the dry run and `distributed/dispatch` submits the whole job, which Torchyard then places,
+launches and supervises itself."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.shortcuts import get_object_or_404
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..celery import app as celery_app
+from ..machines.api import MachineDetailView
+from ..machines.models import Machine
+from ..machines.selectors import machine_candidates, machine_list
+from ..machines.serializers import MachineOut
+from ..machines.services import machine_delete
+from .models import Job
+from .planner import order_machines
+from .selectors import job_get
+from .services import job_preview_plan, job_stop, job_submit
+from .spec import JobSpecSerializer, builtin_recipes
+
+
+class ResourceRequirements(serializers.Serializer):
+    num_machines = serializers.IntegerField(min_value=1, max_value=256, default=1)
+    gpus_per_machine = serializers.IntegerField(min_value=0, max_value=64, default=0)
+    min_gpu_memory = serializers.IntegerField(min_value=0, default=0)
+    procs_per_machine = serializers.IntegerField(min_value=1, max_value=64, default=1)
+
+
+class DistributedTrainingConfig(serializers.Serializer):
+    """The seed's DistributedTrainingConfig; `plugin_name` is a recipe (`mlp_ddp` or its path)."""
+
+    plugin_name = serializers.CharField(max_length=200)
+    config = serializers.DictField(default=dict)
+    resource_requirements = ResourceRequirements(default=dict)
+    machine_selection = serializers.ChoiceField(choices=["auto", "manual"], default="auto")
+    selected_machines = serializers.ListField(child=serializers.CharField(max_length=100), default=list)
+    args = serializers.ListField(child=serializers.CharField(max_length=4096), default=list)
+
+    def validate(self, attrs):
+        if attrs["machine_selection"] == "manual" and not attrs["selected_machines"]:
+            raise serializers.ValidationError({"selected_machines": ["manual selection needs machines."]})
+        return attrs
+
+
+def _spec_from_seed(data: dict) -> dict:
+    """Translate the seed's request into a JobSpec and validate it like any other."""
+    plugin = data["plugin_name"]
+    entrypoint = plugin if plugin.endswith(".py") else f"examples/{plugin}.py"
+    req = data["resource_requirements"]
+    spec = {
+        "name": plugin.rsplit("/", 1)[-1].removesuffix(".py"),
+        "entrypoint": entrypoint,
+        "args": data["args"],
+        "hyperparameters": data["config"],
+        "resources": {"nodes": req["num_machines"], "procs_per_node": req["procs_per_machine"],
+                      "gpus_per_node": req["gpus_per_machine"], "min_gpu_memory": req["min_gpu_memory"]},
+        "placement": {"policy": "spread", "machines": data["selected_machines"] if data["machine_selection"] == "manual" else []},
+    }
+    if entrypoint not in builtin_recipes():
+        raise serializers.ValidationError({"plugin_name": [f"unknown plugin {plugin!r}; built-in: {', '.join(builtin_recipes())}."]})
+    validated = JobSpecSerializer(data=spec)
+    validated.is_valid(raise_exception=True)
+    return validated.validated_data
+
+
+def _seed_body(request) -> dict:
+    body = DistributedTrainingConfig(data=request.data)
+    body.is_valid(raise_exception=True)
+    return _spec_from_seed(body.validated_data)
+
+
+def _status(job: Job) -> dict:
+    """The seed's DistributedJobStatus."""
+    nodes = [n for n in job.nodes.all() if n.attempt == job.attempt]
+    total = (job.progress or {}).get("total_steps")
+    return {
+        "job_id": job.pk,
+        "status": job.status,
+        "status_reason": job.status_reason,
+        "world_size": job.world_size,
+        "attempt": job.attempt,
+        "master_addr": job.master_addr,
+        "master_port": job.master_port,
+        "nodes": [
+            {
+                "machine_id": n.machine_id,
+                "machine_name": n.machine_name,
+                "rank": n.node_rank,
+                "ranks": [n.rank_start, n.rank_end],
+                "status": n.status,
+                "start_time": n.started_at,
+                "end_time": n.finished_at,
+                "progress": (100.0 * (n.progress or {}).get("step", 0) / total) if total and n.progress else None,
+            }
+            for n in nodes
+        ],
+    }
+
+
+class NetworkMachineView(MachineDetailView):
+    """The canonical machine view; the seed's DELETE answers with a message instead of a 204."""
+
+    def delete(self, request, machine_id: int):
+        machine_delete(machine=get_object_or_404(Machine, pk=machine_id))
+        return Response({"message": "machine removed"})
+
+
+class NetworkMachineByNameView(APIView):
+    def delete(self, request, name: str):
+        machine_delete(machine=get_object_or_404(Machine, name=name))
+        return Response({"message": f"machine {name} removed"})
+
+
+class NetworkStatusView(APIView):
+    def get(self, request):
+        machines = list(machine_list())
+        counts = {s: sum(1 for m in machines if m.status == s) for s in Machine.Status.values}
+        return Response({
+            "total_machines": len(machines),
+            **counts,
+            "total_cpus": sum(int(m.capabilities.get("cpu_count") or 0) for m in machines if m.is_schedulable),
+            "total_gpus": sum(int(m.capabilities.get("gpu_count") or 0) for m in machines if m.is_schedulable),
+            "machines": MachineOut(machines, many=True).data,
+        })
+
+
+def _ping(machines: list[Machine], timeout: float = 1.5) -> dict[int, bool]:
+    """Ask the agents' Celery workers themselves (remote control over the broker), not the database."""
+    replies = celery_app.control.ping(timeout=timeout) or []
+    answered = set()
+    for reply in replies:
+        for worker in reply:
+            name = worker.split("@", 1)[0]
+            if name.startswith("agent-") and name[6:].isdigit():
+                answered.add(int(name[6:]))
+    return {m.pk: m.pk in answered for m in machines}
+
+
+class NetworkPingView(APIView):
+    def post(self, request, machine_id: int):
+        machine = get_object_or_404(Machine, pk=machine_id)
+        alive = _ping([machine])[machine.pk]
+        return Response({"machine_id": machine.pk, "name": machine.name, "reachable": alive,
+                         "status": machine.status, "last_heartbeat": machine.last_heartbeat})
+
+
+class NetworkHealthCheckView(APIView):
+    def post(self, request):
+        machines = list(machine_list())
+        alive = _ping(machines)
+        return Response({"results": [{"machine_id": m.pk, "name": m.name, "reachable": alive[m.pk],
+                                      "status": m.status} for m in machines],
+                         "healthy": sum(alive.values()), "total": len(machines)})
+
+
+class NetworkCapabilitiesView(APIView):
+    """Capabilities of the machine the server runs on (the seed's "this machine")."""
+
+    def get(self, request):
+        from torchyard.agent.capabilities import capabilities, load
+
+        # Free disk where Torchyard keeps its data (the nearest folder that exists yet).
+        where = next(p for p in (settings.DATA_DIR, *settings.DATA_DIR.parents) if p.exists())
+        return Response({"capabilities": capabilities(str(where)), "current_load": load()})
+
+
+class DistributedPlanView(APIView):
+    def post(self, request):
+        spec = _seed_body(request)
+        return Response({"job_id": None, "execution_plan": job_preview_plan(spec=spec), "spec": spec})
+
+
+class DistributedDispatchView(APIView):
+    def post(self, request):
+        job = job_submit(spec=_seed_body(request), owner=request.user)
+        return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)
+
+
+class DistributedStatusView(APIView):
+    def get(self, request, job_id: int):
+        job = job_get(job_id=job_id)
+        if job is None:
+            return Response({"detail": "no such job."}, status=status.HTTP_404_NOT_FOUND)
+        return Response(_status(job))
+
+
+class DistributedStopView(APIView):
+    def post(self, request, job_id: int):
+        get_object_or_404(Job, pk=job_id)
+        job_stop(job_id=job_id, reason=f"stopped by {request.user.username}")
+        return Response(_status(Job.objects.get(pk=job_id)))
+
+
+class SuggestMachinesView(APIView):
+    """Online machines in the order the planner would use them (least loaded first)."""
+
+    def get(self, request):
+        try:
+            wanted = int(request.query_params.get("num_machines", "1"))
+            gpus = int(request.query_params.get("gpus_per_machine", "0"))
+        except ValueError:
+            raise serializers.ValidationError({"num_machines": ["must be integers."]}) from None
+        ranked = [c for c in order_machines(machine_candidates(), "spread")
+                  if c.schedulable and len(c.free_gpus(0)) >= gpus]
+        by_id = {m.pk: m for m in machine_list()}
+        return Response({
+            "suggested": [c.id for c in ranked[:wanted]],
+            "enough": len(ranked) >= wanted,
+            "machines": MachineOut([by_id[c.id] for c in ranked], many=True).data,
+        })
+
+
+class DispatchToMachineView(APIView):
+    """The whole job on one machine (the seed's remote job dispatch): a JobSpec, pinned there."""
+
+    def post(self, request, machine_id: int):
+        machine = get_object_or_404(Machine, pk=machine_id)
+        body = dict(request.data) if isinstance(request.data, dict) else {}
+        resources = dict(body.get("resources") or {})
+        resources["nodes"] = 1
+        body["resources"] = resources
+        body["placement"] = {"policy": "pack", "machines": [machine.name]}
+        validated = JobSpecSerializer(data=body)
+        validated.is_valid(raise_exception=True)
+        job = job_submit(spec=validated.validated_data, owner=request.user)
+        return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)

@@ -1,0 +1,423 @@
+"""Every write to jobs and nodes. The controller (Celery tasks, the ingest loop) calls these; the
+API calls the submit and stop ones. Side effects (Celery messages, events) leave on commit."""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import socket
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+from torchyard import protocol
+
+from ..celery import app as celery_app
+from ..checkpoints.selectors import latest_good_manifest_uri
+from ..machines.models import Machine
+from ..machines.selectors import machine_candidates
+from ..streaming.publish import publish_on_commit
+from .models import Job, JobNode
+from .planner import Candidate, PlanError, plan_job
+from .states import JOB_FINAL, NODE_LIVE, transition_job, transition_node
+
+log = logging.getLogger(__name__)
+J, N = Job.Status, JobNode.Status
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+# --- planning -------------------------------------------------------------------------------------
+def _port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _pick_master_port(machine: Candidate) -> int:
+    """A port for torchrun's store on node 0: not used by another live job on that host, and
+    actually bindable when that host is this one (embedded mode and tests)."""
+    low, high = settings.MASTER_PORT_RANGE
+    taken = set(
+        Job.objects.filter(status__in=[J.DISPATCHING, J.RUNNING, J.RECOVERING, J.STOPPING], master_addr=machine.host)
+        .exclude(master_port=None)
+        .values_list("master_port", flat=True)
+    )
+    ports = [p for p in range(low, high + 1) if p not in taken]
+    random.shuffle(ports)
+    for port in ports[:200]:
+        if machine.host not in LOCAL_HOSTS or _port_is_free("127.0.0.1", port):
+            return port
+    raise PlanError(f"no free master port in {low}-{high} on {machine.name}", kind="busy")
+
+
+def job_preview_plan(*, spec: dict[str, Any]) -> dict[str, Any]:
+    """The plan this spec would get now; raises PlanError. Launches nothing."""
+    return plan_job(spec, machine_candidates(), pick_port=_pick_master_port)
+
+
+# --- submit, schedule, dispatch ------------------------------------------------------------------
+def job_submit(*, spec: dict[str, Any], owner) -> Job:
+    """Create a queued job. Refuses (PlanError) a spec that the online machines can never hold."""
+    try:
+        job_preview_plan(spec=spec)
+    except PlanError as exc:
+        if exc.kind != "busy":
+            raise
+    with transaction.atomic():
+        job = Job.objects.create(
+            name=spec["name"], spec=spec, owner=owner, progress=_initial_progress(spec)
+        )
+        publish_on_commit(
+            {"type": protocol.STATE, "job": job.pk, "attempt": 0, "scope": "job",
+             "status": J.QUEUED, "previous": None, "reason": "submitted"}
+        )
+        transaction.on_commit(lambda: _send_control("torchyard_server.jobs.tasks.schedule_job", job.pk))
+    return job
+
+
+def _initial_progress(spec: dict[str, Any]) -> dict[str, Any]:
+    args = spec.get("args") or []
+    total = None
+    if "--steps" in args:
+        i = args.index("--steps")
+        if i + 1 < len(args) and args[i + 1].isdigit():
+            total = int(args[i + 1])
+    return {"step": None, "total_steps": total, "throughput": None, "loss": None, "eta_seconds": None}
+
+
+def _send_control(task_name: str, *args: Any) -> None:
+    celery_app.send_task(task_name, args=args, queue=protocol.CONTROL_QUEUE)
+
+
+def job_schedule(*, job_id: int) -> None:
+    """queued -> planning -> dispatching, or back to queued with the reason when it cannot fit."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.status != J.QUEUED:
+            return
+        if not transition_job(job, J.PLANNING, "planning"):
+            return
+    try:
+        plan = job_preview_plan(spec=job.spec)
+    except PlanError as exc:
+        with transaction.atomic():
+            if exc.kind == "invalid":
+                transition_job(job, J.FAILED, exc.reason)
+            else:
+                transition_job(job, J.QUEUED, exc.reason)
+        return
+    _dispatch(job, plan, from_status=J.PLANNING)
+
+
+def _next_attempt(job: Job) -> int:
+    """0 for a first launch; one more than the last attempt that launched anything otherwise."""
+    last = job.nodes.aggregate(last=Max("attempt"))["last"]
+    return 0 if last is None else last + 1
+
+
+def _dispatch(job: Job, plan: dict[str, Any], *, from_status: str) -> None:
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.status != from_status:
+            return
+        attempt = _next_attempt(job)
+        machines = {m.pk: m for m in Machine.objects.filter(pk__in=[n["machine_id"] for n in plan["nodes"]])}
+        nodes = [
+            JobNode.objects.create(
+                job=job, attempt=attempt, machine=machines[n["machine_id"]], machine_name=n["machine_name"],
+                host=n["host"], node_rank=n["node_rank"], nproc=n["nproc"], rank_start=n["rank_start"],
+                rank_end=n["rank_end"], gpus=n["gpus"],
+            )
+            for n in plan["nodes"]
+        ]
+        resume = latest_good_manifest_uri(job_id=job.pk) if attempt > 0 else ""
+        what = f"launching {len(nodes)} node(s), world size {plan['world_size']}"
+        if attempt > 0:
+            what += f", attempt {attempt}, " + (f"resuming from {resume}" if resume else "from scratch (no checkpoint yet)")
+        transition_job(
+            job, J.DISPATCHING, what,
+            plan=plan, world_size=plan["world_size"], master_addr=plan["master_addr"],
+            master_port=plan["master_port"], attempt=attempt,
+            # A new attempt may have other ranks: throughput restarts from its own reports.
+            progress={**(job.progress or {}), "throughput_by_rank": {}, "throughput": None},
+        )
+        for node in nodes:
+            transition_node(node, N.LAUNCHING, f"sent to {node.machine_name}")
+            launch = _launch_payload(job, plan, node, resume)
+            machine_id = node.machine_id
+            transaction.on_commit(
+                lambda launch=launch, machine_id=machine_id: celery_app.send_task(
+                    protocol.TASK_LAUNCH_NODE, kwargs={"launch": launch}, queue=protocol.machine_queue(machine_id)
+                )
+            )
+
+
+def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manifest: str) -> dict[str, Any]:
+    spec = job.spec
+    env = dict(spec.get("env") or {})
+    if node.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in node.gpus)
+    timeout = float(spec["fault_tolerance"]["heartbeat_timeout"])
+    return protocol.NodeLaunch(
+        job_id=job.pk,
+        attempt=node.attempt,
+        node_id=node.pk,
+        node_rank=node.node_rank,
+        nnodes=plan["nnodes"],
+        nproc_per_node=plan["procs_per_node"],
+        world_size=plan["world_size"],
+        master_addr=plan["master_addr"],
+        master_port=plan["master_port"],
+        entrypoint=spec["entrypoint"],
+        args=list(spec.get("args") or []),
+        env=env,
+        config={key: spec.get(key) for key in (
+            "hyperparameters", "scaling", "distributed", "checkpointing", "compression", "resources")}
+        | {"backend": plan["backend"], "job_name": job.name},
+        checkpoint_url=f"{settings.STORAGE_URL.rstrip('/')}/job-{job.pk}",
+        resume_manifest=resume_manifest,
+        backend=plan["backend"],
+        heartbeat_interval=max(0.5, min(2.0, timeout / 4)),
+    ).to_dict()
+
+
+# --- stopping -------------------------------------------------------------------------------------
+def _stop_nodes(nodes: list[JobNode]) -> None:
+    for node in nodes:
+        if node.machine_id is None:
+            continue
+        kwargs = {"job_id": node.job_id, "attempt": node.attempt, "node_rank": node.node_rank, "node_id": node.pk}
+        machine_id = node.machine_id
+        transaction.on_commit(
+            lambda kwargs=kwargs, machine_id=machine_id: celery_app.send_task(
+                protocol.TASK_STOP_NODE, kwargs=kwargs, queue=protocol.machine_queue(machine_id)
+            )
+        )
+
+
+def _live_nodes(job: Job) -> list[JobNode]:
+    return list(job.nodes.filter(status__in=NODE_LIVE))
+
+
+def job_stop(*, job_id: int, reason: str = "stop requested") -> Job | None:
+    """Stop every node of the job: live -> stopping -> stopped (at once when nothing runs yet)."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.status in JOB_FINAL or job.status == J.STOPPING:
+            return job
+        live = _live_nodes(job)
+        if job.status in (J.QUEUED, J.PLANNING) or not live:
+            transition_job(job, J.STOPPED, reason)
+            return job
+        transition_job(job, J.STOPPING, reason)
+        _stop_nodes(live)
+    return job
+
+
+def _finish_stopping_if_done(job: Job) -> None:
+    if job.status == J.STOPPING and not _live_nodes(job):
+        transition_job(job, J.STOPPED, job.status_reason or "stopped")
+
+
+def _winding_down(job: Job) -> bool:
+    """A node ended while the job was already stopping or recovering: once the last one is down,
+    finish the stop or start the relaunch. False when the job is in neither state."""
+    if job.status == J.STOPPING:
+        _finish_stopping_if_done(job)
+        return True
+    if job.status == J.RECOVERING:
+        _recover_when_quiet(job)
+        return True
+    return False
+
+
+# --- what the nodes report (via the ingest loop) --------------------------------------------------
+def _describe(node: JobNode) -> str:
+    return f"node {node.node_rank} ({node.machine_name})"
+
+
+def node_report_state(*, event: dict[str, Any]) -> None:
+    """Apply a supervisor's state report. The report itself is already persisted as the node's
+    state event, so the node transition is not announced again; job transitions are."""
+    status = event.get("status")
+    with transaction.atomic():
+        node = JobNode.objects.select_for_update().filter(pk=event.get("node")).select_related("job").first()
+        if node is None:
+            return
+        job = Job.objects.select_for_update().get(pk=node.job_id)
+        if status == protocol.NODE_RUNNING:
+            transition_node(node, N.RUNNING, "running", announce=False, pid=event.get("pid"),
+                            last_heartbeat=timezone.now())
+            if job.attempt == node.attempt and job.status == J.DISPATCHING and not job.nodes.filter(
+                attempt=node.attempt).exclude(status=N.RUNNING).exists():
+                transition_job(job, J.RUNNING, f"all {job.world_size} ranks running")
+        elif status == protocol.NODE_COMPLETED:
+            transition_node(node, N.COMPLETED, "exited 0", announce=False, exit_code=0)
+            if not _winding_down(job) and job.attempt == node.attempt and not job.nodes.filter(
+                attempt=node.attempt).exclude(status=N.COMPLETED).exists():
+                transition_job(job, J.COMPLETED, "every node exited 0")
+        elif status in (protocol.NODE_FAILED, protocol.NODE_STOPPED):
+            failed = status == protocol.NODE_FAILED
+            reason = str(event.get("reason") or ("failed" if failed else "stopped"))
+            transition_node(node, N.FAILED if failed else N.STOPPED, reason, announce=False,
+                            exit_code=event.get("exit_code"))
+            if not _winding_down(job) and job.attempt == node.attempt and job.status not in JOB_FINAL:
+                detail = reason if failed else f"{_describe(node)} stopped unexpectedly: {reason}"
+                _node_lost_or_failed(job, node, detail, last_lines=event.get("last_lines") or [])
+
+
+def _node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: list[Any]) -> None:
+    """One node of the current attempt ended badly: stop the others, then either recover (relaunch
+    every node from the last committed checkpoint, up to fault_tolerance.max_restarts times) or
+    fail the job with the reason."""
+    tail = "\n".join(
+        f"[rank {line.get('rank')}] {line.get('line')}" if isinstance(line, dict) else str(line)
+        for line in last_lines[-10:]
+    )
+    # The supervisor says "node rank N: ..."; name the machine too, once.
+    reason = re.sub(r"^node rank \d+:\s*", "", reason)
+    full_reason = reason if reason.startswith(_describe(node)) else f"{_describe(node)}: {reason}"
+    if tail:
+        full_reason += "\nlast log lines:\n" + tail
+    others = [n for n in _live_nodes(job) if n.pk != node.pk]
+    _stop_nodes(others)
+    max_restarts = int(job.spec["fault_tolerance"]["max_restarts"])
+    if job.status in (J.DISPATCHING, J.RUNNING) and job.restarts < max_restarts:
+        transition_job(job, J.RECOVERING, f"restart {job.restarts + 1} of {max_restarts} after {full_reason}",
+                       restarts=job.restarts + 1)
+        _recover_when_quiet(job)
+    else:
+        if max_restarts:
+            full_reason += f"\n(gave up after {max_restarts} restart{'s' if max_restarts != 1 else ''})"
+        transition_job(job, J.FAILED, full_reason)
+
+
+def jobs_interrupt(*, reason: str) -> list[int]:
+    """Torchyard itself is stopping (embedded mode's Ctrl-C ends training with it): live jobs go to
+    `recovering` without using a restart, and resume from their last checkpoint on the next start."""
+    interrupted = []
+    for job_id in Job.objects.filter(status__in=[J.DISPATCHING, J.RUNNING]).values_list("pk", flat=True):
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=job_id)
+            if transition_job(job, J.RECOVERING, reason):
+                interrupted.append(job_id)
+    return interrupted
+
+
+def recovery_delay(attempt: int) -> float:
+    """Exponential backoff between attempts (seed 001): 1 s, 2 s, 4 s ... capped at 60 s."""
+    return float(min(60, 2 ** attempt))
+
+
+def _recover_when_quiet(job: Job) -> None:
+    """Relaunch once no node of the failed attempt runs any more (each report re-checks)."""
+    if job.status == J.RECOVERING and not _live_nodes(job):
+        delay = recovery_delay(job.attempt)
+        transaction.on_commit(lambda: celery_app.send_task(
+            "torchyard_server.jobs.tasks.recover_job", args=(job.pk,), queue=protocol.CONTROL_QUEUE, countdown=delay))
+
+
+def job_recover(*, job_id: int) -> None:
+    """recovering -> dispatching with the next attempt, or queued when the machines are not there."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None or job.status != J.RECOVERING or _live_nodes(job):
+        return
+    try:
+        plan = job_preview_plan(spec=job.spec)
+    except PlanError as exc:
+        with transaction.atomic():
+            transition_job(job, J.FAILED if exc.kind == "invalid" else J.QUEUED, f"recovery: {exc.reason}")
+        return
+    _dispatch(job, plan, from_status=J.RECOVERING)
+
+
+def node_record_heartbeats(*, beats: dict[int, float]) -> None:
+    """Node liveness from supervisor heartbeats (last one per node in a batch)."""
+    now = timezone.now()
+    for node_id in beats:
+        JobNode.objects.filter(pk=node_id, status__in=NODE_LIVE).update(last_heartbeat=now)
+
+
+def job_record_progress(*, job_id: int, metrics: list[dict[str, Any]]) -> None:
+    """Fold metric events into the job's and nodes' progress summaries (latest step wins)."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return
+    progress = dict(job.progress or {})
+    latest = max(metrics, key=lambda m: (m.get("step") or 0))
+    for key in ("step", "loss", "throughput", "lr"):
+        if latest.get(key) is not None:
+            progress[key] = latest[key]
+    # Ranks report their own throughput; the job's is the sum of every rank's latest report.
+    by_rank: dict[str, float] = dict(progress.get("throughput_by_rank") or {})
+    for m in metrics:
+        if m.get("throughput") is not None:
+            by_rank[str(m.get("rank"))] = float(m["throughput"])
+    if by_rank:
+        progress["throughput_by_rank"] = by_rank
+        progress["throughput"] = sum(by_rank.values())
+    total, step, rate = progress.get("total_steps"), progress.get("step"), None
+    if job.started_at and step:
+        elapsed = (timezone.now() - job.started_at).total_seconds()
+        rate = step / elapsed if elapsed > 0 else None
+    if total and step is not None and rate:
+        progress["eta_seconds"] = max(0.0, (total - step) / rate)
+    Job.objects.filter(pk=job_id).update(progress=progress)
+    for m in metrics:
+        if m.get("node"):
+            JobNode.objects.filter(pk=m["node"]).update(
+                progress={k: m.get(k) for k in ("step", "loss", "throughput") if m.get(k) is not None}
+            )
+
+
+# --- supervision sweep (beat) ---------------------------------------------------------------------
+def jobs_supervise() -> None:
+    """Find what went quiet: nodes without heartbeats, nodes that never started, stops that
+    nobody answered."""
+    now = timezone.now()
+    for node in JobNode.objects.filter(status__in=NODE_LIVE).select_related("job"):
+        job = node.job
+        timeout = float(job.spec["fault_tolerance"]["heartbeat_timeout"])
+        if node.status == N.RUNNING and node.last_heartbeat and node.last_heartbeat < now - timedelta(seconds=timeout):
+            _mark_lost(node, f"{_describe(node)} lost: no heartbeat for {timeout:.0f}s")
+        elif node.status in (N.PENDING, N.LAUNCHING) and node.created_at < now - timedelta(
+            seconds=settings.NODE_LAUNCH_TIMEOUT
+        ):
+            _mark_lost(node, f"{_describe(node)} did not start within {settings.NODE_LAUNCH_TIMEOUT:.0f}s")
+        elif job.status in (J.STOPPING, J.RECOVERING) and job.updated_at < now - timedelta(
+            seconds=settings.STOP_TIMEOUT
+        ):
+            _mark_lost(node, f"{_describe(node)} did not confirm the stop within {settings.STOP_TIMEOUT:.0f}s")
+    _recover_stalled()
+
+
+def _recover_stalled() -> None:
+    """A recovery whose delayed task was lost (broker restart) is picked up here."""
+    now = timezone.now()
+    for job in Job.objects.filter(status=J.RECOVERING):
+        if job.updated_at < now - timedelta(seconds=recovery_delay(job.attempt) + 10) and not _live_nodes(job):
+            job_recover(job_id=job.pk)
+
+
+def _mark_lost(node: JobNode, reason: str) -> None:
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=node.job_id)
+        node = JobNode.objects.select_for_update().get(pk=node.pk)
+        if not transition_node(node, N.LOST, reason):
+            return
+        # Make sure nothing of it keeps running should the agent still be there.
+        _stop_nodes([node])
+        if not _winding_down(job) and job.attempt == node.attempt and job.status not in JOB_FINAL:
+            _node_lost_or_failed(job, node, reason, last_lines=[])
+
+
+def jobs_schedule_queued() -> None:
+    for job_id in Job.objects.filter(status=J.QUEUED).order_by("id").values_list("pk", flat=True)[:50]:
+        job_schedule(job_id=job_id)

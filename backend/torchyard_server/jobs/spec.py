@@ -1,0 +1,188 @@
+"""JobSpec validation (DESIGN.md section 4): every field checked, errors keyed by field, and the
+accepted spec normalized to one canonical shape (DistroML's `workers` form included)."""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+import re
+from pathlib import Path
+from typing import Any
+
+import torchyard
+from django.conf import settings
+from rest_framework import serializers
+from torchyard.sdk.scaling import adjust_hyperparameters
+
+RECIPES_DIR = Path(torchyard.__file__).resolve().parent / "examples"
+# DistroML's `model` names, mapped to the built-in recipe that trains them.
+MODEL_RECIPES = {"mlp": "examples/mlp_ddp.py", "char_gpt": "examples/char_gpt.py", "transformer": "examples/char_gpt.py"}
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Set by torchrun and Torchyard for every rank; a user value would silently break the launch.
+RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"}
+TOP_LEVEL_KEYS = {
+    "name", "entrypoint", "args", "env", "resources", "placement", "distributed", "hyperparameters",
+    "scaling", "checkpointing", "fault_tolerance", "compression", "framework", "model", "dataset",
+}
+
+
+def builtin_recipes() -> list[str]:
+    return sorted(f"examples/{p.name}" for p in RECIPES_DIR.glob("*.py") if not p.name.startswith("_"))
+
+
+def recipe_catalog() -> list[dict[str, str]]:
+    """The built-in recipes with the first paragraph of their docstring, read without importing them."""
+    catalog = []
+    for entrypoint in builtin_recipes():
+        source = (RECIPES_DIR / posixpath.basename(entrypoint)).read_text(encoding="utf-8")
+        docstring = ast.get_docstring(ast.parse(source)) or ""
+        summary = " ".join(docstring.split("\n\n", 1)[0].split())
+        catalog.append({"entrypoint": entrypoint, "summary": summary})
+    return catalog
+
+
+def validate_entrypoint(value: str) -> str:
+    """A relative path inside the code bundle; for now the bundle is the built-in recipes."""
+    if value.startswith("/") or "\\" in value or "\x00" in value:
+        raise serializers.ValidationError("must be a relative path inside the job's code (no leading '/').")
+    normalized = posixpath.normpath(value)
+    if normalized.startswith("..") or "/../" in f"/{value}/":
+        raise serializers.ValidationError("must stay inside the job's code directory ('..' is not allowed).")
+    if normalized not in builtin_recipes():
+        raise serializers.ValidationError(
+            f"unknown recipe {value!r}; built-in recipes: {', '.join(builtin_recipes())}."
+        )
+    return normalized
+
+
+class ResourcesSerializer(serializers.Serializer):
+    nodes = serializers.IntegerField(min_value=1, max_value=256, required=False)
+    procs_per_node = serializers.IntegerField(min_value=1, max_value=64, required=False)
+    gpus_per_node = serializers.IntegerField(min_value=0, max_value=64, default=0)
+    min_gpu_memory = serializers.IntegerField(min_value=0, default=0, help_text="MB per GPU")
+    # DistroML form: world size in worker processes, spread by the planner.
+    workers = serializers.IntegerField(min_value=1, max_value=4096, required=False)
+    gpus_per_worker = serializers.IntegerField(min_value=0, max_value=8, required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "workers" in attrs and ("nodes" in attrs or "procs_per_node" in attrs):
+            raise serializers.ValidationError(
+                {"workers": ["give either workers (world size) or nodes + procs_per_node, not both."]}
+            )
+        if "workers" not in attrs:
+            attrs.setdefault("nodes", 1)
+            attrs.setdefault("procs_per_node", 1)
+        return attrs
+
+
+class PlacementSerializer(serializers.Serializer):
+    policy = serializers.ChoiceField(choices=["pack", "spread"], default="pack")
+    machines = serializers.ListField(child=serializers.CharField(max_length=100), default=list, max_length=256)
+
+
+class DistributedSerializer(serializers.Serializer):
+    backend = serializers.ChoiceField(choices=["auto", "gloo", "nccl"], default="auto")
+    launcher = serializers.ChoiceField(choices=["torchrun"], default="torchrun")
+    strategy = serializers.ChoiceField(
+        choices=["data_parallel"], default="data_parallel",
+        error_messages={"invalid_choice": "only data_parallel is supported ({input!r} is not)."},
+    )
+
+
+class ScalingSerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=["keep_global_batch", "scale_global_batch", "none"], default="keep_global_batch")
+    lr_rule = serializers.ChoiceField(choices=["linear", "sqrt"], default="linear")
+    warmup_steps = serializers.IntegerField(min_value=0, default=0)
+
+
+class CheckpointingSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(default=True)
+    every_n_steps = serializers.IntegerField(min_value=1, default=200)
+    store = serializers.ChoiceField(choices=["default", "local", "s3"], default="default")
+    keep = serializers.IntegerField(min_value=1, max_value=1000, default=3)
+
+
+class FaultToleranceSerializer(serializers.Serializer):
+    max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=3)
+    heartbeat_timeout = serializers.FloatField(min_value=2, max_value=3600, default=10)
+
+
+class CompressionSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(default=False)
+    hook = serializers.ChoiceField(choices=["fp16", "bf16", "powersgd"], default="fp16")
+
+
+class JobSpecSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    entrypoint = serializers.CharField(max_length=500, required=False)
+    args = serializers.ListField(child=serializers.CharField(max_length=4096, allow_blank=True), default=list, max_length=256)
+    env = serializers.DictField(child=serializers.CharField(max_length=8192, allow_blank=True), default=dict)
+    resources = ResourcesSerializer(required=False)
+    placement = PlacementSerializer(required=False)
+    distributed = DistributedSerializer(required=False)
+    hyperparameters = serializers.DictField(default=dict)
+    scaling = ScalingSerializer(required=False)
+    checkpointing = CheckpointingSerializer(required=False)
+    fault_tolerance = FaultToleranceSerializer(required=False)
+    compression = CompressionSerializer(required=False)
+    framework = serializers.ChoiceField(choices=["pytorch"], default="pytorch")
+    model = serializers.CharField(max_length=100, required=False)
+    dataset = serializers.CharField(max_length=100, required=False)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - TOP_LEVEL_KEYS)
+            if unknown:
+                raise serializers.ValidationError({key: ["unknown field."] for key in unknown})
+        value = super().to_internal_value(data)
+        # Nested serializers with required=False leave absent sections out; fill their defaults.
+        for section in ("resources", "placement", "distributed", "scaling", "checkpointing", "fault_tolerance", "compression"):
+            if section not in value:
+                value[section] = self.fields[section].to_internal_value({})
+        return value
+
+    def validate_entrypoint(self, value: str) -> str:
+        return validate_entrypoint(value)
+
+    def validate_env(self, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not ENV_NAME.match(key):
+                raise serializers.ValidationError(f"{key!r} is not a valid environment variable name.")
+            if key in RESERVED_ENV or key.startswith("TORCHYARD_"):
+                raise serializers.ValidationError(f"{key} is set by Torchyard and torchrun; it cannot be overridden.")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        model = attrs.pop("model", None)
+        if model is not None:
+            recipe = MODEL_RECIPES.get(model)
+            if recipe is None:
+                raise serializers.ValidationError({"model": [f"unknown model {model!r}; known: {', '.join(sorted(MODEL_RECIPES))}."]})
+            if attrs.get("entrypoint") not in (None, recipe):
+                raise serializers.ValidationError({"model": ["give either model or entrypoint, not both."]})
+            attrs["entrypoint"] = recipe
+            attrs["model"] = model
+        if not attrs.get("entrypoint"):
+            raise serializers.ValidationError({"entrypoint": ["this field is required (or give a built-in model)."]})
+        resources = attrs["resources"]
+        if "gpus_per_worker" in resources:
+            resources["gpus_per_node"] = resources["gpus_per_worker"]
+        if attrs["distributed"]["backend"] == "nccl" and not resources.get("gpus_per_node"):
+            raise serializers.ValidationError({"distributed": {"backend": ["nccl needs gpus_per_node >= 1."]}})
+        store = attrs["checkpointing"]["store"]
+        configured = settings.STORAGE_URL.split(":", 1)[0]
+        if store != "default" and {"local": "file", "s3": "s3"}[store] != configured:
+            raise serializers.ValidationError({"checkpointing": {"store": [
+                f"this server keeps checkpoints in {settings.STORAGE_URL} (TORCHYARD_STORAGE_URL); "
+                f"use store 'default' or ask for a {store} store there."]}})
+        world_size = resources.get("workers") or resources["nodes"] * resources["procs_per_node"]
+        try:
+            adjust_hyperparameters(attrs["hyperparameters"], attrs["scaling"], world_size)
+        except ValueError as exc:
+            raise serializers.ValidationError({"hyperparameters": [str(exc)]}) from exc
+        return attrs
+
+
+def world_size_of(spec: dict[str, Any]) -> int:
+    resources = spec["resources"]
+    return resources.get("workers") or resources["nodes"] * resources["procs_per_node"]

@@ -1,0 +1,118 @@
+"""The job and node state machines: every transition is checked here and applied as a conditional
+UPDATE, so two controller workers racing on the same row can never both win."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from torchyard import protocol
+
+from ..streaming.publish import publish_on_commit
+from .models import Job, JobNode
+
+J = Job.Status
+N = JobNode.Status
+
+JOB_TRANSITIONS: dict[str, set[str]] = {
+    J.QUEUED: {J.PLANNING, J.STOPPING, J.STOPPED, J.FAILED},
+    J.PLANNING: {J.DISPATCHING, J.QUEUED, J.FAILED, J.STOPPING, J.STOPPED},
+    J.DISPATCHING: {J.RUNNING, J.COMPLETED, J.RECOVERING, J.FAILED, J.STOPPING},
+    J.RUNNING: {J.COMPLETED, J.RECOVERING, J.FAILED, J.STOPPING},
+    J.RECOVERING: {J.DISPATCHING, J.QUEUED, J.FAILED, J.STOPPING},
+    J.STOPPING: {J.STOPPED},
+    J.COMPLETED: set(),
+    J.FAILED: set(),
+    J.STOPPED: set(),
+}
+JOB_LIVE = frozenset(s for s, targets in JOB_TRANSITIONS.items() if targets)
+JOB_FINAL = frozenset({J.COMPLETED, J.FAILED, J.STOPPED})
+
+NODE_TRANSITIONS: dict[str, set[str]] = {
+    N.PENDING: {N.LAUNCHING, N.STOPPED, N.FAILED, N.LOST},
+    N.LAUNCHING: {N.RUNNING, N.COMPLETED, N.FAILED, N.LOST, N.STOPPED},
+    N.RUNNING: {N.COMPLETED, N.FAILED, N.LOST, N.STOPPED},
+    N.COMPLETED: set(),
+    N.FAILED: set(),
+    N.LOST: set(),
+    N.STOPPED: set(),
+}
+NODE_LIVE = frozenset(s for s, targets in NODE_TRANSITIONS.items() if targets)
+
+
+class InvalidTransition(Exception):
+    pass
+
+
+def _sources(table: dict[str, set[str]], target: str) -> list[str]:
+    return [src for src, targets in table.items() if target in targets]
+
+
+def transition_job(job: Job, to: str, reason: str = "", **fields) -> bool:
+    """Move `job` to `to` if its current status allows it. Emits a job `state` event on commit.
+
+    Returns False (and changes nothing) when another worker moved the job first or the transition
+    is not allowed from the status the row has now.
+    """
+    if to not in JOB_TRANSITIONS:
+        raise InvalidTransition(f"unknown job status {to!r}")
+    now = timezone.now()
+    if to in JOB_FINAL:
+        fields.setdefault("finished_at", now)
+    if to == J.RUNNING:
+        fields.setdefault("started_at", job.started_at or now)
+    previous = job.status
+    updated = Job.objects.filter(pk=job.pk, status=previous, status__in=_sources(JOB_TRANSITIONS, to)).update(
+        status=to, status_reason=reason, updated_at=now, **fields
+    )
+    if not updated:
+        return False
+    job.status, job.status_reason = to, reason
+    for name, value in fields.items():
+        setattr(job, name, value)
+    publish_on_commit(
+        {
+            "type": protocol.STATE,
+            "job": job.pk,
+            "attempt": job.attempt,
+            "scope": "job",
+            "status": to,
+            "previous": previous,
+            "reason": reason,
+        }
+    )
+    return True
+
+
+def transition_node(node: JobNode, to: str, reason: str = "", *, announce: bool = True, **fields) -> bool:
+    """Move `node` to `to` if allowed. `announce=False` when the event already exists (the
+    supervisor's own report is persisted as the node's state event)."""
+    if to not in NODE_TRANSITIONS:
+        raise InvalidTransition(f"unknown node status {to!r}")
+    now = timezone.now()
+    if to not in NODE_LIVE:
+        fields.setdefault("finished_at", now)
+    if to == N.RUNNING:
+        fields.setdefault("started_at", now)
+    previous = node.status
+    updated = JobNode.objects.filter(
+        pk=node.pk, status=previous, status__in=_sources(NODE_TRANSITIONS, to)
+    ).update(status=to, status_reason=reason, **fields)
+    if not updated:
+        return False
+    node.status, node.status_reason = to, reason
+    for name, value in fields.items():
+        setattr(node, name, value)
+    if announce:
+        publish_on_commit(
+            {
+                "type": protocol.STATE,
+                "job": node.job_id,
+                "attempt": node.attempt,
+                "node": node.pk,
+                "node_rank": node.node_rank,
+                "scope": "node",
+                "status": to,
+                "previous": previous,
+                "reason": reason,
+            }
+        )
+    return True

@@ -1,0 +1,284 @@
+"""`torchyard-server run` (what `make run` calls): the whole stack in the foreground.
+
+Starts, on embedded defaults unless the environment says otherwise (DESIGN.md section 2):
+a Redis of its own (when REDIS_URL is unset), the database migrations, the admin user, then
+  web         daphne serving Django + Channels + the dashboard
+  controller  Celery worker on queue "control" with beat
+  ingest      the event ingest loop (Redis stream -> database -> WebSockets)
+  local-N     agents for this machine (TORCHYARD_LOCAL_AGENTS, default 2)
+and stops all of it, running training included, on Ctrl-C / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .embedded_redis import EmbeddedRedis
+
+PY = sys.executable
+STOP_GRACE = 10.0
+# A child may be restarted this many times within the window before the stack gives up on it.
+MAX_RESTARTS = 5
+RESTART_WINDOW = 60.0
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    proc: subprocess.Popen | None = None
+    started: list[float] = field(default_factory=list)  # monotonic start times, for the restart budget
+
+
+def _say(message: str) -> None:
+    print(f"torchyard | {message}", flush=True)
+
+
+def _pump(name: str, stream) -> None:
+    width = 10
+    for raw in iter(stream.readline, b""):
+        sys.stdout.write(f"{name:<{width}} | {raw.decode(errors='replace').rstrip()}\n")
+        sys.stdout.flush()
+
+
+class Stack:
+    def __init__(self, *, host: str, port: int, agents: int, data_dir: Path):
+        self.host, self.port, self.agents, self.data_dir = host, port, agents, data_dir
+        self.children: list[Child] = []
+        self.redis: EmbeddedRedis | None = None
+        self.stopping = threading.Event()
+        self._database_ready = False
+
+    # --- set-up ---------------------------------------------------------------------------------
+    def lock_data_dir(self) -> None:
+        """One stack per data dir: a second one would share its agents' run directories."""
+        import fcntl
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.data_dir / "launcher.lock", "w")  # noqa: SIM115 - held for the whole run
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"another Torchyard stack is running on {self.data_dir}") from None
+        self._lock.write(str(os.getpid()))
+        self._lock.flush()
+
+    def prepare_env(self) -> None:
+        self.lock_data_dir()
+        os.environ["TORCHYARD_DATA_DIR"] = str(self.data_dir)
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "torchyard_server.settings")
+        if not os.environ.get("SECRET_KEY") and not os.environ.get("SECRET_KEY_FILE"):
+            key_file = self.data_dir / "secret_key"
+            if not key_file.exists():
+                key_file.write_text(secrets.token_urlsafe(50))
+                key_file.chmod(0o600)
+            os.environ["SECRET_KEY_FILE"] = str(key_file)
+        if not os.environ.get("REDIS_URL"):
+            from .embedded_redis import start_redis
+
+            self.redis = start_redis(self.data_dir / "redis")
+            os.environ["REDIS_URL"] = self.redis.url
+            _say(f"started Redis on {self.redis.url} (set REDIS_URL to use your own)")
+        hosts = os.environ.get("ALLOWED_HOSTS")
+        if hosts is None and self.host not in ("127.0.0.1", "localhost", "0.0.0.0"):
+            os.environ["ALLOWED_HOSTS"] = f"127.0.0.1,localhost,{self.host}"
+        elif hosts is None and self.host == "0.0.0.0":
+            os.environ["ALLOWED_HOSTS"] = "*"
+
+    def prepare_database(self) -> list[tuple[str, str]]:
+        """Migrate, make sure the admin exists, and (re)issue the local agents' tokens."""
+        import django
+
+        django.setup()
+        from django.conf import settings
+        from django.contrib.auth import get_user_model
+        from django.core.management import call_command
+
+        from .machines.models import Machine
+        from .machines.services import machine_create, machine_rotate_token
+
+        _say(f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]} "
+             f"{settings.DATABASES['default']['NAME']}")
+        call_command("migrate", interactive=False, verbosity=0)
+        User = get_user_model()
+        username = os.environ.get("TORCHYARD_ADMIN_USER", "admin")
+        if not User.objects.filter(username=username).exists():
+            password = os.environ.get("TORCHYARD_ADMIN_PASSWORD")
+            generated = not password
+            password = password or secrets.token_urlsafe(12)
+            User.objects.create_superuser(username=username, email="", password=password)
+            if generated:
+                _say(f"created admin user {username!r} with password {password!r} (shown once; "
+                     "set TORCHYARD_ADMIN_PASSWORD to choose it)")
+            else:
+                _say(f"created admin user {username!r} from TORCHYARD_ADMIN_PASSWORD")
+        tokens = []
+        for index in range(self.agents):
+            name = f"local-{index}"
+            machine = Machine.objects.filter(name=name).first()
+            if machine is None:
+                machine, token = machine_create(name=name, host="127.0.0.1", labels={"local": "true"})
+            else:
+                # Only hashes are stored: a fresh token per start hands the agent a usable one.
+                token = machine_rotate_token(machine=machine)
+            tokens.append((name, token))
+        from django.db import connections
+
+        connections.close_all()
+        self._database_ready = True
+        return tokens
+
+    # --- processes ------------------------------------------------------------------------------
+    def plan_children(self, tokens: list[tuple[str, str]]) -> None:
+        self.children = [
+            Child("web", [PY, "-m", "daphne", "-b", self.host, "-p", str(self.port),
+                          "--proxy-headers", "torchyard_server.asgi:application"]),
+            Child("controller", [PY, "-m", "celery", "-A", "torchyard_server", "worker", "-B",
+                                 "-s", str(self.data_dir / "celerybeat-schedule"), "-Q", "control",
+                                 "-P", "threads", "-c", "4", "-n", "controller@%h",
+                                 # WARNING: beat's sweeps every 2 s would drown the console at INFO.
+                                 "--without-gossip", "--without-mingle", "-l", "WARNING"]),
+            Child("ingest", [PY, "-m", "django", "ingest_events"]),
+        ]
+        for name, token in tokens:
+            self.children.append(Child(name, [
+                PY, "-m", "torchyard.cli", "agent", "--token", token, "--redis-url", os.environ["REDIS_URL"],
+                "--work-dir", str(self.data_dir / "agents" / name)]))
+
+    def start_children(self) -> None:
+        for child in self.children:
+            self.start(child)
+
+    def start(self, child: Child) -> None:
+        child.proc = subprocess.Popen(
+            child.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, env=os.environ.copy(),
+        )
+        child.started.append(time.monotonic())
+        threading.Thread(target=_pump, args=(child.name, child.proc.stdout), daemon=True).start()
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        url = f"http://{'127.0.0.1' if self.host in ('0.0.0.0', '::') else self.host}:{self.port}/api/health"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            if any(c.proc and c.proc.poll() is not None for c in self.children):
+                return False
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return True
+            except OSError:
+                time.sleep(0.3)
+        return False
+
+    def watch(self) -> int:
+        """Block until a stop is asked for. A child that dies is started again (training goes on
+        meanwhile: supervisors do not depend on their agent); one that keeps dying stops the stack."""
+        while not self.stopping.wait(0.5):
+            for child in self.children:
+                if child.proc is None or child.proc.poll() is None:
+                    continue
+                recent = [t for t in child.started if t > time.monotonic() - RESTART_WINDOW]
+                if len(recent) >= MAX_RESTARTS:
+                    _say(f"{child.name} exited with {child.proc.returncode} {len(recent)} times in "
+                         f"{RESTART_WINDOW:.0f}s; stopping the stack")
+                    return 1
+                _say(f"{child.name} exited with {child.proc.returncode}; starting it again")
+                self.start(child)
+        return 0
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        if not hasattr(self, "_lock"):
+            return  # nothing of ours started
+        # Training first, while the agents and the event path still run to report it. Jobs it
+        # interrupts resume from their last checkpoint on the next start, without using a restart.
+        from torchyard.agent.runs import stop_all
+
+        if self._database_ready:
+            from django.db import connections
+
+            from .jobs.services import jobs_interrupt
+
+            try:
+                interrupted = jobs_interrupt(reason="interrupted: Torchyard was stopped; it resumes from the "
+                                             "last checkpoint when Torchyard starts again")
+                if interrupted:
+                    _say(f"interrupted job(s) {', '.join(map(str, interrupted))}: they resume on the next start")
+            except Exception as exc:  # the database may be what failed; stopping must go on
+                _say(f"could not mark running jobs as interrupted: {exc}")
+            connections.close_all()
+
+        for index in range(self.agents):
+            stop_all(self.data_dir / "agents" / f"local-{index}")
+        for child in reversed(self.children):
+            if child.proc and child.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        for child in self.children:
+            if child.proc is None:
+                continue
+            try:
+                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _say(f"{child.name} did not stop in {STOP_GRACE:.0f}s; killing it")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.proc.pid, signal.SIGKILL)
+                child.proc.wait()
+        if self.redis is not None:
+            self.redis.stop()
+        _say("stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="torchyard-server", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["run"], nargs="?", default="run")
+    parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    parser.add_argument("--agents", type=int, default=int(os.environ.get("TORCHYARD_LOCAL_AGENTS", "2")))
+    parser.add_argument("--data-dir", default=os.environ.get("TORCHYARD_DATA_DIR", "var"))
+    args = parser.parse_args(argv)
+
+    stack = Stack(host=args.host, port=args.port, agents=args.agents, data_dir=Path(args.data_dir).resolve())
+
+    def on_signal(signum, frame):
+        stack.stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    code = 1
+    try:
+        stack.prepare_env()
+        tokens = stack.prepare_database()
+        stack.plan_children(tokens)
+        stack.start_children()
+        if stack.wait_ready():
+            shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+            _say(f"ready: dashboard http://{shown}:{args.port}/  API http://{shown}:{args.port}/api/docs/ "
+                 "(Ctrl-C stops everything)")
+            code = stack.watch()
+        elif not stack.stopping.is_set():
+            _say("the web process did not come up; stopping")
+    except Exception as exc:  # anything at start-up: say it plainly, then clean up what started
+        _say(f"failed: {exc}")
+        code = 1
+    finally:
+        stack.shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

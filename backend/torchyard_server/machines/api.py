@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .models import Machine
+from .selectors import machine_list
+from .serializers import MachineIn, MachineOut, MachinePatch
+from .services import machine_authenticate, machine_create, machine_delete, machine_update
+
+
+class MachineListView(APIView):
+    @extend_schema(responses=MachineOut(many=True))
+    def get(self, request):
+        return Response(MachineOut(machine_list(), many=True).data)
+
+    @extend_schema(request=MachineIn, responses={201: MachineOut})
+    def post(self, request):
+        data = MachineIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        machine, token = machine_create(**data.validated_data)
+        body = MachineOut(machine).data | {
+            "token": token,
+            "agent_command": f"torchyard agent --server {request.build_absolute_uri('/').rstrip('/')} --token {token}",
+        }
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class MachineDetailView(APIView):
+    @extend_schema(responses=MachineOut)
+    def get(self, request, machine_id: int):
+        return Response(MachineOut(get_object_or_404(Machine, pk=machine_id)).data)
+
+    @extend_schema(request=MachinePatch, responses=MachineOut)
+    def patch(self, request, machine_id: int):
+        machine = get_object_or_404(Machine, pk=machine_id)
+        data = MachinePatch(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(MachineOut(machine_update(machine=machine, **data.validated_data)).data)
+
+    def delete(self, request, machine_id: int):
+        machine_delete(machine=get_object_or_404(Machine, pk=machine_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AgentConfigView(APIView):
+    """What an agent started with `--server URL --token T` needs: its machine and the Redis URL.
+    Authenticated by the machine token (`Authorization: Machine <token>`), not a user."""
+
+    permission_classes = [AllowAny]
+    authentication_classes: list = []
+
+    def get(self, request):
+        kind, _, token = request.headers.get("Authorization", "").partition(" ")
+        machine = machine_authenticate(token=token) if kind == "Machine" else None
+        if machine is None:
+            return Response({"detail": "invalid machine token."}, status=status.HTTP_401_UNAUTHORIZED)
+        return Response(
+            {
+                "machine": {"id": machine.pk, "name": machine.name, "host": machine.host},
+                "redis_url": settings.AGENT_REDIS_URL,
+                "storage_url": settings.STORAGE_URL,
+            }
+        )

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import hashlib
+
+from django.db import models
+
+
+class Machine(models.Model):
+    """A host that runs a Torchyard agent. `pending` until its agent first reports in."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        ONLINE = "online"
+        BUSY = "busy"
+        DRAINING = "draining"
+        OFFLINE = "offline"
+
+    name = models.CharField(max_length=100, unique=True)
+    host = models.CharField(max_length=255, help_text="Address other nodes use to reach this machine.")
+    port = models.PositiveIntegerField(default=8001)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    # cpu_count, memory (bytes), disk_space (bytes), gpu_count, gpu_memory (MB), gpus [{index, name, memory_mb}]
+    capabilities = models.JSONField(default=dict, blank=True)
+    # cpu_usage, memory_usage (percent), gpu_usage [percent per GPU]
+    current_load = models.JSONField(default=dict, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    agent_version = models.CharField(max_length=64, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    token_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def hash_secret(secret: str) -> str:
+        return hashlib.sha256(secret.encode()).hexdigest()
+
+    @property
+    def is_schedulable(self) -> bool:
+        return self.status in (self.Status.ONLINE, self.Status.BUSY)

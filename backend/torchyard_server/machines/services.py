@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from torchyard import protocol
+
+from .models import Machine
+
+
+def machine_create(*, name: str, host: str, port: int = 8001, labels: dict | None = None) -> tuple[Machine, str]:
+    """Register a machine; returns it with its agent token, which is shown once and stored hashed."""
+    secret = secrets.token_urlsafe(32)
+    with transaction.atomic():
+        machine = Machine.objects.create(
+            name=name, host=host, port=port, labels=labels or {}, token_hash=Machine.hash_secret(secret)
+        )
+    return machine, protocol.make_machine_token(machine.pk, secret)
+
+
+def machine_rotate_token(*, machine: Machine) -> str:
+    secret = secrets.token_urlsafe(32)
+    Machine.objects.filter(pk=machine.pk).update(token_hash=Machine.hash_secret(secret))
+    return protocol.make_machine_token(machine.pk, secret)
+
+
+def machine_authenticate(*, token: str) -> Machine | None:
+    """The machine a token belongs to, or None. Compares hashes in constant time."""
+    try:
+        machine_id, secret = protocol.parse_machine_token(token)
+    except ValueError:
+        return None
+    machine = Machine.objects.filter(pk=machine_id).first()
+    if machine is None or not secrets.compare_digest(machine.token_hash, Machine.hash_secret(secret)):
+        return None
+    return machine
+
+
+def machine_record_heartbeat(*, event: dict[str, Any]) -> Machine | None:
+    """Apply an agent heartbeat: capabilities, load, version; pending/offline machines come online.
+
+    Heartbeats with a wrong token are ignored: Redis is shared infrastructure, the token is what
+    proves which machine is talking."""
+    machine = machine_authenticate(token=str(event.get("token", "")))
+    if machine is None:
+        return None
+    now = timezone.now()
+    fields: dict[str, Any] = {
+        "capabilities": event.get("capabilities") or machine.capabilities,
+        "current_load": event.get("load") or {},
+        "agent_version": str(event.get("agent_version", ""))[:64],
+        "last_heartbeat": now,
+        "updated_at": now,
+    }
+    if machine.status in (Machine.Status.PENDING, Machine.Status.OFFLINE):
+        fields["status"] = Machine.Status.ONLINE
+    Machine.objects.filter(pk=machine.pk).update(**fields)
+    for key, value in fields.items():
+        setattr(machine, key, value)
+    return machine
+
+
+def machine_mark_stale_offline() -> list[int]:
+    """Machines whose agent stopped reporting go offline; returns their ids."""
+    cutoff = timezone.now() - timedelta(seconds=settings.MACHINE_OFFLINE_AFTER)
+    stale = Machine.objects.filter(
+        status__in=[Machine.Status.ONLINE, Machine.Status.BUSY, Machine.Status.DRAINING], last_heartbeat__lt=cutoff
+    )
+    ids = list(stale.values_list("pk", flat=True))
+    if ids:
+        Machine.objects.filter(pk__in=ids, last_heartbeat__lt=cutoff).update(status=Machine.Status.OFFLINE)
+    return ids
+
+
+def machine_update(*, machine: Machine, **fields: Any) -> Machine:
+    for key, value in fields.items():
+        setattr(machine, key, value)
+    machine.save(update_fields=[*fields, "updated_at"])
+    return machine
+
+
+def machine_delete(*, machine: Machine) -> None:
+    machine.delete()

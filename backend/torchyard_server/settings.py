@@ -1,0 +1,168 @@
+"""Torchyard settings: one module, every knob an environment variable (README lists them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from .env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BASE_DIR.parent.parent
+
+DATA_DIR = Path(env_str("TORCHYARD_DATA_DIR", str(Path.cwd() / "var"))).resolve()
+
+DEBUG = env_bool("TORCHYARD_DEBUG", False)
+# Embedded mode generates and keeps a key in the data dir; production passes SECRET_KEY(_FILE).
+SECRET_KEY = env_str("SECRET_KEY") or env_str("TORCHYARD_SECRET_KEY") or "insecure-embedded-key-change-me"
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "channels",
+    "torchyard_server.accounts",
+    "torchyard_server.machines",
+    "torchyard_server.jobs",
+    "torchyard_server.checkpoints",
+    "torchyard_server.streaming",
+    "torchyard_server.web",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "torchyard_server.urls"
+ASGI_APPLICATION = "torchyard_server.asgi.application"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database: SQLite under the data dir (embedded) or DATABASE_URL (PostgreSQL) -----------------
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'torchyard.sqlite3'}")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # Several processes write (web, controller, ingest): WAL + IMMEDIATE avoids "database is locked".
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: Celery broker, channel layer, event stream -------------------------------------------
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {
+            # redis-py's default socket_timeout drops idle WebSockets every ~5 s (FIELD-NOTES).
+            "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+            "capacity": 10_000,
+            "expiry": 120,
+            "prefix": "torchyard:ch",
+        },
+    }
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE = {
+    "supervise": {"task": "torchyard_server.jobs.tasks.supervise", "schedule": env_float("TORCHYARD_SUPERVISE_EVERY", 2.0)},
+    "schedule-queued": {"task": "torchyard_server.jobs.tasks.schedule_queued", "schedule": 3.0},
+}
+
+# --- Torchyard ----------------------------------------------------------------------------------
+# Where checkpoints live: a directory (embedded) or s3://bucket/prefix.
+STORAGE_URL = env_str("TORCHYARD_STORAGE_URL", (DATA_DIR / "checkpoints").as_uri())
+S3_ENDPOINT_URL = env_str("S3_ENDPOINT_URL") or env_str("AWS_ENDPOINT_URL")
+# The Redis URL handed to agents that join with --server (their view of Redis may differ).
+AGENT_REDIS_URL = env_str("TORCHYARD_AGENT_REDIS_URL", REDIS_URL)
+# Seconds without an agent heartbeat before a machine is offline.
+MACHINE_OFFLINE_AFTER = env_float("TORCHYARD_MACHINE_OFFLINE_AFTER", 15.0)
+# Seconds a node may stay "launching" before it counts as failed to start.
+NODE_LAUNCH_TIMEOUT = env_float("TORCHYARD_NODE_LAUNCH_TIMEOUT", 90.0)
+# Seconds a job may stay "stopping" before its unanswered nodes are written off as lost.
+STOP_TIMEOUT = env_float("TORCHYARD_STOP_TIMEOUT", 30.0)
+MASTER_PORT_RANGE = (env_int("TORCHYARD_MASTER_PORT_MIN", 29500), env_int("TORCHYARD_MASTER_PORT_MAX", 29999))
+
+# --- Static files and the built dashboard --------------------------------------------------------
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+FRONTEND_DIST = Path(env_str("TORCHYARD_FRONTEND_DIST", str(REPO_ROOT / "frontend" / "dist")))
+
+# --- Auth and API --------------------------------------------------------------------------------
+LOGIN_URL = "/login"
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "torchyard_server.web.errors.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Torchyard API",
+    "DESCRIPTION": "Machines, jobs, events and checkpoints of a Torchyard control plane.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Only /api/health and the login page answer anonymously.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("TORCHYARD_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

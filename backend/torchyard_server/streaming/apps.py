@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class StreamingConfig(AppConfig):
+    name = "torchyard_server.streaming"
+    label = "streaming"

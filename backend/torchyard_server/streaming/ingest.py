@@ -1,0 +1,214 @@
+"""The controller's ingest loop: Redis event stream -> database -> channel layer.
+
+It is the only writer of JobEvent rows (so ids are a gap-free resume cursor), applies what the
+events mean (node reports, heartbeats, progress, checkpoint commits) through the services, and
+fans each batch out to the job's WebSocket group. Entries are acknowledged only after they are
+stored; a restart first re-reads its own unacknowledged entries, and dedupe keys make that safe.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import redis
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import close_old_connections, transaction
+from torchyard import protocol
+
+from ..checkpoints.services import checkpoint_record
+from ..jobs.models import Job, JobNode
+from ..jobs.serializers import job_summary_data
+from ..jobs.services import job_record_progress, node_record_heartbeats, node_report_state
+from ..machines.selectors import machine_list
+from ..machines.serializers import MachineOut
+from ..machines.services import machine_record_heartbeat
+from . import groups
+from .models import JobEvent
+
+log = logging.getLogger(__name__)
+PERSISTED = {protocol.STATE, protocol.LOG, protocol.METRIC, protocol.RESOURCE, protocol.CHECKPOINT}
+ENVELOPE = {"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts", "key"}
+CONSUMER = "controller"
+MACHINES_EVERY = 2.0
+# Metrics move progress and node liveness on the job page; refresh its snapshot this often at most.
+JOB_REFRESH_EVERY = 2.0
+
+
+def _dedupe_key(event: dict[str, Any]) -> str | None:
+    if event.get("node") is not None and event.get("seq") is not None:
+        return f"n{event['node']}:{event['seq']}"
+    if event.get("key"):
+        return f"c{event['key']}"
+    return None
+
+
+class Ingest:
+    def __init__(self, redis_url: str, *, batch: int = 1000, block_ms: int = 200):
+        self.redis = redis.Redis.from_url(redis_url, socket_timeout=30, socket_connect_timeout=5)
+        self.batch = batch
+        self.block_ms = block_ms
+        self.layer = get_channel_layer()
+        self._last_machines = 0.0
+        self._last_refresh: dict[int, float] = {}
+        self._backlog = True  # re-read our own unacknowledged entries first
+
+    def ensure_group(self) -> None:
+        try:
+            self.redis.xgroup_create(protocol.EVENT_STREAM, protocol.EVENT_GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def run(self, stop: threading.Event) -> None:
+        self.ensure_group()
+        log.info("ingest: reading %s", protocol.EVENT_STREAM)
+        while not stop.is_set():
+            try:
+                self.step()
+            except redis.ConnectionError as exc:
+                log.warning("ingest: redis unavailable (%s); retrying", exc)
+                time.sleep(1.0)
+            except Exception:  # keep ingesting: one bad batch must not stop the stream
+                log.exception("ingest: batch failed")
+                close_old_connections()
+                time.sleep(0.5)
+
+    def step(self) -> int:
+        start_id = "0" if self._backlog else ">"
+        response: Any = self.redis.xreadgroup(
+            protocol.EVENT_GROUP, CONSUMER, {protocol.EVENT_STREAM: start_id},
+            count=self.batch, block=None if self._backlog else self.block_ms,
+        )
+        entries = response[0][1] if response else []
+        if self._backlog and not entries:
+            self._backlog = False
+        if entries:
+            close_old_connections()
+            events = []
+            for entry_id, fields in entries:
+                try:
+                    events.append(protocol.decode_event(fields))
+                except (ValueError, TypeError):
+                    log.warning("ingest: dropping undecodable entry %s", entry_id)
+            self.process(events)
+            ids = [entry_id for entry_id, _ in entries]
+            self.redis.xack(protocol.EVENT_STREAM, protocol.EVENT_GROUP, *ids)
+            self.redis.xdel(protocol.EVENT_STREAM, *ids)
+        if time.monotonic() - self._last_machines > MACHINES_EVERY:
+            self._last_machines = time.monotonic()
+            self.broadcast_machines()
+        return len(entries)
+
+    # --- one batch ------------------------------------------------------------------------------
+    def process(self, events: list[dict[str, Any]]) -> None:
+        machine_beats: dict[Any, dict[str, Any]] = {}
+        node_beats: dict[int, float] = {}
+        persisted = []
+        for event in events:
+            kind = event.get("type")
+            if kind == protocol.MACHINE_HEARTBEAT:
+                machine_beats[event.get("machine")] = event
+            elif kind == protocol.HEARTBEAT and event.get("node") is not None:
+                node_beats[int(event["node"])] = float(event.get("ts") or time.time())
+            elif kind in PERSISTED and event.get("job") is not None:
+                persisted.append(event)
+        for beat in machine_beats.values():
+            machine_record_heartbeat(event=beat)
+        if node_beats:
+            node_record_heartbeats(beats=node_beats)
+        if persisted:
+            rows = self.store(persisted)
+            self.apply(rows)
+            self.broadcast(rows)
+
+    def store(self, events: list[dict[str, Any]]) -> list[JobEvent]:
+        keyed = [(key, e) for e in events if (key := _dedupe_key(e))]
+        jobs = set(Job.objects.filter(pk__in={e["job"] for _, e in keyed}).values_list("pk", flat=True))
+        node_ids = {e["node"] for _, e in keyed if e.get("node") is not None}
+        nodes = set(JobNode.objects.filter(pk__in=node_ids).values_list("pk", flat=True))
+        seen = set(JobEvent.objects.filter(dedupe_key__in=[k for k, _ in keyed]).values_list("dedupe_key", flat=True))
+        rows, batch_keys = [], set()
+        for key, e in keyed:
+            if e["job"] not in jobs or key in seen or key in batch_keys:
+                continue
+            batch_keys.add(key)
+            payload = {k: v for k, v in e.items() if k not in ENVELOPE}
+            if e["type"] == protocol.STATE and "scope" not in payload:
+                payload["scope"] = "node"
+            rows.append(
+                JobEvent(
+                    job_id=e["job"],
+                    node_id=e.get("node") if e.get("node") in nodes else None,
+                    attempt=int(e.get("attempt") or 0),
+                    node_rank=e.get("node_rank"),
+                    rank=e.get("rank"),
+                    type=e["type"],
+                    ts=dt.datetime.fromtimestamp(float(e.get("ts") or time.time()), tz=dt.UTC),
+                    payload=payload,
+                    dedupe_key=key,
+                )
+            )
+        with transaction.atomic():
+            created = JobEvent.objects.bulk_create(rows, batch_size=500)
+        return created
+
+    def apply(self, rows: list[JobEvent]) -> None:
+        metrics: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            if row.type == protocol.STATE and row.node_id and row.payload.get("scope") == "node" and "previous" not in row.payload:
+                node_report_state(event={**row.payload, "node": row.node_id})
+            elif row.type == protocol.METRIC:
+                metrics[row.job_id].append({**row.payload, "rank": row.rank, "node": row.node_id})
+            elif row.type == protocol.CHECKPOINT:
+                checkpoint_record(event={**row.payload, "job": row.job_id, "attempt": row.attempt})
+        for job_id, items in metrics.items():
+            job_record_progress(job_id=job_id, metrics=items)
+
+    # --- fan-out --------------------------------------------------------------------------------
+    def broadcast(self, rows: list[JobEvent]) -> None:
+        by_job: dict[int, list[JobEvent]] = defaultdict(list)
+        for row in rows:
+            by_job[row.job_id].append(row)
+        for job_id, items in by_job.items():
+            self._send(groups.job_group(job_id), {"type": "job.events", "events": [r.as_message() for r in items]})
+            changed = any(r.type == protocol.STATE for r in items)
+            now = time.monotonic()
+            due = any(r.type == protocol.METRIC for r in items) and (
+                now - self._last_refresh.get(job_id, 0.0) >= JOB_REFRESH_EVERY
+            )
+            if changed or due:
+                self._last_refresh[job_id] = now
+                job = Job.objects.select_related("owner").filter(pk=job_id).first()
+                if job is not None:
+                    self._send(groups.job_group(job_id), {"type": "job.changed"})
+                    self._send(groups.CLUSTER, {"type": "cluster.job", "job": job_summary_data(job)})
+
+    def broadcast_machines(self) -> None:
+        close_old_connections()
+        data = MachineOut(machine_list(), many=True).data
+        self._send(groups.CLUSTER, {"type": "cluster.machines", "machines": data})
+
+    def _send(self, group: str, message: dict[str, Any]) -> None:
+        try:
+            async_to_sync(self.layer.group_send)(group, _jsonable(message))
+        except Exception as exc:  # the database has it; a client reconnecting with ?after= catches up
+            log.warning("ingest: broadcast to %s failed: %s", group, exc)
+
+
+def _jsonable(value: Any) -> Any:
+    """The channel layer serializes with msgpack: turn datetimes and the like into strings."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    return str(value)

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from .models import JobEvent
+
+
+def job_events(*, job_id: int, after: int = 0, types: list[str] | None = None, rank: int | None = None,
+               limit: int = 1000) -> QuerySet[JobEvent]:
+    qs = JobEvent.objects.filter(job_id=job_id, id__gt=after)
+    if types:
+        qs = qs.filter(type__in=types)
+    if rank is not None:
+        qs = qs.filter(rank=rank)
+    return qs.order_by("id")[:limit]

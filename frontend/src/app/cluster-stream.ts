@@ -1,0 +1,19 @@
+import type { QueryClient } from '@tanstack/react-query'
+import { machinesQueryKey } from '../features/machines/api/get-machines'
+import { jobsQueryKey } from '../features/jobs/api/get-jobs'
+import { upsertJobSummary } from '../features/jobs/api/cache'
+import type { ClusterStreamMessage } from '../lib/types'
+
+/** Everything a message on /api/cluster/stream does to the cache. */
+export function applyClusterMessage(queryClient: QueryClient, message: unknown): void {
+  if (typeof message !== 'object' || message === null || !('type' in message)) return
+  const msg = message as ClusterStreamMessage
+  if (msg.type === 'machines' && Array.isArray(msg.machines)) {
+    queryClient.setQueryData(machinesQueryKey, msg.machines)
+  } else if (msg.type === 'jobs' && Array.isArray(msg.jobs)) {
+    // The snapshot the server sends on every (re)connect: nothing missed while away survives it.
+    queryClient.setQueryData(jobsQueryKey, msg.jobs)
+  } else if (msg.type === 'job' && msg.job) {
+    upsertJobSummary(queryClient, msg.job)
+  }
+}

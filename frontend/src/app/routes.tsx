@@ -1,0 +1,42 @@
+import { Link, Route, Routes } from 'react-router-dom'
+import { LoginPage } from '../features/auth/components/LoginPage'
+import { RequireAuth } from '../features/auth/components/RequireAuth'
+import { JobDetailPage } from '../features/jobs/components/JobDetailPage'
+import { JobsPanel } from '../features/jobs/components/JobsPanel'
+import { MachinesPanel } from '../features/machines/components/MachinesPanel'
+import { AppLayout } from './AppLayout'
+
+function OverviewPage() {
+  return (
+    <div className="overview">
+      <MachinesPanel />
+      <JobsPanel />
+    </div>
+  )
+}
+
+function NotFound() {
+  return (
+    <div className="page-message">
+      <p>Nothing here.</p>
+      <Link to="/">Back to the overview</Link>
+    </div>
+  )
+}
+
+export function AppRoutes() {
+  return (
+    <Routes>
+      <Route path="/login" element={<LoginPage />} />
+      <Route element={<RequireAuth />}>
+        <Route element={<AppLayout />}>
+          <Route index element={<OverviewPage />} />
+          <Route path="machines" element={<MachinesPanel />} />
+          <Route path="jobs" element={<JobsPanel />} />
+          <Route path="jobs/:id" element={<JobDetailPage />} />
+          <Route path="*" element={<NotFound />} />
+        </Route>
+      </Route>
+    </Routes>
+  )
+}

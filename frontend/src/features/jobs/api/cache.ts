@@ -1,0 +1,136 @@
+import type { QueryClient } from '@tanstack/react-query'
+import type {
+  JobDetail,
+  JobEvent,
+  JobStatus,
+  JobStreamMessage,
+  JobSummary,
+  MetricEvent,
+  NodeStatus,
+  StateEvent,
+} from '../../../lib/types'
+import { jobQueryKey } from './get-job'
+import { jobsQueryKey } from './get-jobs'
+import { emptyJobEvents, jobEventsQueryKey, mergeJobEvents, type JobEventsState } from './job-events'
+
+const summaryOf = (job: JobSummary): JobSummary => ({
+  id: job.id,
+  name: job.name,
+  status: job.status,
+  status_reason: job.status_reason,
+  world_size: job.world_size,
+  attempt: job.attempt,
+  progress: job.progress,
+  created_at: job.created_at,
+  started_at: job.started_at,
+  finished_at: job.finished_at,
+  owner: job.owner,
+})
+
+/** Puts a job into the list (newest first), replacing the row with the same id. */
+export function upsertJobSummary(queryClient: QueryClient, job: JobSummary): void {
+  const summary = summaryOf(job)
+  queryClient.setQueryData<JobSummary[]>(jobsQueryKey, (old) => {
+    if (!old) return old
+    const index = old.findIndex((j) => j.id === summary.id)
+    if (index === -1) return [summary, ...old]
+    const next = old.slice()
+    next[index] = summary
+    return next
+  })
+  // A cached detail takes the summary's fresher fields and keeps its own nodes/plan/spec.
+  queryClient.setQueryData<JobDetail>(jobQueryKey(summary.id), (old) => (old ? { ...old, ...summary } : old))
+}
+
+export function setJobDetail(queryClient: QueryClient, job: JobDetail): void {
+  queryClient.setQueryData(jobQueryKey(job.id), job)
+  upsertJobSummary(queryClient, job)
+}
+
+/**
+ * Applies state and metric events to a job snapshot. A transition is applied only when it starts
+ * from the status we show (`previous`), so replayed history cannot drag the snapshot back; nodes
+ * of earlier attempts (ids not in `nodes`) are ignored.
+ */
+export function applyEventsToJob(job: JobDetail, events: JobEvent[]): JobDetail {
+  let next = job
+  const nodeIndex = new Map(job.nodes.map((n, i) => [n.id, i]))
+  let nodes = job.nodes
+  const editNode = (nodeId: number, edit: (n: JobDetail['nodes'][number]) => JobDetail['nodes'][number]) => {
+    const i = nodeIndex.get(nodeId)
+    if (i === undefined) return
+    if (nodes === job.nodes) nodes = job.nodes.slice()
+    nodes[i] = edit(nodes[i])
+  }
+
+  for (const event of events) {
+    if (event.type === 'state') {
+      applyState(event)
+    } else if (event.type === 'metric') {
+      applyMetric(event)
+    }
+  }
+  if (nodes !== job.nodes) next = { ...next, nodes }
+  return next
+
+  function applyState(event: StateEvent) {
+    if (event.scope === 'job') {
+      if (event.previous === next.status) {
+        next = { ...next, status: event.status as JobStatus, status_reason: event.reason ?? '' }
+      }
+    } else if (event.node != null) {
+      editNode(event.node, (n) => (n.status === event.previous ? { ...n, status: event.status as NodeStatus } : n))
+    }
+  }
+
+  function applyMetric(event: MetricEvent) {
+    if (event.node == null || !nodeIndex.has(event.node)) return
+    const loss = typeof event.loss === 'number' ? event.loss : null
+    const throughput = typeof event.throughput === 'number' ? event.throughput : null
+    editNode(event.node, (n) => ({
+      ...n,
+      progress: {
+        step: event.step,
+        loss: loss ?? n.progress?.loss ?? null,
+        throughput: throughput ?? n.progress?.throughput ?? null,
+      },
+    }))
+    // Job-level progress follows rank 0 (or a job-wide metric), never moving backwards.
+    if ((event.rank === 0 || event.rank == null) && event.step >= (next.progress.step ?? -Infinity)) {
+      next = {
+        ...next,
+        progress: {
+          ...next.progress,
+          step: event.step,
+          loss: loss ?? next.progress.loss,
+          throughput: throughput ?? next.progress.throughput,
+        },
+      }
+    }
+  }
+}
+
+function isMessage(value: unknown): value is JobStreamMessage {
+  return typeof value === 'object' && value !== null && 'type' in value
+}
+
+/** Everything a message on /api/jobs/{id}/stream does to the cache. */
+export function applyJobStreamMessage(queryClient: QueryClient, jobId: number, message: unknown): void {
+  if (!isMessage(message)) return
+  if (message.type === 'job') {
+    setJobDetail(queryClient, message.job)
+    return
+  }
+  if (message.type !== 'events' || !Array.isArray(message.events)) return
+  const key = jobEventsQueryKey(jobId)
+  const before = queryClient.getQueryData<JobEventsState>(key) ?? emptyJobEvents()
+  const after = mergeJobEvents(before, message.events)
+  if (after === before) return
+  queryClient.setQueryData(key, after)
+  const fresh = message.events.filter((e) => e.id > before.lastId)
+  const job = queryClient.getQueryData<JobDetail>(jobQueryKey(jobId))
+  if (job) {
+    const updated = applyEventsToJob(job, fresh)
+    if (updated !== job) setJobDetail(queryClient, updated)
+  }
+}

@@ -1,0 +1,82 @@
+import { queryOptions, skipToken, useQuery } from '@tanstack/react-query'
+import type { CheckpointEvent, JobEvent, LogEvent, MetricEvent } from '../../../lib/types'
+
+/** Log lines kept in memory per job; older ones drop off the top. */
+export const LOG_LINE_CAP = 5_000
+/** Metric points kept per job (the chart thins them further when drawing). */
+export const METRIC_POINT_CAP = 20_000
+
+/**
+ * A job's event stream as the page needs it. It lives in the query cache (no second store) and is
+ * filled only by the WebSocket (`skipToken`: nothing to fetch); `lastId` is the resume cursor.
+ */
+export interface JobEventsState {
+  lastId: number
+  logs: LogEvent[]
+  metrics: MetricEvent[]
+  checkpoints: CheckpointEvent[]
+}
+
+export const emptyJobEvents = (): JobEventsState => ({ lastId: 0, logs: [], metrics: [], checkpoints: [] })
+
+export const jobEventsQueryKey = (id: number) => ['jobs', 'events', id] as const
+
+export const jobEventsQueryOptions = (id: number) =>
+  queryOptions({
+    queryKey: jobEventsQueryKey(id),
+    queryFn: skipToken,
+    initialData: emptyJobEvents,
+    staleTime: Infinity,
+  })
+
+const NO_EVENTS: JobEventsState = Object.freeze(emptyJobEvents())
+
+export const useJobEvents = (id: number): JobEventsState => useQuery(jobEventsQueryOptions(id)).data ?? NO_EVENTS
+
+const capped = <T>(items: T[], cap: number) => (items.length > cap ? items.slice(items.length - cap) : items)
+
+/**
+ * Appends a batch. Ids increase per job and the server replays strictly after the cursor, so any
+ * id at or below `lastId` is a duplicate (a replay overlapping what we already have) and dropped.
+ */
+export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEventsState {
+  let lastId = state.lastId
+  const logs: LogEvent[] = []
+  const metrics: MetricEvent[] = []
+  const checkpoints: CheckpointEvent[] = []
+  for (const event of events) {
+    if (event.id <= lastId) continue
+    lastId = event.id
+    if (event.type === 'log') logs.push(event)
+    else if (event.type === 'metric') metrics.push(event)
+    else if (event.type === 'checkpoint') checkpoints.push(event)
+  }
+  if (lastId === state.lastId) return state
+  return {
+    lastId,
+    logs: logs.length ? capped([...state.logs, ...logs], LOG_LINE_CAP) : state.logs,
+    metrics: metrics.length ? capped(supersede([...state.metrics, ...metrics]), METRIC_POINT_CAP) : state.metrics,
+    checkpoints: checkpoints.length ? [...state.checkpoints, ...checkpoints] : state.checkpoints,
+  }
+}
+
+/**
+ * A recovery relaunch resumes from its checkpoint and redoes the steps after it: from the first step
+ * a newer attempt reports, its points replace the older attempts', so curves never run backwards.
+ */
+export function supersede(metrics: MetricEvent[]): MetricEvent[] {
+  const firstStep = new Map<number, number>()
+  for (const m of metrics) {
+    const attempt = m.attempt ?? 0
+    const step = m.step ?? 0
+    const seen = firstStep.get(attempt)
+    if (seen === undefined || step < seen) firstStep.set(attempt, step)
+  }
+  if (firstStep.size < 2) return metrics
+  return metrics.filter((m) => {
+    const attempt = m.attempt ?? 0
+    const step = m.step ?? 0
+    for (const [later, from] of firstStep) if (later > attempt && step >= from) return false
+    return true
+  })
+}

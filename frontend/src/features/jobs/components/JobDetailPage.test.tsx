@@ -1,0 +1,135 @@
+import { act, screen, waitFor, within } from '@testing-library/react'
+import userEvent from '@testing-library/user-event'
+import { Route, Routes } from 'react-router-dom'
+import { beforeEach, describe, expect, it, vi } from 'vitest'
+import type { JobEvent, LogEvent } from '../../../lib/types'
+import { FakeWebSocket } from '../../../test/fake-websocket'
+import { jobDetail } from '../../../test/fixtures'
+import { json, mockFetch } from '../../../test/http'
+import { renderWithProviders } from '../../../test/render'
+import { JobDetailPage } from './JobDetailPage'
+
+function log(id: number, rank: number, line: string): LogEvent {
+  return {
+    id,
+    job: 5,
+    node: 51 + rank,
+    node_rank: rank,
+    rank,
+    type: 'log',
+    ts: '2025-01-01T10:00:00Z',
+    stream: 'stdout',
+    line,
+  }
+}
+
+function renderJobPage() {
+  return renderWithProviders(
+    <Routes>
+      <Route path="/jobs/:id" element={<JobDetailPage />} />
+    </Routes>,
+    { path: '/jobs/5' },
+  )
+}
+
+function logLines(): string[] {
+  return Array.from(screen.getByTestId('log-box').querySelectorAll('.log-line')).map((el) => {
+    // Keep "[rank N] line", without the clock.
+    const copy = el.cloneNode(true) as HTMLElement
+    copy.querySelector('.log-ts')?.remove()
+    return copy.textContent!.trim()
+  })
+}
+
+describe('job page live stream', () => {
+  beforeEach(() => {
+    vi.stubGlobal('WebSocket', FakeWebSocket)
+    mockFetch({ 'GET /api/jobs/5': () => json(jobDetail()) })
+  })
+
+  it('appends streamed log lines prefixed by rank and drops events it already has', async () => {
+    renderJobPage()
+    expect(await screen.findByRole('heading', { name: /char-gpt/ })).toBeInTheDocument()
+    const socket = await waitFor(() => FakeWebSocket.latest())
+    expect(socket.target).toBe('/api/jobs/5/stream?after=0')
+
+    act(() => {
+      socket.open()
+      socket.receive({ type: 'events', events: [log(1, 0, 'step 1 loss 2.1'), log(2, 1, 'step 1 loss 2.2')] })
+    })
+    await waitFor(() => expect(logLines()).toEqual(['[rank 0] step 1 loss 2.1', '[rank 1] step 1 loss 2.2']))
+
+    // An overlapping batch (2 was already delivered) and a repeat of a whole batch.
+    act(() => {
+      socket.receive({ type: 'events', events: [log(2, 1, 'step 1 loss 2.2'), log(3, 0, 'step 2 loss 1.9')] })
+      socket.receive({ type: 'events', events: [log(3, 0, 'step 2 loss 1.9')] })
+    })
+    await waitFor(() =>
+      expect(logLines()).toEqual([
+        '[rank 0] step 1 loss 2.1',
+        '[rank 1] step 1 loss 2.2',
+        '[rank 0] step 2 loss 1.9',
+      ]),
+    )
+
+    // Filter by rank.
+    await userEvent.selectOptions(screen.getByLabelText('Filter by rank'), '1')
+    expect(logLines()).toEqual(['[rank 1] step 1 loss 2.2'])
+  })
+
+  it('updates nodes and the job from state events and job messages', async () => {
+    renderJobPage()
+    await screen.findByRole('heading', { name: /char-gpt/ })
+    const socket = await waitFor(() => FakeWebSocket.latest())
+    const nodeOne = () => within(screen.getByRole('article', { name: 'Node 1' }))
+    expect(nodeOne().getByText('running')).toBeInTheDocument()
+
+    const failed: JobEvent = {
+      id: 7,
+      job: 5,
+      node: 52,
+      node_rank: 1,
+      rank: null,
+      type: 'state',
+      ts: '2025-01-01T10:00:09Z',
+      scope: 'node',
+      status: 'failed',
+      previous: 'running',
+      reason: 'exit code 1',
+    }
+    act(() => {
+      socket.open()
+      socket.receive({ type: 'events', events: [failed] })
+    })
+    await waitFor(() => expect(nodeOne().getByText('failed')).toHaveClass('badge-failed'))
+
+    act(() => {
+      socket.receive({ type: 'job', job: jobDetail({ status: 'failed', status_reason: 'node 1 exited with code 1' }) })
+    })
+    expect(await screen.findByRole('alert')).toHaveTextContent('node 1 exited with code 1')
+    expect(screen.queryByRole('button', { name: 'Stop' })).not.toBeInTheDocument()
+  })
+
+  it('reconnects after a drop and resumes after the last event id it saw', async () => {
+    renderJobPage()
+    await screen.findByRole('heading', { name: /char-gpt/ })
+    const first = await waitFor(() => FakeWebSocket.latest())
+    act(() => {
+      first.open()
+      first.receive({ type: 'events', events: [log(1, 0, 'a'), log(2, 1, 'b'), log(41, 0, 'c')] })
+      first.drop()
+    })
+
+    // First retry after the 0.5 s minimum backoff.
+    await waitFor(() => expect(FakeWebSocket.instances).toHaveLength(2), { timeout: 2_000 })
+    const second = FakeWebSocket.latest()
+    expect(second.target).toBe('/api/jobs/5/stream?after=41')
+
+    // The server replays strictly after 41; lines already shown stay once.
+    act(() => {
+      second.open()
+      second.receive({ type: 'events', events: [log(42, 1, 'd')] })
+    })
+    await waitFor(() => expect(logLines()).toEqual(['[rank 0] a', '[rank 1] b', '[rank 0] c', '[rank 1] d']))
+  })
+})

@@ -1,0 +1,86 @@
+import { ProgressBar } from '../../../components/ProgressBar'
+import { StatusBadge } from '../../../components/StatusBadge'
+import { formatDateTime, formatDuration } from '../../../lib/format'
+import type { StreamStatus } from '../../../lib/stream'
+import { LIVE_JOB_STATUSES, type JobDetail } from '../../../lib/types'
+import { useStopJob } from '../api/stop-job'
+
+export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus: StreamStatus }) {
+  const stop = useStopJob()
+  const live = LIVE_JOB_STATUSES.includes(job.status)
+
+  const onStop = () => {
+    if (window.confirm(`Stop job #${job.id} "${job.name}"?`)) stop.mutate(job.id)
+  }
+
+  return (
+    <header className="job-header panel">
+      <div className="job-title-row">
+        <h1>
+          <span className="muted mono">#{job.id}</span> {job.name}
+        </h1>
+        <StatusBadge status={job.status} />
+        <span className={`stream-dot stream-${streamStatus}`} title={`Live stream: ${streamStatus}`} />
+        <div className="spacer" />
+        {live && (
+          <button type="button" className="danger" onClick={onStop} disabled={stop.isPending}>
+            {stop.isPending ? 'Stopping…' : 'Stop'}
+          </button>
+        )}
+      </div>
+      {job.status === 'failed' && job.status_reason && (
+        <p className="status-reason" role="alert">
+          {job.status_reason}
+        </p>
+      )}
+      {stop.isError && (
+        <p className="inline-error" role="alert">
+          Could not stop the job: {stop.error.message}
+        </p>
+      )}
+      <dl className="facts">
+        <div>
+          <dt>World size</dt>
+          <dd>{job.world_size ?? '—'}</dd>
+        </div>
+        <div>
+          <dt>Attempt</dt>
+          <dd>{job.attempt}</dd>
+        </div>
+        <div>
+          <dt>Master</dt>
+          <dd className="mono">{job.master_addr ? `${job.master_addr}:${job.master_port ?? '—'}` : '—'}</dd>
+        </div>
+        <div>
+          <dt>Entrypoint</dt>
+          <dd className="mono">{job.spec.entrypoint}</dd>
+        </div>
+        <div>
+          <dt>Owner</dt>
+          <dd>{job.owner}</dd>
+        </div>
+        <div>
+          <dt>Created</dt>
+          <dd>{formatDateTime(job.created_at)}</dd>
+        </div>
+        <div>
+          <dt>ETA</dt>
+          <dd>{live ? formatDuration(job.progress.eta_seconds) : '—'}</dd>
+        </div>
+        <div className="fact-wide">
+          <dt>Progress</dt>
+          <dd>
+            <ProgressBar value={job.progress.step} max={job.progress.total_steps} />
+          </dd>
+        </div>
+      </dl>
+      {job.plan?.warnings.length ? (
+        <ul className="warnings">
+          {job.plan.warnings.map((w) => (
+            <li key={w}>{w}</li>
+          ))}
+        </ul>
+      ) : null}
+    </header>
+  )
+}

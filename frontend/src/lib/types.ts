@@ -1,0 +1,227 @@
+// Hand-written from the API contract (DESIGN.md section 5/6). To be replaced by a client
+// generated from /api/schema/ once the backend publishes it.
+
+export type ISODateTime = string
+
+export interface Me {
+  username: string
+  is_staff: boolean
+}
+
+export type MachineStatus = 'pending' | 'online' | 'busy' | 'draining' | 'offline'
+
+export interface GpuInfo {
+  index: number
+  name: string
+  memory_mb: number
+}
+
+export interface MachineCapabilities {
+  cpu_count: number
+  /** bytes */
+  memory: number
+  /** bytes */
+  disk_space: number
+  gpu_count: number
+  /** MB */
+  gpu_memory: number
+  gpus: GpuInfo[]
+}
+
+export interface MachineLoad {
+  /** percent */
+  cpu_usage: number
+  /** percent */
+  memory_usage: number
+  gpu_usage: number[]
+}
+
+/** A built-in training script a JobSpec's entrypoint may name (GET /api/recipes). */
+export interface Recipe {
+  entrypoint: string
+  summary: string
+}
+
+export interface Machine {
+  id: number
+  name: string
+  host: string
+  port: number
+  status: MachineStatus
+  // A machine whose agent has not connected yet reports nothing: treat every field as optional.
+  capabilities: Partial<MachineCapabilities>
+  current_load: Partial<MachineLoad>
+  labels: Record<string, unknown>
+  agent_version: string
+  last_heartbeat: ISODateTime | null
+  created_at: ISODateTime
+}
+
+export interface MachineCreate {
+  name: string
+  host: string
+  port: number
+  labels?: Record<string, unknown>
+}
+
+export type MachineCreated = Machine & { token: string }
+
+export type JobStatus =
+  | 'queued'
+  | 'planning'
+  | 'dispatching'
+  | 'running'
+  | 'recovering'
+  | 'stopping'
+  | 'completed'
+  | 'failed'
+  | 'stopped'
+
+export const LIVE_JOB_STATUSES: readonly JobStatus[] = [
+  'queued',
+  'planning',
+  'dispatching',
+  'running',
+  'recovering',
+]
+
+export interface JobProgress {
+  step: number | null
+  total_steps: number | null
+  throughput: number | null
+  loss: number | null
+  eta_seconds: number | null
+}
+
+export interface JobSummary {
+  id: number
+  name: string
+  status: JobStatus
+  status_reason: string
+  world_size: number | null
+  attempt: number
+  progress: JobProgress
+  created_at: ISODateTime
+  started_at: ISODateTime | null
+  finished_at: ISODateTime | null
+  owner: string
+}
+
+export interface JobSpec {
+  name: string
+  entrypoint: string
+  args: string[]
+  env: Record<string, string>
+  resources: { nodes: number; procs_per_node: number; gpus_per_node: number; min_gpu_memory: number }
+  placement: { policy: 'pack' | 'spread'; machines: string[] }
+  distributed: { backend: 'auto' | 'gloo' | 'nccl' }
+  hyperparameters: Record<string, unknown>
+  scaling: { mode: 'keep_global_batch' | 'scale_global_batch' | 'none' }
+  checkpointing: { enabled: boolean; every_n_steps: number; keep: number }
+  fault_tolerance: { max_restarts: number; heartbeat_timeout: number }
+}
+
+export interface PlanNode {
+  node_rank: number
+  machine_id: number
+  machine_name: string
+  host: string
+  nproc: number
+  rank_start: number
+  rank_end: number
+}
+
+export interface Plan {
+  world_size: number
+  master_addr: string
+  master_port: number
+  backend: string
+  nodes: PlanNode[]
+  hyperparameters: Record<string, unknown>
+  warnings: string[]
+}
+
+export type NodeStatus = 'pending' | 'launching' | 'running' | 'completed' | 'failed' | 'lost' | 'stopped'
+
+export interface JobNode {
+  id: number
+  attempt: number
+  node_rank: number
+  machine: { id: number; name: string; host: string }
+  nproc: number
+  rank_start: number
+  rank_end: number
+  status: NodeStatus
+  exit_code: number | null
+  last_heartbeat: ISODateTime | null
+  progress: { step: number | null; loss: number | null; throughput: number | null } | null
+}
+
+export interface JobDetail extends JobSummary {
+  spec: JobSpec
+  plan: Plan | null
+  master_addr: string
+  master_port: number | null
+  nodes: JobNode[]
+}
+
+// Events (DESIGN.md section 6). `id` is per job and increasing: the resume cursor.
+interface EventBase {
+  id: number
+  job: number
+  node: number | null
+  node_rank: number | null
+  rank: number | null
+  /** 0 for the first launch, +1 per recovery relaunch. */
+  attempt?: number
+  ts: ISODateTime
+}
+
+export interface StateEvent extends EventBase {
+  type: 'state'
+  scope: 'job' | 'node'
+  status: string
+  previous: string
+  reason: string
+}
+
+export interface LogEvent extends EventBase {
+  type: 'log'
+  stream: 'stdout' | 'stderr'
+  line: string
+}
+
+export interface MetricEvent extends EventBase {
+  type: 'metric'
+  step: number
+  loss?: number
+  throughput?: number
+  lr?: number
+  [metric: string]: unknown
+}
+
+export interface ResourceEvent extends EventBase {
+  type: 'resource'
+  cpu_percent: number
+  memory_mb: number
+}
+
+export interface CheckpointEvent extends EventBase {
+  type: 'checkpoint'
+  step: number
+  uri: string
+}
+
+export type JobEvent = StateEvent | LogEvent | MetricEvent | ResourceEvent | CheckpointEvent
+
+export type JobStreamMessage =
+  | { type: 'events'; events: JobEvent[] }
+  | { type: 'job'; job: JobDetail }
+
+export type ClusterStreamMessage =
+  | { type: 'machines'; machines: Machine[] }
+  | { type: 'jobs'; jobs: JobSummary[] }
+  | { type: 'job'; job: JobSummary }
+
+/** DRF validation error body: nested field -> messages, plus `non_field_errors` / `detail`. */
+export type ApiErrorBody = { detail?: string } & Record<string, unknown>

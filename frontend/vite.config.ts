@@ -1,0 +1,29 @@
+/// <reference types="vitest/config" />
+import { defineConfig } from 'vite'
+import react from '@vitejs/plugin-react'
+
+// Django/daphne serves dist/ at `/` (catch-all -> index.html), so assets live under /assets/.
+// In dev, /api (REST and WebSockets) goes to the local daphne. The Host header is kept as is
+// (no changeOrigin) so Django's CSRF Origin check and Channels' origin validator see the
+// same host the browser talks to.
+export default defineConfig({
+  plugins: [react()],
+  base: '/',
+  build: {
+    outDir: 'dist',
+    assetsDir: 'assets',
+    emptyOutDir: true,
+  },
+  server: {
+    proxy: {
+      '/api': { target: 'http://127.0.0.1:8000', ws: true },
+    },
+  },
+  test: {
+    environment: 'jsdom',
+    setupFiles: ['./src/test/setup.ts'],
+    css: false,
+    restoreMocks: true,
+    unstubGlobals: true,
+  },
+})

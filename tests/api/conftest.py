@@ -1,0 +1,49 @@
+"""Roles as standing fixtures: an owner, a teammate, and an anonymous outsider to be refused."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+from torchyard_server.machines.services import machine_create, machine_record_heartbeat
+
+
+@pytest.fixture
+def owner(django_user_model):
+    return django_user_model.objects.create_user(username="alice", password="pw-alice", is_staff=True)
+
+
+@pytest.fixture
+def teammate(django_user_model):
+    return django_user_model.objects.create_user(username="bob", password="pw-bob")
+
+
+@pytest.fixture
+def api(owner) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=owner).key}")
+    return client
+
+
+@pytest.fixture
+def anonymous() -> APIClient:
+    return APIClient()
+
+
+def bring_online(name: str, *, gpus: list[dict] | None = None, cpu_count: int = 4):
+    """Register a machine and apply one heartbeat, as its agent's first report would."""
+    machine, token = machine_create(name=name, host=f"10.9.0.{abs(hash(name)) % 200 + 1}")
+    machine_record_heartbeat(event={
+        "machine": machine.pk, "token": token, "agent_version": "test",
+        "capabilities": {"cpu_count": cpu_count, "memory": 8 << 30, "disk_space": 100 << 30,
+                         "gpu_count": len(gpus or []), "gpu_memory": sum(g["memory_mb"] for g in gpus or []),
+                         "gpus": gpus or []},
+        "load": {"cpu_usage": 1.0, "memory_usage": 10.0, "gpu_usage": []},
+    })
+    machine.refresh_from_db()
+    return machine, token
+
+
+@pytest.fixture
+def two_machines(db):
+    return [bring_online("gpu-a")[0], bring_online("gpu-b")[0]]

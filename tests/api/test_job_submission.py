@@ -1,0 +1,162 @@
+"""POST /api/jobs and POST /api/jobs/plan: bad input gets a 400 with field errors, never a 500."""
+
+import pytest
+from torchyard_server.jobs.models import Job
+
+pytestmark = pytest.mark.django_db
+
+GOOD = {
+    "name": "demo",
+    "entrypoint": "examples/mlp_ddp.py",
+    "resources": {"nodes": 2, "procs_per_node": 2},
+    "hyperparameters": {"batch_size": 64, "lr": 0.001},
+}
+
+
+def spec(**changes):
+    out = {**GOOD}
+    for key, value in changes.items():
+        out[key] = value
+    return out
+
+
+def test_it_accepts_a_good_spec_and_queues_the_job(api, two_machines):
+    response = api.post("/api/jobs", GOOD, format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["status"] == "queued"
+    assert body["spec"]["resources"] == {"nodes": 2, "procs_per_node": 2, "gpus_per_node": 0, "min_gpu_memory": 0}
+    assert body["spec"]["fault_tolerance"] == {"max_restarts": 3, "heartbeat_timeout": 10.0}
+    assert Job.objects.get(pk=body["id"]).owner.username == "alice"
+
+
+def test_it_refuses_a_spec_with_zero_nodes(api, two_machines):
+    response = api.post("/api/jobs", spec(resources={"nodes": 0, "procs_per_node": 2}), format="json")
+    assert response.status_code == 400
+    assert "nodes" in response.json()["resources"]
+
+
+def test_it_refuses_an_unknown_recipe(api, two_machines):
+    response = api.post("/api/jobs", spec(entrypoint="examples/nope.py"), format="json")
+    assert response.status_code == 400
+    assert "unknown recipe" in response.json()["entrypoint"][0]
+
+
+@pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "examples/../../x.py"])
+def test_it_refuses_an_entrypoint_that_escapes_the_code_directory(api, two_machines, path):
+    response = api.post("/api/jobs", spec(entrypoint=path), format="json")
+    assert response.status_code == 400
+    assert "entrypoint" in response.json()
+
+
+def test_it_refuses_more_nodes_than_online_machines_with_the_reason(api, two_machines):
+    response = api.post("/api/jobs", spec(resources={"nodes": 4, "procs_per_node": 1}), format="json")
+    assert response.status_code == 400
+    assert "needs 4 online machines" in response.json()["resources"][0]
+    assert not Job.objects.exists()
+
+
+def test_it_refuses_a_body_that_is_not_json(api, two_machines):
+    response = api.post("/api/jobs", data="{not json", content_type="application/json")
+    assert response.status_code == 400
+    assert "JSON parse error" in response.json()["detail"]
+
+
+def test_it_refuses_a_body_that_is_a_json_list(api, two_machines):
+    response = api.post("/api/jobs", [1, 2], format="json")
+    assert response.status_code == 400
+
+
+def test_it_refuses_unknown_fields_so_typos_do_not_pass_silently(api, two_machines):
+    response = api.post("/api/jobs", {**GOOD, "resorces": {"nodes": 1}}, format="json")
+    assert response.status_code == 400
+    assert response.json()["resorces"] == ["unknown field."]
+
+
+def test_keep_global_batch_refuses_a_batch_that_does_not_divide(api, two_machines):
+    response = api.post("/api/jobs", spec(hyperparameters={"batch_size": 30}), format="json")
+    assert response.status_code == 400
+    assert "hyperparameters" in response.json()
+
+
+@pytest.mark.parametrize("name", ["RANK", "MASTER_PORT", "TORCHYARD_JOB_ID", "1BAD", "A-B"])
+def test_it_refuses_environment_variables_it_cannot_honour(api, two_machines, name):
+    response = api.post("/api/jobs", spec(env={name: "x"}), format="json")
+    assert response.status_code == 400
+    assert "env" in response.json()
+
+
+def test_args_are_kept_verbatim_as_an_argv_list(api, two_machines):
+    args = ["--steps", "10", "; rm -rf / #", "$(whoami)"]
+    response = api.post("/api/jobs", spec(args=args), format="json")
+    assert response.status_code == 201
+    assert response.json()["spec"]["args"] == args
+
+
+def test_the_distroml_jobspec_is_accepted_as_written(api, two_machines):
+    distroml = {
+        "name": "mnist-ddp-demo", "framework": "pytorch", "model": "mlp", "dataset": "synthetic",
+        "resources": {"workers": 4, "gpus_per_worker": 0},
+        "distributed": {"strategy": "data_parallel", "backend": "gloo"},
+        "hyperparameters": {"batch_size": 64, "lr": 0.001, "epochs": 2},
+        "checkpointing": {"enabled": True, "every_n_steps": 200, "store": "local"},
+        "compression": {"enabled": False},
+    }
+    plan = api.post("/api/jobs/plan", distroml, format="json")
+    assert plan.status_code == 200, plan.json()
+    assert plan.json()["world_size"] == 4
+    assert [n["nproc"] for n in plan.json()["nodes"]] == [2, 2]
+    assert plan.json()["hyperparameters"]["batch_size"] == 16
+    created = api.post("/api/jobs", distroml, format="json")
+    assert created.status_code == 201
+    assert created.json()["spec"]["entrypoint"] == "examples/mlp_ddp.py"
+
+
+def test_a_strategy_other_than_data_parallel_is_refused(api, two_machines):
+    response = api.post("/api/jobs", spec(distributed={"strategy": "pipeline"}), format="json")
+    assert response.status_code == 400
+    assert "data_parallel" in str(response.json()["distributed"])
+
+
+def test_the_plan_preview_places_ranks_and_launches_nothing(api, two_machines):
+    response = api.post("/api/jobs/plan", GOOD, format="json")
+    assert response.status_code == 200
+    plan = response.json()
+    assert plan["world_size"] == 4
+    assert plan["backend"] == "gloo"
+    assert [(n["rank_start"], n["rank_end"]) for n in plan["nodes"]] == [(0, 1), (2, 3)]
+    assert plan["master_addr"] == plan["nodes"][0]["host"]
+    assert plan["hyperparameters"]["batch_size"] == 16
+    assert not Job.objects.exists()
+
+
+def test_stopping_a_queued_job_stops_it_at_once(api, two_machines):
+    job = api.post("/api/jobs", GOOD, format="json").json()
+    response = api.post(f"/api/jobs/{job['id']}/stop")
+    assert response.status_code == 202
+    assert response.json()["status"] == "stopped"
+
+
+def test_events_endpoints_validate_their_query(api, two_machines):
+    job = api.post("/api/jobs", GOOD, format="json").json()
+    assert api.get(f"/api/jobs/{job['id']}/logs?after=abc").status_code == 400
+    assert api.get(f"/api/jobs/{job['id']}/logs?after=0").status_code == 200
+    assert api.get("/api/jobs/999999/logs").status_code == 404
+
+
+def test_a_checkpoint_store_the_server_does_not_have_is_refused(api, two_machines):
+    response = api.post("/api/jobs", spec(checkpointing={"store": "s3"}), format="json")
+    assert response.status_code == 400
+    assert "TORCHYARD_STORAGE_URL" in str(response.json()["checkpointing"])
+    assert api.post("/api/jobs", spec(checkpointing={"store": "local"}), format="json").status_code == 201
+
+
+def test_the_recipe_list_is_what_the_spec_accepts_with_each_summary(api, two_machines):
+    recipes = api.get("/api/recipes").json()
+    assert [r["entrypoint"] for r in recipes] == [
+        "examples/char_gpt.py", "examples/mlp_ddp.py", "examples/mlp_fsdp.py",
+    ]  # fmt: skip
+    assert all(r["summary"] for r in recipes)
+    assert recipes[2]["summary"].startswith("mlp_ddp's model and data trained with FSDP2")
+    for recipe in recipes:
+        assert api.post("/api/jobs/plan", spec(entrypoint=recipe["entrypoint"]), format="json").status_code == 200

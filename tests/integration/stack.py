@@ -1,0 +1,162 @@
+"""A real Torchyard stack for integration tests, started exactly as `make run` starts it
+(`torchyard-server run`), talked to only over HTTP and WebSockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import requests
+from torchyard import protocol
+from torchyard_server.embedded_redis import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = str(Path(sys.executable).with_name("torchyard-server"))
+ADMIN = ("admin", "correct-horse-battery")
+
+
+@dataclass
+class Stack:
+    base: str
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen
+    token: str = ""
+    session: requests.Session = field(default_factory=requests.Session)
+
+    # --- HTTP -----------------------------------------------------------------------------------
+    def api(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        headers = kwargs.pop("headers", {})
+        if self.token:
+            headers.setdefault("Authorization", f"Token {self.token}")
+        return self.session.request(method, self.base + path, headers=headers, timeout=30, **kwargs)
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        response = self.api("GET", f"/api/jobs/{job_id}")
+        response.raise_for_status()
+        return response.json()
+
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        response = self.api("POST", "/api/jobs", json=spec)
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    def wait_job(self, job_id: int, statuses: set[str], timeout: float = 120.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        job = self.job(job_id)
+        while job["status"] not in statuses:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} is {job['status']} after {timeout}s, wanted {statuses}:\n"
+                                     f"{json.dumps(job, indent=1)[:3000]}\n--- stack log tail ---\n{self.log_tail()}")
+            time.sleep(0.3)
+            job = self.job(job_id)
+        return job
+
+    def events(self, job_id: int, types: str = "") -> list[dict[str, Any]]:
+        out, after = [], 0
+        while True:
+            page = self.api("GET", f"/api/jobs/{job_id}/events", params={"after": after, "type": types}).json()
+            out.extend(page["events"])
+            if not page["events"]:
+                return out
+            after = page["next_after"]
+
+    def ws_url(self, path: str) -> str:
+        return self.base.replace("http://", "ws://") + path
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # --- processes ------------------------------------------------------------------------------
+    def job_processes(self, job_id: int) -> list[psutil.Process]:
+        """Every live process this stack launched for the job (they all carry TORCHYARD_JOB_ID,
+        and TORCHYARD_RUN_DIR under this stack's data dir: other stacks may have a job of that id)."""
+        from torchyard.supervisor.proctree import find_job_processes, is_alive
+
+        return [p for p in find_job_processes(job_id, under=self.data_dir) if is_alive(p)]
+
+    def wait_no_job_processes(self, job_id: int, timeout: float = 20.0) -> list[psutil.Process]:
+        deadline = time.monotonic() + timeout
+        left = self.job_processes(job_id)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.3)
+            left = self.job_processes(job_id)
+        return left
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def wait_ready(self, machines: int, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"the stack exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if not self.token:
+                    r = requests.post(self.base + "/api/auth/token", json=dict(zip(("username", "password"), ADMIN, strict=False)), timeout=5)
+                    if r.status_code == 200:
+                        self.token = r.json()["token"]
+                if self.token:
+                    listed = self.api("GET", "/api/machines").json()
+                    if sum(1 for m in listed if m["status"] == "online") >= machines:
+                        return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"the stack was not ready in {timeout}s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                # The launcher put every child in its own session: end them by the process group ids.
+                for child in psutil.Process(self.process.pid).children(recursive=True):
+                    child.kill()
+                self.process.kill()
+                self.process.wait()
+
+
+def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2) -> Stack:
+    port = free_port()
+    data_dir = tmp / "data"
+    log_path = tmp / "stack.log"
+    full_env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "TORCHYARD_STORAGE_URL")}
+    full_env.update({
+        "PORT": str(port),
+        "TORCHYARD_DATA_DIR": str(data_dir),
+        "TORCHYARD_ADMIN_USER": ADMIN[0],
+        "TORCHYARD_ADMIN_PASSWORD": ADMIN[1],
+        "TORCHYARD_LOCAL_AGENTS": str(agents),
+        # Quicker sweeps so lost-node checks do not dominate test time.
+        "TORCHYARD_SUPERVISE_EVERY": "1",
+        **env,
+    })
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([SERVER, "run"], cwd=str(ROOT), env=full_env, stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    stack = Stack(base=f"http://127.0.0.1:{port}", data_dir=data_dir, log_path=log_path, process=process)
+    try:
+        stack.wait_ready(machines=agents)
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+__all__ = ["Stack", "start_stack", "unique_name", "protocol"]

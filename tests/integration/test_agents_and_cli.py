@@ -1,0 +1,82 @@
+"""A machine joins the way the README says (`torchyard agent --server URL --token T`), goes offline
+when its agent dies, and the CLI submits and follows a job with readable errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def wait_machine(stack, machine_id: int, status: str, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        machine = stack.api("GET", f"/api/machines/{machine_id}").json()
+        if machine["status"] == status:
+            return machine
+        assert time.monotonic() < deadline, f"machine is {machine['status']}, wanted {status}"
+        time.sleep(0.5)
+
+
+def test_a_machine_joins_with_its_token_and_goes_offline_when_its_agent_dies(pg_stack, tmp_path):
+    created = pg_stack.api("POST", "/api/machines", json={"name": "joiner", "host": "127.0.0.1"}).json()
+    assert created["status"] == "pending"
+    bad = subprocess.run([str(BIN / "torchyard"), "agent", "--server", pg_stack.base, "--token", "9999.not-a-real-secret-at-all"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "does not know this machine token" in bad.stderr
+
+    agent = subprocess.Popen(
+        [str(BIN / "torchyard"), "agent", "--server", pg_stack.base, "--token", created["token"],
+         "--work-dir", str(tmp_path / "agent")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        online = wait_machine(pg_stack, created["id"], "online", timeout=60)
+        assert online["capabilities"]["cpu_count"] == os.cpu_count()
+        assert online["capabilities"]["memory"] > 0 and online["agent_version"]
+    finally:
+        agent.kill()
+        agent.wait(timeout=30)
+    # TORCHYARD_MACHINE_OFFLINE_AFTER is 15 s by default; the sweep runs every second in tests.
+    wait_machine(pg_stack, created["id"], "offline", timeout=40)
+    assert pg_stack.api("DELETE", f"/api/machines/{created['id']}").status_code == 204
+
+
+def run_cli(stack, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TORCHYARD_SERVER=stack.base, TORCHYARD_TOKEN=stack.token)
+    return subprocess.run([str(BIN / "torchyard"), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_the_cli_submits_and_follows_a_job_to_completion(pg_stack, tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"name": "from-the-cli", "entrypoint": "examples/mlp_ddp.py",
+                                "args": ["--steps", "40"], "resources": {"nodes": 2, "procs_per_node": 1}}))
+    result = run_cli(pg_stack, "submit", str(spec), "--follow")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[rank 1] rank 1: done at step 40" in result.stdout
+    assert "== job completed" in result.stdout
+    listed = run_cli(pg_stack, "jobs")
+    assert "from-the-cli" in listed.stdout and "completed" in listed.stdout
+    job_id = listed.stdout.split()[0].lstrip("#")  # newest first
+    # Checkpointing is on by default: the last step is committed.
+    saved = run_cli(pg_stack, "checkpoints", job_id)
+    assert saved.returncode == 0 and saved.stdout.startswith("step 40 ") and "world 2" in saved.stdout
+    recipes = run_cli(pg_stack, "recipes")
+    assert "examples/mlp_fsdp.py" in recipes.stdout and "FSDP2" in recipes.stdout
+
+
+def test_the_cli_prints_field_errors_readably(pg_stack, tmp_path):
+    spec = tmp_path / "bad.json"
+    spec.write_text(json.dumps({"name": "bad", "entrypoint": "../../etc/passwd", "resources": {"nodes": 0}}))
+    result = run_cli(pg_stack, "submit", str(spec))
+    assert result.returncode == 2
+    assert "HTTP 400" in result.stderr
+    assert "entrypoint:" in result.stderr and "resources.nodes:" in result.stderr
+    assert "Traceback" not in result.stderr
+    missing = run_cli(pg_stack, "submit", str(tmp_path / "nope.json"))
+    assert missing.returncode == 2 and "No such file" in missing.stderr

@@ -1,0 +1,102 @@
+"""`make run`'s stack exactly as it starts by default: SQLite under the data dir and a Redis that
+Torchyard starts itself. A 1-node job runs through it, so the README's first command cannot rot."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from .stack import start_stack
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    stack = start_stack(tmp_path_factory.mktemp("embedded"), env={})
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def test_the_embedded_stack_uses_sqlite_and_its_own_redis_and_runs_a_job(embedded):
+    log = embedded.log_path.read_text()
+    assert "started Redis on redis://127.0.0.1:" in log
+    assert "database: sqlite3" in log
+    assert (embedded.data_dir / "torchyard.sqlite3").exists()
+    machines = embedded.api("GET", "/api/machines").json()
+    assert {m["name"]: m["status"] for m in machines} == {"local-0": "online", "local-1": "online"}
+    assert all(m["capabilities"]["cpu_count"] >= 1 for m in machines)
+
+    job = embedded.submit({
+        "name": "one-node", "entrypoint": "examples/mlp_ddp.py", "args": ["--steps", "40"],
+        "resources": {"nodes": 1, "procs_per_node": 2},
+    })
+    final = embedded.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=120)
+    assert final["status"] == "completed", final["status_reason"]
+    assert final["world_size"] == 2
+    logs = embedded.api("GET", f"/api/jobs/{job['id']}/logs").json()["events"]
+    assert {e["rank"] for e in logs if e["rank"] is not None} == {0, 1}
+    checkpoints = embedded.api("GET", f"/api/jobs/{job['id']}/checkpoints").json()
+    assert checkpoints and checkpoints[0]["uri"].startswith((embedded.data_dir / "checkpoints").as_uri())
+    assert embedded.wait_no_job_processes(job["id"]) == []
+
+
+def test_training_goes_on_when_an_agent_dies_and_the_stack_restarts_it(embedded):
+    job = embedded.submit({
+        "name": "agent-dies", "entrypoint": "examples/mlp_ddp.py", "args": ["--steps", "250", "--step-sleep", "0.03"],
+        "resources": {"nodes": 2, "procs_per_node": 1}, "fault_tolerance": {"max_restarts": 0},
+    })
+    deadline = time.monotonic() + 90
+    while not embedded.events(job["id"], "metric"):
+        assert time.monotonic() < deadline, embedded.log_tail()
+        time.sleep(0.3)
+    agents = [p for p in psutil.Process(embedded.process.pid).children(recursive=True)
+              if "agent" in p.cmdline() and any(arg.endswith("/agents/local-1") for arg in p.cmdline())]
+    assert len(agents) == 1
+    agents[0].kill()
+
+    final = embedded.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=120)
+    assert final["status"] == "completed", final["status_reason"]
+    assert "local-1 exited with -9; starting it again" in embedded.log_path.read_text()
+    machines = {m["name"]: m for m in embedded.api("GET", "/api/machines").json()}
+    assert machines["local-1"]["status"] == "online"
+
+
+def test_the_dashboard_is_served_with_deep_links(embedded):
+    for path in ("/", "/jobs/1", "/login"):
+        response = embedded.session.get(embedded.base + path, timeout=10)
+        assert response.status_code == 200, path
+        assert '<div id="root">' in response.text
+
+
+def test_stopping_the_stack_stops_training_and_the_next_start_resumes_it(tmp_path_factory):
+    home = tmp_path_factory.mktemp("embedded-restart")
+    stack = start_stack(home, env={}, agents=1)
+    try:
+        job = stack.submit({
+            "name": "long", "entrypoint": "examples/mlp_ddp.py",
+            "args": ["--steps", "300", "--step-sleep", "0.03"], "resources": {"nodes": 1, "procs_per_node": 1},
+            "checkpointing": {"enabled": True, "every_n_steps": 25},
+            "fault_tolerance": {"max_restarts": 0},
+        })
+        deadline = time.monotonic() + 90
+        while not stack.api("GET", f"/api/jobs/{job['id']}/checkpoints").json():
+            assert time.monotonic() < deadline, stack.log_tail()
+            time.sleep(0.3)
+    finally:
+        stack.stop()
+    assert stack.process.returncode == 0
+    assert "interrupted job(s) 1" in stack.log_path.read_text()
+    assert stack.wait_no_job_processes(job["id"], timeout=5) == []
+
+    again = start_stack(home, env={}, agents=1)
+    try:
+        final = again.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=120)
+        assert final["status"] == "completed", final["status_reason"]
+        assert final["attempt"] == 1 and final["restarts"] == 0
+        logs = again.api("GET", f"/api/jobs/{job['id']}/logs", params={"limit": 10000}).json()["events"]
+        assert any(e["attempt"] == 1 and "resumed from checkpoint at step" in e["line"] for e in logs)
+    finally:
+        again.stop()

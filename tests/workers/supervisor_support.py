@@ -1,0 +1,207 @@
+"""Helpers for supervisor tests: tiny training scripts, supervisors started the way the agent does.
+
+Every process a test starts is ended by PID, and every job's processes are swept by their
+TORCHYARD_JOB_ID, so a failing test leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import redis
+from torchyard import protocol
+from torchyard.protocol import NodeLaunch
+from torchyard.supervisor.argv import LAUNCH_FILE, PACKAGE_PARENT
+from torchyard.supervisor.proctree import find_job_processes, sweep_job_processes
+
+# Distinct per test session and per test, so no stream entry or process of another job matches.
+_job_ids = itertools.count(os.getpid() * 1000)
+
+
+def next_job_id() -> int:
+    return next(_job_ids)
+
+
+ALLREDUCE = """
+import json, os, socket, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+print(f"hello from rank {rank} of {dist.get_world_size()}")
+print(f"rank {rank} stderr line", file=sys.stderr)
+total = torch.tensor([float(rank)])
+dist.all_reduce(total)
+print(f"rank {rank} sum {total.item():g}")
+with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sdk:
+    report = {"type": "metric", "rank": rank, "step": 1, "loss": 0.5 + rank}
+    sdk.sendto(json.dumps(report).encode(), os.environ["TORCHYARD_EVENT_SOCKET"])
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+# The global rank named by FAIL_RANK exits 3 once the group is up; its peers, waiting in a barrier,
+# then see the connection drop and fail too.
+FAIL_ONE_RANK = """
+import os, sys
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+print(f"rank {rank} started")
+if rank == int(os.environ["FAIL_RANK"]):
+    print(f"rank {rank} giving up", file=sys.stderr)
+    sys.exit(3)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+# Trains "forever"; no torch import, so it starts fast and costs no CPU.
+SLEEPER = """
+import itertools, time
+for step in itertools.count():
+    print(f"step {step}", flush=True)
+    time.sleep(0.2)
+"""
+
+# Local rank 0 fails; local rank 1 ignores SIGTERM, so torchrun waits on it (30 s in torch 2.13).
+STUBBORN = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if os.environ["LOCAL_RANK"] == "0":
+    time.sleep(1.0)
+    print("rank 0 failing", file=sys.stderr, flush=True)
+    sys.exit(7)
+print("rank 1 ignoring SIGTERM", flush=True)
+while True:
+    time.sleep(0.2)
+"""
+
+SCRIPTS = {
+    "allreduce.py": ALLREDUCE,
+    "fail_one_rank.py": FAIL_ONE_RANK,
+    "sleeper.py": SLEEPER,
+    "stubborn.py": STUBBORN,
+}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def listening_on(port: int) -> Iterator[socket.socket]:
+    """Hold a TCP port the way a foreign program would."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        yield s
+
+
+class Supervisors:
+    """Starts `python -m torchyard.supervisor RUN_DIR` processes as the agent does, and ends them."""
+
+    def __init__(self, tmp_path: Path, code_root: Path, redis_url: str) -> None:
+        self.tmp_path = tmp_path
+        self.code_root = code_root
+        self.redis = redis.Redis.from_url(redis_url, decode_responses=True)
+        self.started: list[tuple[subprocess.Popen, NodeLaunch]] = []
+
+    def start(
+        self, launch: NodeLaunch, env: dict[str, str] | None = None, run_dir_name: str = ""
+    ) -> tuple[subprocess.Popen, Path]:
+        run_dir = self.tmp_path / (run_dir_name or f"run-{launch.job_id}-{launch.attempt}-{launch.node_rank}")
+        run_dir.mkdir()
+        (run_dir / LAUNCH_FILE).write_text(json.dumps(launch.to_dict()))
+        child_env = {
+            **os.environ,
+            "TORCHYARD_CODE_ROOT": str(self.code_root),
+            "PYTHONPATH": str(PACKAGE_PARENT),
+            **(env or {}),
+        }
+        with open(run_dir / "supervisor.log", "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "torchyard.supervisor", str(run_dir)],
+                env=child_env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.started.append((proc, launch))
+        return proc, run_dir
+
+    def events(self, job_id: int) -> list[dict]:
+        """Every event of the job on the stream, in stream order."""
+        found = []
+        for _id, fields in self.redis.xrange(protocol.EVENT_STREAM):
+            event = protocol.decode_event(fields)
+            if event.get("job") == job_id:
+                found.append(event)
+        return found
+
+    def wait_for(
+        self, job_id: int, predicate: Callable[[list[dict]], bool], timeout: float = 30.0
+    ) -> list[dict]:
+        """Poll the stream until predicate(events of the job) holds; fail with the latest events."""
+        deadline = time.monotonic() + timeout
+        while True:
+            events = self.events(job_id)
+            if predicate(events):
+                return events
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; last events: {[summarize(e) for e in events][-30:]}")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        for proc, launch in self.started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            sweep_job_processes(launch.job_id)
+        self.redis.close()
+
+
+def summarize(event: dict) -> str:
+    detail = event.get("status") or event.get("line") or ""
+    return f"{event['type']}/node{event.get('node_rank')}/rank{event.get('rank')}: {detail}"
+
+
+def states(events: list[dict], node_rank: int) -> list[dict]:
+    return [e for e in events if e["type"] == protocol.STATE and e["node_rank"] == node_rank]
+
+
+def final_states(events: list[dict], node_rank: int) -> list[dict]:
+    return [e for e in states(events, node_rank) if e["status"] != protocol.NODE_RUNNING]
+
+
+def has_final_state(*node_ranks: int) -> Callable[[list[dict]], bool]:
+    return lambda events: all(final_states(events, rank) for rank in node_ranks)
+
+
+def has_state(node_rank: int, status: str) -> Callable[[list[dict]], bool]:
+    return lambda events: any(e["status"] == status for e in states(events, node_rank))
+
+
+def job_processes(job_id: int) -> list:
+    """Live processes of the job on this host (zombies and unreadable ones excluded)."""
+    return find_job_processes(job_id)
+
+
+def wait_until_no_job_processes(job_id: int, timeout: float = 5.0) -> list:
+    deadline = time.monotonic() + timeout
+    while (left := job_processes(job_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left

@@ -1,0 +1,224 @@
+"""The supervisor's parts on their own: publisher, log tails, SDK socket, process-tree helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from supervisor_support import free_port, next_job_id
+from torchyard import protocol
+from torchyard.protocol import NodeLaunch
+from torchyard.supervisor.event_socket import EventSocket
+from torchyard.supervisor.proctree import TreeSampler, find_job_processes, kill_process_tree
+from torchyard.supervisor.publisher import EventPublisher, connect
+from torchyard.supervisor.supervisor import SupervisorSettings
+from torchyard.supervisor.tail import MAX_LINE_BYTES, FileTail, RankLogTailer
+
+
+def a_launch(**overrides) -> NodeLaunch:
+    values = dict(
+        job_id=next_job_id(),
+        attempt=3,
+        node_id=41,
+        node_rank=1,
+        nnodes=2,
+        nproc_per_node=2,
+        world_size=4,
+        master_addr="127.0.0.1",
+        master_port=1,
+        entrypoint="x.py",
+    )
+    values.update(overrides)
+    return NodeLaunch(**values)
+
+
+def stream_events(redis_url: str, job_id: int) -> list[dict]:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        events = [protocol.decode_event(fields) for _id, fields in client.xrange(protocol.EVENT_STREAM)]
+    finally:
+        client.close()
+    return [e for e in events if e["job"] == job_id]
+
+
+# --- publisher -------------------------------------------------------------------------------------
+def test_it_publishes_a_burst_in_order_with_the_envelope(redis_url: str):
+    launch = a_launch()
+    publisher = EventPublisher(launch, connect(redis_url), batch_size=500)
+    for i in range(1200):
+        publisher.emit(protocol.LOG, rank=2, stream="stdout", line=f"line {i}", seq=999, job=1)
+    assert publisher.flush(budget_s=5)
+    events = stream_events(redis_url, launch.job_id)
+    assert [e["seq"] for e in events] == list(range(1, 1201))
+    assert [e["line"] for e in events[:2]] == ["line 0", "line 1"]
+    first = events[0]
+    assert {k: first[k] for k in ("type", "job", "attempt", "node", "node_rank", "rank", "stream")} == {
+        "type": "log",
+        "job": launch.job_id,
+        "attempt": 3,
+        "node": 41,
+        "node_rank": 1,
+        "rank": 2,
+        "stream": "stdout",
+    }
+    assert isinstance(first["ts"], float)
+    assert publisher.published == 1200 and publisher.pending == 0
+
+
+def test_an_unreachable_redis_keeps_events_and_never_stalls_the_loop(redis_url: str):
+    launch = a_launch()
+    publisher = EventPublisher(launch, connect(f"redis://127.0.0.1:{free_port()}/0"))
+    publisher.emit(protocol.STATE, status="running")
+    started = time.monotonic()
+    assert publisher.flush() is False
+    assert publisher.flush() is False  # backing off: no second attempt right away
+    assert time.monotonic() - started < 1.5
+    assert publisher.pending == 1 and publisher.last_error
+
+    publisher.client = connect(redis_url)  # Redis is back
+    publisher.emit(protocol.STATE, status="completed")
+    assert publisher.drain(timeout_s=5)
+    assert [(e["seq"], e["status"]) for e in stream_events(redis_url, launch.job_id)] == [
+        (1, "running"),
+        (2, "completed"),
+    ]
+
+
+def test_a_full_buffer_drops_heartbeats_then_oldest_logs_but_never_states():
+    publisher = EventPublisher(a_launch(), None, max_buffer=100)
+    publisher.emit(protocol.STATE, status="running")
+    for i in range(10):
+        publisher.emit(protocol.HEARTBEAT)
+        publisher.emit(protocol.METRIC, step=i)
+    for i in range(95):
+        publisher.emit(protocol.LOG, line=f"line {i}")
+    # 116 emitted; past 100 it sheds to 90 at once: twice, then 4 more arrive.
+    assert publisher.pending == 94
+    assert publisher.dropped == {"heartbeat": 10, "log": 12}
+    kept = list(publisher._buffer)
+    assert kept[0]["type"] == "state" and sum(e["type"] == "metric" for e in kept) == 10
+    assert [e["line"] for e in kept if e["type"] == "log"][0] == "line 12"
+    assert publisher.flush() is False and publisher.drain(timeout_s=1) is False
+
+
+# --- tails -----------------------------------------------------------------------------------------
+def test_a_tail_hands_back_whole_lines_and_the_last_one_at_the_end(tmp_path: Path):
+    path = tmp_path / "out.log"
+    tail = FileTail(path)
+    assert tail.read_lines() == []  # not there yet
+    with open(path, "ab") as f:
+        f.write(b"one\ntw")
+        f.flush()
+        assert tail.read_lines() == ["one"]
+        f.write(b"o\r\nthree")
+        f.flush()
+        assert tail.read_lines() == ["two"]
+        f.write(b"\xff" + b"x" * (MAX_LINE_BYTES + 10))
+        f.flush()
+        cut = tail.read_lines()
+    assert len(cut) == 1 and cut[0].startswith("three\ufffd") and len(cut[0]) == MAX_LINE_BYTES
+    assert tail.read_lines(final=True) == ["x" * 16]
+    tail.close()
+
+
+def test_the_rank_tailer_finds_each_ranks_files_and_skips_an_earlier_run(tmp_path: Path):
+    log_dir = tmp_path / "torchrun"
+    old = log_dir / "none_old" / "attempt_0" / "0"
+    old.mkdir(parents=True)
+    (old / "stdout.log").write_text("stale\n")
+    tailer = RankLogTailer(log_dir, nproc_per_node=2)
+    assert tailer.poll() == []
+    for local_rank in (0, 1):
+        folder = log_dir / "torchyard-1-1_abc" / "attempt_0" / str(local_rank)
+        folder.mkdir(parents=True)
+        (folder / "stdout.log").write_text(f"out {local_rank}\n")
+        (folder / "stderr.log").write_text(f"err {local_rank}")
+        (folder / "error.json").write_text("{}")
+    lines = [(item.local_rank, item.stream, item.line) for item in tailer.poll()]
+    assert lines == [(0, "stdout", "out 0"), (1, "stdout", "out 1")]
+    lines = [(item.local_rank, item.stream, item.line) for item in tailer.poll(final=True)]
+    assert lines == [(0, "stderr", "err 0"), (1, "stderr", "err 1")]
+    tailer.close()
+
+
+# --- SDK socket ------------------------------------------------------------------------------------
+def test_the_event_socket_takes_json_objects_and_counts_the_rest(tmp_path: Path):
+    path = tmp_path / "events.sock"
+    path.write_text("stale")
+    events = EventSocket(path)
+    try:
+        assert oct(path.stat().st_mode & 0o777) == "0o600"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            for payload in (
+                b'{"type": "metric", "rank": 0, "loss": 1.5}',
+                b"not json",
+                b"[1]",
+                b'{"no": "type"}',
+            ):
+                sender.sendto(payload, str(path))
+            sender.sendto(json.dumps({"type": "checkpoint", "rank": 0, "step": 10}).encode(), str(path))
+        assert events.receive() == [
+            {"type": "metric", "rank": 0, "loss": 1.5},
+            {"type": "checkpoint", "rank": 0, "step": 10},
+        ]
+        assert events.rejected == 3
+        assert events.receive() == []
+    finally:
+        events.close()
+    assert not path.exists()
+
+
+# --- process helpers -------------------------------------------------------------------------------
+PARENT_WITH_CHILD = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_job_processes_are_found_by_environment_and_killed_as_a_tree():
+    job_id = next_job_id()
+    env = {
+        **os.environ,
+        protocol.ENV_JOB_ID: str(job_id),
+        protocol.ENV_ATTEMPT: "2",
+        protocol.ENV_NODE_RANK: "0",
+    }
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT_WITH_CHILD], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        found = find_job_processes(job_id, attempt=2, node_rank=0)
+        assert len(found) == 2 and parent.pid in {p.pid for p in found}
+        assert find_job_processes(job_id, attempt=1) == []
+        assert find_job_processes(job_id, node_rank=1) == []
+
+        sample = TreeSampler().sample(parent.pid)
+        assert sample["processes"] == 2 and sample["rss_mb"] > 0
+
+        started = time.monotonic()
+        assert kill_process_tree(parent.pid, grace=2.0) == []
+        assert time.monotonic() - started < 3
+        assert find_job_processes(job_id) == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.wait()
+
+
+def test_supervisor_timings_come_from_the_environment_and_bad_ones_fail_loudly():
+    settings = SupervisorSettings.from_env({"TORCHYARD_SUPERVISOR_WATCHDOG_S": "2.5"})
+    assert settings.watchdog_s == 2.5 and settings.stop_grace_s == 5.0
+    with pytest.raises(ValueError):
+        SupervisorSettings.from_env({"TORCHYARD_SUPERVISOR_STOP_GRACE_S": "soon"})
+    with pytest.raises(ValueError):
+        SupervisorSettings.from_env({"TORCHYARD_SUPERVISOR_STOP_GRACE_S": "0"})

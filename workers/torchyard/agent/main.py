@@ -1,0 +1,134 @@
+"""`torchyard agent`: join the cluster with a machine token and serve this machine's queue."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+
+import torchyard
+from torchyard import protocol
+from torchyard.protocol import NodeLaunch
+
+from . import capabilities, runs
+
+log = logging.getLogger("torchyard.agent")
+HEARTBEAT_EVERY = 2.0
+
+
+class AgentError(RuntimeError):
+    """A problem the user must fix (bad token, unreachable server); printed without a traceback."""
+
+
+def fetch_config(server: str, token: str, timeout: float = 10.0) -> dict[str, Any]:
+    """Ask the server for this machine's id and the Redis URL, authenticated by the token."""
+    request = urllib.request.Request(
+        server.rstrip("/") + "/api/agent/config", headers={"Authorization": f"Machine {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            raise AgentError("the server does not know this machine token (was the machine deleted?)") from exc
+        raise AgentError(f"{server} answered {exc.code} to /api/agent/config") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise AgentError(f"cannot reach {server}: {exc}") from exc
+
+
+class Agent:
+    def __init__(self, *, token: str, redis_url: str, work_dir: Path, concurrency: int = 4):
+        self.machine_id, _ = protocol.parse_machine_token(token)
+        self.token = token
+        self.redis_url = redis_url
+        self.work_dir = work_dir
+        self.concurrency = concurrency
+        self.queue = protocol.machine_queue(self.machine_id)
+        self.redis = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+        self.stop = threading.Event()
+        self.app = self._make_app()
+
+    # --- events ---------------------------------------------------------------------------------
+    def publish(self, event: dict[str, Any]) -> None:
+        event.setdefault("key", uuid.uuid4().hex)
+        self.redis.xadd(protocol.EVENT_STREAM, protocol.encode_event(event),
+                        maxlen=protocol.EVENT_STREAM_MAXLEN, approximate=True)
+
+    def heartbeat_once(self) -> None:
+        self.redis.xadd(
+            protocol.EVENT_STREAM,
+            protocol.encode_event({
+                "type": protocol.MACHINE_HEARTBEAT,
+                "machine": self.machine_id,
+                "token": self.token,
+                "hostname": socket.gethostname(),
+                "agent_version": torchyard.__version__,
+                "capabilities": capabilities.capabilities(str(self.work_dir)),
+                "load": capabilities.load(),
+                "running": runs.running_nodes(self.work_dir),
+                "ts": time.time(),
+            }),
+            maxlen=protocol.EVENT_STREAM_MAXLEN, approximate=True,
+        )
+
+    def _heartbeat_loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.heartbeat_once()
+            except redis.RedisError as exc:
+                log.warning("heartbeat failed: %s", exc)
+            self.stop.wait(HEARTBEAT_EVERY)
+
+    # --- Celery ---------------------------------------------------------------------------------
+    def _make_app(self) -> Celery:
+        app = Celery(f"torchyard-agent-{self.machine_id}", broker=self.redis_url)
+        app.conf.update(
+            task_default_queue=self.queue,
+            task_ignore_result=True,
+            broker_connection_retry_on_startup=True,
+            worker_hijack_root_logger=False,
+            worker_prefetch_multiplier=1,
+        )
+
+        @app.task(name=protocol.TASK_LAUNCH_NODE)
+        def launch_node(launch: dict[str, Any]) -> dict[str, Any]:
+            node = NodeLaunch.from_dict(launch)
+            node.redis_url = self.redis_url
+            result = runs.launch_node(self.work_dir, node, self.publish)
+            log.info("launch job %s attempt %s node %s: %s", node.job_id, node.attempt, node.node_rank, result)
+            return result
+
+        @app.task(name=protocol.TASK_STOP_NODE)
+        def stop_node(job_id: int, attempt: int, node_rank: int, node_id: int) -> dict[str, Any]:
+            result = runs.stop_node(self.work_dir, job_id, attempt, node_rank, node_id, self.publish)
+            log.info("stop job %s attempt %s node %s: %s", job_id, attempt, node_rank, result)
+            return result
+
+        return app
+
+    def run(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        capabilities.load()  # prime psutil's cpu_percent so the first heartbeat has a real number
+        reattached = runs.running_nodes(self.work_dir)
+        if reattached:
+            log.info("re-attached to %d running node(s): %s", len(reattached), reattached)
+        beat = threading.Thread(target=self._heartbeat_loop, daemon=True, name="heartbeat")
+        beat.start()
+        try:
+            self.app.worker_main([
+                "worker", "-Q", self.queue, "-P", "threads", "-c", str(self.concurrency),
+                "-n", f"agent-{self.machine_id}@{socket.gethostname()}",
+                "--without-gossip", "--without-mingle", "-l", "INFO",
+            ])
+        finally:
+            self.stop.set()

@@ -1,0 +1,136 @@
+"""Run directories and the two things the agent does with them: start a supervisor, stop one.
+
+Layout: <work_dir>/runs/job-<id>/attempt-<n>/node-<rank>/ with launch.json (what to run),
+supervisor.pid while it runs, result.json when it ended, stop-requested once a stop arrived (a
+stop that overtakes its launch must win, or a stopped job would start training afterwards)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from torchyard import protocol
+from torchyard.protocol import NodeLaunch
+
+_locks: dict[Path, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _lock(path: Path) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(path, threading.Lock())
+
+
+def run_dir(work_dir: Path, job_id: int, attempt: int, node_rank: int) -> Path:
+    return work_dir / "runs" / f"job-{job_id}" / f"attempt-{attempt}" / f"node-{node_rank}"
+
+
+def supervisor_pid(directory: Path) -> int | None:
+    """The pid of the supervisor running in `directory`, if it is alive and really ours."""
+    try:
+        pid = int((directory / "supervisor.pid").read_text().strip())
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE or "torchyard.supervisor" not in " ".join(proc.cmdline()):
+            return None
+        return pid
+    except (OSError, ValueError, psutil.Error):
+        return None
+
+
+def launch_node(work_dir: Path, launch: NodeLaunch, publish) -> dict[str, Any]:
+    """Start a detached supervisor for `launch` unless one runs or ran already (Celery may deliver
+    a task twice) or a stop came first."""
+    directory = run_dir(work_dir, launch.job_id, launch.attempt, launch.node_rank)
+    with _lock(directory):
+        if (directory / "stop-requested").exists():
+            publish_stopped(launch.job_id, launch.attempt, launch.node_id, launch.node_rank, publish,
+                            reason="stop requested before launch")
+            return {"started": False, "reason": "stop requested"}
+        pid = supervisor_pid(directory)
+        if pid is not None or (directory / "result.json").exists():
+            return {"started": False, "pid": pid, "reason": "already launched"}
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "launch.json").write_text(json.dumps(launch.to_dict(), indent=2))
+        with open(directory / "supervisor.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "torchyard.supervisor", str(directory)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True, cwd=str(directory),
+            )
+        # Reap it when it ends so it does not linger as a zombie while the agent lives; if the
+        # agent goes first, init adopts it and training carries on.
+        threading.Thread(target=proc.wait, daemon=True, name=f"reap-{proc.pid}").start()
+        return {"started": True, "pid": proc.pid}
+
+
+def stop_node(work_dir: Path, job_id: int, attempt: int, node_rank: int, node_id: int, publish,
+              grace: float = 20.0) -> dict[str, Any]:
+    """SIGTERM the node's supervisor (it stops torchrun and reports `stopped`). With no supervisor
+    alive, kill whatever still carries the job's environment and report `stopped` ourselves."""
+    from torchyard.supervisor.proctree import sweep_job_processes
+
+    directory = run_dir(work_dir, job_id, attempt, node_rank)
+    with _lock(directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "stop-requested").write_text(str(time.time()))
+        pid = supervisor_pid(directory)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and supervisor_pid(directory) is not None:
+            time.sleep(0.2)
+        if supervisor_pid(directory) is None:
+            return {"stopped": True, "by": "supervisor"}
+        os.kill(pid, signal.SIGKILL)
+    killed = sweep_job_processes(job_id, attempt, node_rank, run_dir=directory)
+    if not (directory / "result.json").exists() or pid is not None:
+        publish_stopped(job_id, attempt, node_id, node_rank, publish,
+                        reason="stopped by the agent" + (f" ({len(killed)} stray processes killed)" if killed else ""))
+    return {"stopped": True, "by": "agent", "killed": killed}
+
+
+def publish_stopped(job_id: int, attempt: int, node_id: int, node_rank: int, publish, *, reason: str) -> None:
+    publish({
+        "type": protocol.STATE, "job": job_id, "attempt": attempt, "node": node_id, "node_rank": node_rank,
+        "status": protocol.NODE_STOPPED, "reason": reason, "ts": time.time(),
+        "key": f"agent-stop-{node_id}",
+    })
+
+
+def running_nodes(work_dir: Path) -> list[dict[str, Any]]:
+    """Supervisors alive under work_dir: how a restarted agent re-attaches to its nodes."""
+    found = []
+    for pid_file in (work_dir / "runs").glob("job-*/attempt-*/node-*/supervisor.pid"):
+        directory = pid_file.parent
+        pid = supervisor_pid(directory)
+        if pid is not None:
+            found.append({"run_dir": str(directory), "pid": pid})
+    return found
+
+
+def stop_all(work_dir: Path, grace: float = 10.0) -> None:
+    """SIGTERM every live supervisor under work_dir and wait (embedded mode's Ctrl-C)."""
+    pids = [n["pid"] for n in running_nodes(work_dir)]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -1,0 +1,187 @@
+"""Torchyard's smallest recipe: an MLP learning a fixed random teacher network, with DDP.
+
+Runs unchanged under plain ``python mlp_ddp.py``, under ``torchrun --nproc-per-node 2 mlp_ddp.py``
+and under Torchyard (which adds the job config, the event socket and the checkpoint store).
+
+    --steps N              total optimizer steps (default 300)
+    --step-sleep SECONDS   extra pause per step, to make a tiny job last (default 0)
+    --checkpoint-every N   save every N steps (default: the job's checkpointing.every_n_steps when
+                           checkpointing is enabled, else never); 0 disables
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+try:
+    from torchyard import sdk
+except ImportError:  # a source checkout run as a plain file: workers/ holds the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from torchyard import sdk
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DEFAULTS = {"batch_size": 64, "lr": 0.01, "hidden": 128, "input_dim": 32}
+TEACHER_SEED = 1234
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sdk.add_training_arguments(parser, log_every=50)
+    return parser.parse_args(argv)
+
+
+class MLP(nn.Module):
+    def __init__(self, input_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(input_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, 1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class SyntheticData:
+    """Batches from a fixed teacher; each (rank, step) gets its own reproducible batch, so a resumed
+    run sees the data it would have seen."""
+
+    def __init__(self, input_dim: int, batch_size: int, seed: int, rank: int, device) -> None:
+        teacher = torch.Generator().manual_seed(TEACHER_SEED)
+        self.w1 = torch.randn(input_dim, 16, generator=teacher) / input_dim**0.5
+        self.w2 = torch.randn(16, 1, generator=teacher)
+        self.input_dim, self.batch_size, self.device = input_dim, batch_size, device
+        self.base_seed = seed * 1_000_003 + rank * 10_007
+        self.gen = torch.Generator()
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.gen.manual_seed(self.base_seed + step)
+        return self._labelled(torch.randn(self.batch_size, self.input_dim, generator=self.gen))
+
+    def eval_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same 256 samples on every rank and in every run."""
+        self.gen.manual_seed(TEACHER_SEED + 1)
+        return self._labelled(torch.randn(256, self.input_dim, generator=self.gen))
+
+    def _labelled(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.tanh(x @ self.w1) @ self.w2
+        return x.to(self.device), y.to(self.device)
+
+
+def train(
+    args: argparse.Namespace,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: SyntheticData,
+    start: int,
+    every: int,
+    checkpoint_state: Callable[[], Any],
+    recipe: str,
+    sharded: bool = False,
+) -> int:
+    """Steps ``start + 1 .. args.steps`` (the loop the MLP recipes share): reports loss and
+    throughput, checkpoints ``checkpoint_state()`` every ``every`` steps and at the end, and prints
+    the loss on a fixed evaluation batch when it starts from a checkpoint and when it ends (the same
+    weights give the same number, whatever the world size). Returns the last checkpointed step."""
+    rank = sdk.rank()
+    if start:
+        print_eval_loss(model, data, start)
+    window_start, window_samples = time.perf_counter(), 0
+    saved_at = start
+    for step in range(start + 1, args.steps + 1):
+        x, y = data.batch(step)
+        loss = F.mse_loss(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        window_samples += x.shape[0]
+
+        last = step == args.steps
+        if step % args.report_every == 0 or last:
+            loss_value = loss.item()
+            elapsed = time.perf_counter() - window_start
+            throughput = window_samples / elapsed if elapsed > 0 else 0.0
+            sdk.report(step=step, loss=loss_value, throughput=throughput)
+            window_start, window_samples = time.perf_counter(), 0
+            if step % args.log_every == 0 or last:
+                print(
+                    f"rank {rank} step {step} loss {loss_value:.5f} ({throughput:.0f} samples/s)", flush=True
+                )
+        if every and (step % every == 0 or last):
+            metadata = {"recipe": recipe, "loss": loss.item()}
+            if sdk.checkpoint.save(checkpoint_state(), step, sharded=sharded, metadata=metadata):
+                saved_at = step
+        if args.step_sleep > 0:
+            time.sleep(args.step_sleep)
+    if args.steps > start:
+        print_eval_loss(model, data, args.steps)
+    return saved_at
+
+
+def print_eval_loss(model: nn.Module, data: SyntheticData, step: int) -> None:
+    x, y = data.eval_batch()
+    with torch.no_grad():
+        loss = F.mse_loss(model(x), y).item()
+    print(f"rank {sdk.rank()}: eval loss {loss:.6f} at step {step}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # Several processes (other ranks, other nodes of the job) often share one machine's cores, and
+    # torch's OpenMP threads slow down several-fold when oversubscribed: one thread unless told.
+    torch.set_num_threads(max(1, args.threads))
+    sdk.init_process_group()
+    rank, world = sdk.rank(), sdk.world_size()
+    print(f"rank {rank}: starting ({world} processes, backend {sdk.planned_backend()})", flush=True)
+    sdk.print_distributed_info()
+
+    hp = sdk.config(DEFAULTS)
+    device = sdk.device()
+    torch.manual_seed(args.seed)  # identical initial weights everywhere (DDP also broadcasts rank 0's)
+    model = MLP(int(hp["input_dim"]), int(hp["hidden"])).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=float(hp["lr"]))
+    data = SyntheticData(int(hp["input_dim"]), int(hp["batch_size"]), args.seed, rank, device)
+    every = sdk.checkpoint.every_n_steps(args.checkpoint_every)
+
+    start = 0
+    resumed = sdk.checkpoint.load_latest()
+    if resumed is not None:
+        state, start, _manifest = resumed
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        print(f"rank {rank}: resumed from checkpoint at step {start}", flush=True)
+    ddp_model = sdk.wrap_ddp(model)
+    print(
+        f"rank {rank}: training steps {start + 1}..{args.steps}, batch {hp['batch_size']} per rank "
+        f"(global {hp['global_batch_size']}), lr {hp['lr']:g}, checkpoint every {every or '-'}",
+        flush=True,
+    )
+
+    saved_at = train(
+        args, model=ddp_model, optimizer=optimizer, data=data, start=start, every=every,
+        checkpoint_state=lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict()},
+        recipe="mlp_ddp",
+    )  # fmt: skip
+    print(
+        f"rank {rank}: done at step {max(start, args.steps)} (last checkpoint: {saved_at or '-'})", flush=True
+    )
+    sdk.shutdown_process_group()  # barrier, then destroy (a bare destroy can abort a peer at exit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

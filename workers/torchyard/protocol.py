@@ -1,0 +1,135 @@
+"""The wire contract between the control plane (backend/), the agents and node supervisors (workers/).
+
+Everything that crosses a process boundary is named here once: Celery queue and task names, the Redis
+event stream, the environment a launched node sees, the launch payload and the event shape. The
+backend imports this module (it is plain standard library); workers/ never imports the backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- Celery ---------------------------------------------------------------------------------------
+CONTROL_QUEUE = "control"
+
+TASK_LAUNCH_NODE = "torchyard.agent.launch_node"
+TASK_STOP_NODE = "torchyard.agent.stop_node"
+
+
+def machine_queue(machine_id: int | str) -> str:
+    """The Celery queue only the agent of one machine consumes."""
+    return f"machine.{machine_id}"
+
+
+# --- Redis event stream ---------------------------------------------------------------------------
+# Producers (supervisors, agents, the controller's own transitions) XADD one JSON document per entry
+# under the field "e"; the controller's ingest loop is the only consumer group and the only writer of
+# JobEvent rows, so event ids are assigned in one order.
+EVENT_STREAM = "torchyard:events"
+EVENT_GROUP = "ingest"
+EVENT_FIELD = "e"
+# Bounded so a dead controller cannot fill Redis; ~approximate trimming is cheap.
+EVENT_STREAM_MAXLEN = 1_000_000
+
+STATE = "state"
+LOG = "log"
+METRIC = "metric"
+RESOURCE = "resource"
+CHECKPOINT = "checkpoint"
+HEARTBEAT = "heartbeat"  # node liveness, never persisted
+MACHINE_HEARTBEAT = "machine_heartbeat"  # agent capabilities + load, never persisted
+EVENT_TYPES = (STATE, LOG, METRIC, RESOURCE, CHECKPOINT, HEARTBEAT, MACHINE_HEARTBEAT)
+
+# Node states a supervisor reports (the controller validates every transition).
+NODE_RUNNING = "running"
+NODE_COMPLETED = "completed"
+NODE_FAILED = "failed"
+NODE_STOPPED = "stopped"
+
+
+def encode_event(event: dict[str, Any]) -> dict[Any, Any]:
+    return {EVENT_FIELD: json.dumps(event, separators=(",", ":"), default=str)}
+
+
+def decode_event(fields: dict[Any, Any]) -> dict[str, Any]:
+    raw = fields.get(EVENT_FIELD) or fields.get(EVENT_FIELD.encode())
+    if raw is None:
+        raise ValueError("stream entry has no event field")
+    if isinstance(raw, bytes):
+        raw = raw.decode()
+    return json.loads(raw)
+
+
+# --- Environment of every launched process -------------------------------------------------------
+ENV_JOB_ID = "TORCHYARD_JOB_ID"
+ENV_ATTEMPT = "TORCHYARD_ATTEMPT"
+ENV_NODE_RANK = "TORCHYARD_NODE_RANK"
+# The node's run directory on its machine. With the job id it names the processes of one node
+# even when several control planes (or test stacks) share a machine and their job ids collide.
+ENV_RUN_DIR = "TORCHYARD_RUN_DIR"
+# A Unix datagram socket the supervisor reads SDK events from (metrics, checkpoints).
+ENV_EVENT_SOCKET = "TORCHYARD_EVENT_SOCKET"
+# Path of a JSON file: {"hyperparameters": {...}, "scaling": {...}, "distributed": {...},
+# "checkpointing": {...}, "compression": {...}, "resources": {...}} as planned for this job.
+ENV_CONFIG = "TORCHYARD_CONFIG"
+# Where this job's checkpoints live: file:///abs/dir or s3://bucket/prefix (one folder per job).
+ENV_CHECKPOINT_URL = "TORCHYARD_CHECKPOINT_URL"
+# URI of the committed manifest.json to resume from (empty: start fresh).
+ENV_RESUME_MANIFEST = "TORCHYARD_RESUME_MANIFEST"
+# "gloo" or "nccl", as planned.
+ENV_DIST_BACKEND = "TORCHYARD_DIST_BACKEND"
+
+
+# --- Machine tokens -------------------------------------------------------------------------------
+def make_machine_token(machine_id: int, secret: str) -> str:
+    """A machine token names its machine, so an agent needs nothing else to find its queue."""
+    return f"{machine_id}.{secret}"
+
+
+def parse_machine_token(token: str) -> tuple[int, str]:
+    """Split a machine token; raises ValueError with a readable message when malformed."""
+    head, sep, secret = token.strip().partition(".")
+    if not sep or not head.isdigit() or len(secret) < 16:
+        raise ValueError("malformed machine token: expected '<machine id>.<secret>'")
+    return int(head), secret
+
+
+# --- Launch payload -------------------------------------------------------------------------------
+@dataclass
+class NodeLaunch:
+    """Everything one agent needs to start one node of one attempt of a job."""
+
+    job_id: int
+    attempt: int
+    node_id: int  # JobNode primary key: events carry it
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    entrypoint: str  # path relative to the code root (built-in recipes: "examples/mlp_ddp.py")
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    checkpoint_url: str = ""
+    resume_manifest: str = ""
+    backend: str = "gloo"
+    heartbeat_interval: float = 2.0
+    # Where the event stream lives; filled in by the agent from its own settings.
+    redis_url: str = ""
+
+    @property
+    def rank_start(self) -> int:
+        return self.node_rank * self.nproc_per_node
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeLaunch:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

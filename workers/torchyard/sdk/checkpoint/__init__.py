@@ -1,0 +1,427 @@
+"""Manifest-committed checkpoints: ``sdk.checkpoint.save(state, step)`` / ``load_latest()``.
+
+Save protocol (DESIGN.md section 8): rank 0 prepares a staging place; the ranks write the data
+(``state.pt`` from rank 0 for replicated DDP state; with ``sharded=True`` every rank writes its
+shards through torch.distributed.checkpoint, see sharded.py), fsync it and hash it; all ranks
+exchange their results (which is also the barrier); only when every rank succeeded does rank 0
+write manifest.json last and atomically, move LATEST, send the ``checkpoint`` event and apply
+retention. A failed save never commits: it warns, discards the staging files and returns False, and
+training goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import sys
+import time
+from typing import Any
+
+from torchyard import protocol
+from torchyard.sdk import context, distributed, events
+from torchyard.sdk.checkpoint.hashing import hash_file_in_background, skip_torch_crc32
+from torchyard.sdk.checkpoint.stores import (
+    STAGING_PREFIX,
+    FileEntry,
+    LocalStore,
+    S3Store,
+    Store,
+    open_store,
+    split_manifest_uri,
+    step_dir_name,
+    step_of,
+)
+from torchyard.sdk.config import job_config
+
+__all__ = [
+    "LocalStore",
+    "S3Store",
+    "Store",
+    "checkpoint_url",
+    "every_n_steps",
+    "load_latest",
+    "open_store",
+    "save",
+    "settings",
+]
+
+DEFAULT_URL = "./checkpoints"
+DEFAULT_KEEP = 3
+FORMAT = "torchyard-checkpoint/1"
+# Test hook: when set to a path, rank 0 creates that file and sleeps just before committing, so a
+# test can kill -9 the process at the one moment that matters.
+ENV_PAUSE_BEFORE_COMMIT = "TORCHYARD_TEST_PAUSE_BEFORE_COMMIT"
+
+
+def _warn(message: str) -> None:
+    print(f"[torchyard] warning: {message}", file=sys.stderr, flush=True)
+
+
+def checkpoint_url() -> str:
+    """The store root: TORCHYARD_CHECKPOINT_URL, else ./checkpoints."""
+    return os.environ.get(protocol.ENV_CHECKPOINT_URL, "").strip() or DEFAULT_URL
+
+
+def settings() -> dict[str, Any]:
+    """The job's ``checkpointing`` section with defaults: enabled, every_n_steps, keep."""
+    section = job_config()["checkpointing"]
+    return {
+        "enabled": bool(section.get("enabled", False)),
+        "every_n_steps": int(section.get("every_n_steps") or 0),
+        "keep": int(section.get("keep") or DEFAULT_KEEP),
+        **{k: v for k, v in section.items() if k not in ("enabled", "every_n_steps", "keep")},
+    }
+
+
+# --- collectives that degrade to nothing in a single process -------------------------------------
+def _group_active() -> bool:
+    if distributed.is_initialized():
+        return True
+    if context.is_distributed():
+        raise RuntimeError(
+            "checkpoints in a distributed run need the process group: call sdk.init_process_group() first"
+        )
+    return False
+
+
+def _gather(value: Any) -> list[Any]:
+    if not _group_active():
+        return [value]
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def _from_rank0(value: Any) -> Any:
+    if not _group_active():
+        return value
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _all_agree(ok: bool) -> bool:
+    return all(_gather(bool(ok)))
+
+
+# --- save -----------------------------------------------------------------------------------------
+def _job_id() -> int | str | None:
+    raw = context.job_id()
+    return int(raw) if raw.isdigit() else (raw or None)
+
+
+def _write_own_file(store: Store, step_dir: str, name: str, state: Any) -> FileEntry:
+    import torch
+
+    def produce(fh) -> None:
+        with skip_torch_crc32():
+            torch.save(state, fh)
+
+    return store.write_file(step_dir, name, produce)
+
+
+def _build_manifest(step: int, entries: list[FileEntry], sharded: bool, metadata: dict | None) -> dict:
+    import torch
+
+    files = sorted((e.to_dict() for e in entries), key=lambda f: f["path"])
+    return {
+        "format": FORMAT,
+        "job_id": _job_id(),
+        "attempt": context.attempt(),
+        "step": step,
+        "world_size": context.world_size(),
+        "sharded": sharded,
+        # How the files are read back: one torch.save file, or torch.distributed.checkpoint's layout.
+        "layout": "torch.distributed.checkpoint" if sharded else "torch.save",
+        "files": files,
+        "total_bytes": sum(f["size"] for f in files),
+        "torch_version": torch.__version__,
+        "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+        "metadata": dict(metadata or {}),
+    }
+
+
+def _pause_for_tests() -> None:
+    marker = os.environ.get(ENV_PAUSE_BEFORE_COMMIT)
+    if marker:
+        with open(marker, "w") as fh:
+            fh.write(str(os.getpid()))
+        time.sleep(3600)
+
+
+def apply_retention(store: Store, keep: int, newest: str | None = None) -> list[str]:
+    """Delete committed checkpoints beyond the newest ``keep`` (keep < 1: keep all), and unfinished
+    saves older than the newest commit. Returns the deleted step directories."""
+    dirs = store.step_dirs()
+    committed = sorted((d for d, ok in dirs.items() if ok), key=step_of, reverse=True)
+    if not committed:
+        return []
+    newest_step = step_of(newest or committed[0])
+    doomed = committed[keep:] if keep >= 1 else []
+    # Unfinished saves older than the newest commit belong to runs that died; newer ones may be in flight.
+    doomed += [
+        d for d, ok in dirs.items() if not ok and step_of(d.removeprefix(STAGING_PREFIX)) < newest_step
+    ]
+    deleted = []
+    for step_dir in doomed:
+        try:
+            store.delete(step_dir)
+            deleted.append(step_dir)
+        except Exception as exc:  # noqa: BLE001 - retention must never fail a save
+            _warn(f"could not delete old checkpoint {step_dir}: {exc!r}")
+    return deleted
+
+
+def save(
+    state: Any,
+    step: int,
+    *,
+    sharded: bool = False,
+    metadata: dict[str, Any] | None = None,
+    keep: int | None = None,
+) -> bool:
+    """Save a checkpoint of ``state`` at ``step``; every rank must call it. Returns True once committed.
+
+    Replicated state (plain DDP: every rank holds the same weights) is written by rank 0 alone;
+    with ``sharded=True`` every rank writes its own ``state``. ``metadata`` (JSON-able) goes into the
+    manifest. Keeps the newest ``keep`` checkpoints (default: the job's checkpointing.keep, else 3).
+    On any failure it warns, leaves no committed manifest and returns False: training can go on and
+    the next save tries again. A committed checkpoint of the same step (left by an earlier attempt
+    that got further) is replaced.
+    """
+    step = int(step)
+    step_dir = step_dir_name(step)
+    me = context.rank()
+    store: Store | None = None
+
+    prepared: bool | str | None = None  # rank 0's verdict: True, or why the store cannot take this save
+    if me == 0:
+        try:
+            store = open_store(checkpoint_url())
+            if store.read_manifest(step_dir) is not None:
+                # Left by an earlier attempt that went further before it failed: that timeline was
+                # abandoned when this one resumed from an older step, so this save replaces it.
+                _warn(f"replacing the checkpoint at step {step} of an earlier run")
+                store.delete(step_dir)
+            store.prepare(step_dir)
+            prepared = True
+        except Exception as exc:  # noqa: BLE001 - a store problem must not end training
+            prepared = f"cannot prepare {step_dir} in {checkpoint_url()}: {exc!r}"
+    prepared = _from_rank0(prepared)
+    if prepared is not True:
+        if me == 0:
+            _warn(f"checkpoint at step {step} not saved: {prepared}")
+        return False
+
+    entries, error = _write_data(store, step_dir, state, sharded)
+    # Every rank reaches this exchange, whatever happened to it: it is the barrier before the commit.
+    results = _gather((entries, error))
+
+    committed = False
+    if me == 0:
+        errors = list(dict.fromkeys(err for _, err in results if err))
+        if errors:
+            _warn(f"checkpoint at step {step} not saved: {'; '.join(errors)}")
+        else:
+            written = [entry for rank_entries, _ in results for entry in rank_entries]
+            committed = _commit(store, step_dir, step, written, sharded, metadata)  # type: ignore[arg-type]
+        if not committed:
+            with contextlib.suppress(Exception):
+                store.discard(step_dir)  # type: ignore[union-attr]
+    committed = bool(_from_rank0(committed))
+    if committed and me == 0:
+        apply_retention(store, settings()["keep"] if keep is None else keep, newest=step_dir)  # type: ignore[arg-type]
+    return committed
+
+
+def _write_data(store: Store | None, step_dir: str, state: Any, sharded: bool) -> tuple[list[FileEntry], str | None]:
+    """This rank's part of a save: (manifest entries of the files it wrote, or why it failed)."""
+    me = context.rank()
+    if not sharded:
+        if me != 0:
+            return [], None  # replicated state: rank 0 holds the same bytes and writes them alone
+        try:
+            return [_write_own_file(store or open_store(checkpoint_url()), step_dir, "state.pt", state)], None
+        except Exception as exc:  # noqa: BLE001
+            return [], f"rank {me}: {exc!r}"
+
+    from torchyard.sdk.checkpoint import sharded as dcp_format
+
+    # torch.distributed.checkpoint is collective: every rank enters it, or none does.
+    directory, private = None, False
+    try:
+        store = store or open_store(checkpoint_url())
+        directory, private = dcp_format.prepare_directory(store, step_dir)
+        problem = None
+    except Exception as exc:  # noqa: BLE001
+        problem = f"rank {me}: {exc}"
+    problems = [p for p in _gather(problem) if p]
+    try:
+        if problems:
+            return [], None if problem is None else problem
+        try:
+            return dcp_format.write(store, step_dir, directory, state), None  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - DCP fails on every rank, naming the ranks at fault
+            return [], str(exc)
+    finally:
+        if directory is not None:
+            dcp_format.cleanup(directory, private)
+
+
+def _commit(
+    store: Store, step_dir: str, step: int, entries: list[FileEntry], sharded: bool, metadata: dict | None
+) -> bool:
+    _pause_for_tests()
+    try:
+        manifest = _build_manifest(step, entries, sharded, metadata)
+        store.commit(step_dir, manifest)
+    except Exception as exc:  # noqa: BLE001
+        _warn(f"checkpoint at step {step} not committed: {exc!r}")
+        return False
+    try:
+        store.write_latest(step_dir)
+    except Exception as exc:  # noqa: BLE001 - the manifest is the commit; LATEST is a hint
+        _warn(f"checkpoint at step {step} committed but LATEST not moved: {exc!r}")
+    events.emit_checkpoint(step, store.manifest_uri(step_dir), manifest)
+    return True
+
+
+# --- load -----------------------------------------------------------------------------------------
+def _candidates() -> list[tuple[str, str]]:
+    """(store URL, step dir) to try in order: the resume manifest or LATEST, then older commits."""
+    resume = os.environ.get(protocol.ENV_RESUME_MANIFEST, "").strip()
+    root, first = checkpoint_url(), None
+    if resume:
+        try:
+            root, first = split_manifest_uri(resume)
+        except ValueError as exc:
+            _warn(f"ignoring {protocol.ENV_RESUME_MANIFEST}: {exc}")
+    store = open_store(root)
+    committed = store.committed()
+    if first is None:
+        first = store.read_latest()
+    if first is None:
+        return [(store.url, d) for d in committed]
+    return [(store.url, first)] + [(store.url, d) for d in committed if step_of(d) < step_of(first)]
+
+
+def _load_replicated(store: Store, step_dir: str, manifest: dict[str, Any], map_location, weights_only):
+    """(state, None) or (None, why not) for the ``state.pt`` of one checkpoint."""
+    name = "state.pt"
+    entry = next((f for f in manifest["files"] if f.get("path") == name), None)
+    if entry is None:
+        return None, f"its manifest lists no {name}"
+    try:
+        copy = store.fetch(step_dir, name)
+    except Exception as exc:  # noqa: BLE001
+        return None, f"{name} could not be read ({exc!r})"
+    try:
+        digest = hash_file_in_background(copy.path)
+        state, load_error = None, None
+        if weights_only:
+            # Safe to unpickle before the hash is known, so load while it is computed; a file that
+            # fails its hash is thrown away below. Full unpickling waits for the hash.
+            state, load_error = _torch_load(copy.path, map_location, weights_only)
+        size, sha256 = digest.result()
+        if size != entry.get("size"):
+            return None, f"{name} has {size} bytes, the manifest says {entry.get('size')}"
+        if sha256 != entry.get("sha256"):
+            return None, f"{name} fails its sha256 check"
+        if not weights_only:
+            state, load_error = _torch_load(copy.path, map_location, weights_only)
+        if load_error is not None:
+            return None, f"{name} does not load ({load_error})"
+        return state, None
+    except Exception as exc:  # noqa: BLE001
+        return None, f"{name} could not be verified ({exc!r})"
+    finally:
+        with contextlib.suppress(OSError):
+            copy.cleanup()
+
+
+def _torch_load(path: str, map_location, weights_only: bool):
+    import torch
+
+    try:
+        return torch.load(path, map_location=map_location, weights_only=weights_only), None
+    except Exception as exc:  # noqa: BLE001
+        return None, repr(exc)
+
+
+def every_n_steps(override: int | None = None) -> int:
+    """How often to save: `override` (a recipe's --checkpoint-every) when given, else the job's
+    checkpointing.every_n_steps; 0 when checkpointing is off."""
+    if override is not None:
+        return max(0, override)
+    current = settings()
+    return current["every_n_steps"] if current["enabled"] else 0
+
+
+def _read_manifest(store: Store, step_dir: str) -> dict[str, Any] | None:
+    try:
+        return store.read_manifest(step_dir)
+    except Exception as exc:  # noqa: BLE001 - an unreadable manifest is a checkpoint to skip
+        _warn(f"cannot read the manifest of {store.manifest_uri(step_dir)}: {exc!r}")
+        return None
+
+
+def load_latest(*, into: Any = None, map_location: Any = "cpu", weights_only: bool = True):
+    """The newest good checkpoint as ``(state, step, manifest)``, or None when there is none.
+
+    Tries the manifest named by TORCHYARD_RESUME_MANIFEST (set by the control plane on relaunch),
+    else the one LATEST names, else the newest committed; every file is checked against the size and
+    sha256 in its manifest, and a checkpoint that fails is reported and skipped for the previous
+    committed one. In a distributed run call it after sdk.init_process_group(), on every rank: ranks
+    agree on the checkpoint, so none resumes from a different step.
+
+    Replicated checkpoints: ``state`` is what rank 0 saved; ``map_location`` and ``weights_only`` are
+    torch.load's. Sharded checkpoints load in place into ``into`` (required), a state dict shaped
+    like the one saved (DTensor/FSDP shards, or ``Stateful`` objects), through
+    torch.distributed.checkpoint, which reshards when this run's world size or layout differs from
+    the saving run's; ``state`` is then ``into``. ``into`` is not used for replicated checkpoints.
+    """
+    candidates = None
+    if context.rank() == 0:
+        try:
+            candidates = _candidates()
+        except Exception as exc:  # noqa: BLE001
+            _warn(f"cannot list checkpoints in {checkpoint_url()}: {exc!r}")
+            candidates = []
+    candidates = _from_rank0(candidates)
+    stores: dict[str, Store] = {}
+    for url, step_dir in candidates:
+        store = stores.setdefault(url, open_store(url))
+        # Rank 0 reads the manifest for all: the ranks must agree on it before a collective load.
+        manifest = _from_rank0(_read_manifest(store, step_dir) if context.rank() == 0 else None)
+        state, why = None, None
+        if manifest is None:
+            why = "it has no readable manifest"
+        elif manifest.get("step") != step_of(step_dir) or not isinstance(manifest.get("files"), list):
+            why = "its manifest is malformed"
+        elif manifest.get("sharded"):
+            if into is None:
+                raise RuntimeError(
+                    f"checkpoint {store.manifest_uri(step_dir)} is sharded (torch.distributed.checkpoint): "
+                    "pass the state to load it into, load_latest(into=state)"
+                )
+            from torchyard.sdk.checkpoint import sharded as dcp_format
+
+            loaded, why = dcp_format.load(store, step_dir, manifest, into)
+            state = into if loaded else None
+        else:
+            state, why = _load_replicated(store, step_dir, manifest, map_location, weights_only)
+        if why is not None:
+            _warn(
+                f"rank {context.rank()}: checkpoint at step {step_of(step_dir)} ({store.manifest_uri(step_dir)}) "
+                f"is unusable: {why}; falling back to the previous committed checkpoint"
+            )
+        if _all_agree(why is None):
+            return state, step_of(step_dir), manifest
+        if why is None and context.rank() == 0:
+            _warn(f"checkpoint at step {step_of(step_dir)} is unusable on another rank; falling back")
+    return None

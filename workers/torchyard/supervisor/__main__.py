@@ -1,0 +1,79 @@
+"""`python -m torchyard.supervisor RUN_DIR`: supervise one node of one attempt.
+
+RUN_DIR/launch.json holds a NodeLaunch (protocol.NodeLaunch.to_dict(), redis_url filled in). The
+agent starts this detached and stops it with SIGTERM to the pid in RUN_DIR/supervisor.pid.
+
+Exit status: 0 completed, 1 failed, 2 unreadable launch or bad settings, 143 stopped (the shell's code for SIGTERM).
+The authoritative outcome is RUN_DIR/result.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from torchyard.protocol import NodeLaunch
+
+from .argv import LAUNCH_FILE, RESULT_FILE, default_code_root
+from .publisher import EventPublisher, connect
+from .supervisor import NodeSupervisor, SupervisorSettings, SupervisorState, write_json_atomic
+
+log = logging.getLogger("torchyard.supervisor")
+
+EXIT_CODES = {SupervisorState.COMPLETED: 0, SupervisorState.FAILED: 1, SupervisorState.STOPPED: 143}
+EXIT_BAD_LAUNCH = 2
+
+
+def load_launch(run_dir: Path) -> NodeLaunch:
+    """Read RUN_DIR/launch.json; raises OSError or ValueError when it is missing or malformed."""
+    data = json.loads((run_dir / LAUNCH_FILE).read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{LAUNCH_FILE} does not hold a JSON object")
+    try:
+        return NodeLaunch.from_dict(data)
+    except TypeError as exc:  # a required field is missing
+        raise ValueError(f"{LAUNCH_FILE}: {exc}") from exc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m torchyard.supervisor", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("run_dir", type=Path, help="the node's run directory, holding launch.json")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run_dir = args.run_dir.resolve()
+    try:
+        launch = load_launch(run_dir)
+        settings = SupervisorSettings.from_env()
+    except (OSError, ValueError) as exc:
+        # Without a launch there is no Redis URL to report to: result.json is the only trace.
+        log.error("cannot start: %s", exc)
+        if run_dir.is_dir():
+            now = time.time()
+            failure = {
+                "state": SupervisorState.FAILED.value,
+                "exit_code": None,
+                "reason": f"supervisor cannot start: {exc}",
+                "started_at": now,
+                "ended_at": now,
+            }
+            write_json_atomic(run_dir / RESULT_FILE, failure)
+        return EXIT_BAD_LAUNCH
+    if not launch.redis_url:
+        log.warning("launch has no redis_url: events go nowhere, only result.json will tell")
+    publisher = EventPublisher(launch, connect(launch.redis_url) if launch.redis_url else None)
+    supervisor = NodeSupervisor(
+        launch, run_dir, publisher=publisher, code_root=default_code_root(), settings=settings
+    )
+    supervisor.install_signal_handlers()
+    result = supervisor.run()
+    return EXIT_CODES[result.state]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Pure builders for the torchrun command line and the environment every launched process sees.
+
+Nothing here starts a process; the supervisor calls these and the tests call them directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import torchyard
+from torchyard import protocol
+from torchyard.protocol import NodeLaunch
+
+# Set on the supervisor process to run scripts from somewhere other than the installed package.
+ENV_CODE_ROOT = "TORCHYARD_CODE_ROOT"
+
+# Files and folders of one run directory (one node of one attempt).
+LAUNCH_FILE = "launch.json"
+PID_FILE = "supervisor.pid"
+RESULT_FILE = "result.json"
+CONFIG_FILE = "config.json"
+TORCHRUN_LOG_FILE = "torchrun.log"  # torchrun's own stdout and stderr
+TORCHRUN_LOG_DIR = "torchrun"  # per-rank files: <rdzv_id>_<rand>/attempt_0/<local_rank>/std{out,err}.log
+SOCKET_FILE = "events.sock"
+
+# sockaddr_un.sun_path holds 108 bytes including the terminating NUL; keep a margin.
+MAX_SOCKET_PATH_BYTES = 100
+SHORT_SOCKET_DIR = Path("/tmp")
+
+# The folder that holds the torchyard package: workers need it on their path to import the SDK,
+# since they run with the run directory as their working directory.
+PACKAGE_PARENT = Path(torchyard.__file__).resolve().parent.parent
+
+
+class EntrypointError(ValueError):
+    """The launch names an entrypoint that may not or cannot be run."""
+
+
+def default_code_root(environ: Mapping[str, str] | None = None) -> Path:
+    """The code root: $TORCHYARD_CODE_ROOT when set, else the directory of the torchyard package."""
+    environ = os.environ if environ is None else environ
+    override = environ.get(ENV_CODE_ROOT, "").strip()
+    return Path(override) if override else Path(torchyard.__file__).resolve().parent
+
+
+def resolve_entrypoint(entrypoint: str, code_root: Path) -> Path:
+    """Return the script `entrypoint` names under `code_root`, or raise EntrypointError saying why not.
+
+    Refuses absolute paths, any ".." component, paths that resolve (through symlinks) outside the
+    code root, and scripts that do not exist: a launch payload must not be able to run arbitrary files.
+    """
+    if not entrypoint or not entrypoint.strip():
+        raise EntrypointError("entrypoint is empty")
+    relative = Path(entrypoint)
+    if relative.is_absolute():
+        raise EntrypointError(f"entrypoint {entrypoint!r} is absolute; it must be relative to the code root")
+    if ".." in relative.parts:
+        raise EntrypointError(f"entrypoint {entrypoint!r} contains '..'; it must stay inside the code root")
+    root = code_root.resolve()
+    script = (root / relative).resolve()
+    if not script.is_relative_to(root):
+        raise EntrypointError(f"entrypoint {entrypoint!r} resolves outside the code root {root}")
+    if not script.is_file():
+        raise EntrypointError(f"entrypoint {entrypoint!r} does not exist under the code root {root}")
+    return script
+
+
+def event_socket_path(run_dir: Path) -> Path:
+    """Where the SDK sends its datagrams: RUN_DIR/events.sock, or a short /tmp path when that is too long."""
+    preferred = Path(run_dir) / SOCKET_FILE
+    if len(os.fsencode(str(preferred))) <= MAX_SOCKET_PATH_BYTES:
+        return preferred
+    # Deterministic, so build_env stays pure and the supervisor finds the same path to bind and remove.
+    digest = hashlib.sha256(os.fsencode(str(run_dir))).hexdigest()[:20]
+    return SHORT_SOCKET_DIR / f"torchyard-{digest}.sock"
+
+
+def rdzv_id(launch: NodeLaunch) -> str:
+    """The torchrun run id: names the per-rank log folder and TORCHELASTIC_RUN_ID of every worker."""
+    return f"torchyard-{launch.job_id}-{launch.attempt}"
+
+
+def build_torchrun_argv(launch: NodeLaunch, run_dir: Path, script: Path) -> list[str]:
+    """The torchrun argv for one node: an argument list for exec, never a shell string.
+
+    `--max-restarts 0` because the controller owns restarts; `--redirects 3` with `--log-dir` gives
+    per-rank stdout/stderr files the supervisor tails and tags with global ranks.
+    """
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(launch.nnodes),
+        "--nproc-per-node",
+        str(launch.nproc_per_node),
+        "--node-rank",
+        str(launch.node_rank),
+        "--master-addr",
+        str(launch.master_addr),
+        "--master-port",
+        str(launch.master_port),
+        "--rdzv-id",
+        rdzv_id(launch),
+        "--max-restarts",
+        "0",
+        # The default in torch 2.13 too; pinned because older releases polled every 5 s.
+        "--monitor-interval",
+        "0.1",
+        "--log-dir",
+        str(Path(run_dir) / TORCHRUN_LOG_DIR),
+        "--redirects",
+        "3",
+        str(script),
+        *[str(arg) for arg in launch.args],
+    ]
+
+
+def build_env(launch: NodeLaunch, run_dir: Path, base_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of torchrun and its workers: base_env, then launch.env, then Torchyard's own.
+
+    Torchyard's variables win over the user's: the job/attempt/node-rank triple is how strays are
+    found and killed, so a launch must not be able to mask it.
+    """
+    env = dict(base_env)
+    env.update({str(k): str(v) for k, v in launch.env.items()})
+    run_dir = Path(run_dir)
+    env.update(
+        {
+            protocol.ENV_JOB_ID: str(launch.job_id),
+            protocol.ENV_ATTEMPT: str(launch.attempt),
+            protocol.ENV_NODE_RANK: str(launch.node_rank),
+            protocol.ENV_RUN_DIR: str(run_dir.resolve()),
+            protocol.ENV_EVENT_SOCKET: str(event_socket_path(run_dir)),
+            protocol.ENV_CONFIG: str(run_dir / CONFIG_FILE),
+            protocol.ENV_CHECKPOINT_URL: launch.checkpoint_url,
+            protocol.ENV_RESUME_MANIFEST: launch.resume_manifest,
+            protocol.ENV_DIST_BACKEND: launch.backend,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(PACKAGE_PARENT) not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_PARENT), *paths])
+    return env

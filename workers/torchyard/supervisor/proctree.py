@@ -1,0 +1,171 @@
+"""Find, measure and kill the processes of a job: shared by the supervisor and the agent.
+
+Every process Torchyard launches carries TORCHYARD_JOB_ID, TORCHYARD_ATTEMPT and TORCHYARD_NODE_RANK
+in its environment. That is what finds strays: torchrun starts each worker in its own session, and a
+worker whose torchrun was killed with SIGKILL runs on as an orphan that no process group or parent
+link reaches any more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from torchyard import protocol
+
+
+def find_job_processes(
+    job_id: int | str,
+    attempt: int | str | None = None,
+    node_rank: int | str | None = None,
+    *,
+    run_dir: str | os.PathLike | None = None,
+    under: str | os.PathLike | None = None,
+    exclude_pids: Iterable[int] = (),
+) -> list[psutil.Process]:
+    """Live processes whose environment names this job (and attempt and node rank, when given).
+
+    `run_dir` narrows to one node's run directory and `under` to run directories below a folder
+    (one agent's or one stack's): job ids are only unique within one control plane.
+    Processes whose environment cannot be read (another user's, zombies, gone) are skipped, and the
+    calling process is never returned.
+    """
+    wanted = {protocol.ENV_JOB_ID: str(job_id)}
+    if attempt is not None:
+        wanted[protocol.ENV_ATTEMPT] = str(attempt)
+    if node_rank is not None:
+        wanted[protocol.ENV_NODE_RANK] = str(node_rank)
+    if run_dir is not None:
+        wanted[protocol.ENV_RUN_DIR] = str(Path(run_dir).resolve())
+    prefix = str(Path(under).resolve()) + os.sep if under is not None else None
+    skip = {os.getpid(), *exclude_pids}
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid in skip:
+            continue
+        try:
+            environ = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        if all(environ.get(key) == value for key, value in wanted.items()) and (
+            prefix is None or environ.get(protocol.ENV_RUN_DIR, "").startswith(prefix)
+        ):
+            found.append(proc)
+    return found
+
+
+def is_alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie (a zombie is dead; only its parent's wait() is missing)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_for_exit(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to timeout for the processes to end; returns those still alive.
+
+    Unlike psutil.wait_procs this treats zombies as gone: orphans reparented to an init that does
+    not reap them would otherwise look alive forever.
+    """
+    alive = [p for p in procs if is_alive(p)]
+    deadline = time.monotonic() + timeout
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if is_alive(p)]
+    return alive
+
+
+def kill_processes(
+    procs: Iterable[psutil.Process], *, sig: int = signal.SIGTERM, grace: float = 5.0
+) -> list[int]:
+    """Send sig to each process, SIGKILL whatever is alive after grace seconds.
+
+    Returns the pids that survived even SIGKILL (e.g. stuck in uninterruptible kernel sleep).
+    """
+    procs = [p for p in procs if p.pid != os.getpid()]
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(sig)
+    if sig != signal.SIGKILL:
+        for proc in wait_for_exit(procs, grace):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+    return [p.pid for p in wait_for_exit(procs, 2.0)]
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    """The process and all its descendants (empty when it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def kill_process_tree(pid: int, *, sig: int = signal.SIGTERM, grace: float = 5.0) -> list[int]:
+    """Signal pid and every descendant, SIGKILL survivors after grace; returns pids still alive.
+
+    The tree is read before anything is signalled: once a parent dies its children are reparented
+    and can no longer be found from it.
+    """
+    return kill_processes(process_tree(pid), sig=sig, grace=grace)
+
+
+def sweep_job_processes(
+    job_id: int | str,
+    attempt: int | str | None = None,
+    node_rank: int | str | None = None,
+    *,
+    run_dir: str | os.PathLike | None = None,
+    rounds: int = 3,
+) -> list[int]:
+    """SIGKILL every process of the job (attempt, node rank); returns the pids that were killed.
+
+    A few rounds, since a process may fork between the scan and the kill.
+    """
+    killed: list[int] = []
+    for _ in range(rounds):
+        procs = find_job_processes(job_id, attempt, node_rank, run_dir=run_dir)
+        if not procs:
+            break
+        kill_processes(procs, sig=signal.SIGKILL)
+        killed.extend(p.pid for p in procs)
+    return killed
+
+
+class TreeSampler:
+    """CPU percent and RSS summed over a process tree, sampled repeatedly.
+
+    psutil computes cpu_percent between two calls on the same Process object, so the objects are
+    kept from one sample to the next; a process seen for the first time counts 0 CPU.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, psutil.Process] = {}
+
+    def sample(self, root_pid: int) -> dict[str, Any]:
+        """{"cpu_percent", "rss_mb", "processes"} of the tree under root_pid (100 = one full core)."""
+        tree = process_tree(root_pid)
+        current: dict[int, psutil.Process] = {}
+        cpu = 0.0
+        rss = 0
+        for proc in tree:
+            known = self._known.get(proc.pid)
+            proc = known if known is not None and known == proc else proc
+            try:
+                with proc.oneshot():
+                    cpu += proc.cpu_percent(interval=None)
+                    rss += proc.memory_info().rss
+            except psutil.Error:
+                continue
+            current[proc.pid] = proc
+        self._known = current
+        return {"cpu_percent": round(cpu, 1), "rss_mb": round(rss / 2**20, 1), "processes": len(current)}

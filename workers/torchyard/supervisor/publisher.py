@@ -1,0 +1,176 @@
+"""Publish events of one node to the Redis event stream, batched, buffered while Redis is away.
+
+Every event gets the envelope `{"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts"}`;
+`seq` counts from 1 per supervisor run and is never reused, so the controller's ingest (idempotent by
+(node, seq)) can drop the duplicates a retried pipeline may produce.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import Counter, deque
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from torchyard import protocol
+from torchyard.protocol import NodeLaunch
+
+log = logging.getLogger(__name__)
+
+ENVELOPE_KEYS = ("type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts")
+DEFAULT_MAX_BUFFER = 50_000
+BATCH_SIZE = 1_000
+# Short timeouts keep one monitor iteration short while Redis is unreachable.
+SOCKET_TIMEOUT_S = 2.0
+CONNECT_TIMEOUT_S = 1.0
+RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+# Shed to this fraction of the buffer at once, so shedding is not paid on every emit.
+SHED_TO = 0.9
+# Cheapest to lose first: liveness samples are stale once newer ones exist; then log lines; a state
+# event is never dropped.
+_SHED_ORDER = (
+    frozenset({protocol.HEARTBEAT, protocol.RESOURCE}),
+    frozenset({protocol.LOG}),
+    frozenset(set(protocol.EVENT_TYPES) - {protocol.STATE}),
+)
+
+
+def connect(redis_url: str) -> redis.Redis:
+    """A client that fails fast instead of retrying: the publisher does its own retries."""
+    return redis.Redis.from_url(
+        redis_url,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=0,
+    )
+
+
+class EventPublisher:
+    """Builds events for one node and XADDs them to protocol.EVENT_STREAM in pipelined batches."""
+
+    def __init__(
+        self,
+        launch: NodeLaunch,
+        client: redis.Redis | None,
+        *,
+        max_buffer: int = DEFAULT_MAX_BUFFER,
+        batch_size: int = BATCH_SIZE,
+    ) -> None:
+        self.launch = launch
+        self.client = client
+        self.max_buffer = max_buffer
+        self.batch_size = batch_size
+        self.published = 0
+        self.dropped: Counter[str] = Counter()
+        self.last_error: str | None = None
+        self._buffer: deque[dict[str, Any]] = deque()
+        self._seq = 0
+        self._failures = 0
+        self._retry_at = 0.0
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def emit(
+        self, event_type: str, *, rank: int | None = None, ts: float | None = None, **payload: Any
+    ) -> dict:
+        """Queue one event; payload keys that collide with the envelope are ignored."""
+        self._seq += 1
+        event: dict[str, Any] = {
+            "type": event_type,
+            "job": self.launch.job_id,
+            "attempt": self.launch.attempt,
+            "node": self.launch.node_id,
+            "node_rank": self.launch.node_rank,
+            "rank": rank,
+            "seq": self._seq,
+            "ts": time.time() if ts is None else ts,
+        }
+        for key, value in payload.items():
+            if key not in ENVELOPE_KEYS:
+                event[key] = value
+        self._buffer.append(event)
+        if len(self._buffer) > self.max_buffer:
+            self._shed()
+        return event
+
+    def _shed(self) -> None:
+        excess = len(self._buffer) - int(self.max_buffer * SHED_TO)
+        for droppable in _SHED_ORDER:
+            if excess <= 0:
+                return
+            kept: deque[dict[str, Any]] = deque()
+            for event in self._buffer:  # oldest first
+                if excess > 0 and event["type"] in droppable:
+                    excess -= 1
+                    self.dropped[event["type"]] += 1
+                else:
+                    kept.append(event)
+            self._buffer = kept
+        if excess > 0:
+            log.warning("event buffer holds %d state events", len(self._buffer))
+
+    def flush(self, budget_s: float = 0.5) -> bool:
+        """Send buffered events for up to budget_s; True when the buffer is empty afterwards.
+
+        Never raises for Redis trouble: failed batches stay buffered and are retried after a backoff.
+        """
+        if not self._buffer:
+            return True
+        if self.client is None or time.monotonic() < self._retry_at:
+            return False
+        deadline = time.monotonic() + budget_s
+        while self._buffer and time.monotonic() < deadline:
+            batch = [self._buffer[i] for i in range(min(self.batch_size, len(self._buffer)))]
+            try:
+                pipe = self.client.pipeline(transaction=False)
+                for event in batch:
+                    fields: dict[Any, Any] = protocol.encode_event(event)
+                    pipe.xadd(
+                        protocol.EVENT_STREAM,
+                        fields,
+                        maxlen=protocol.EVENT_STREAM_MAXLEN,
+                        approximate=True,
+                    )
+                pipe.execute()
+            except (redis.RedisError, OSError) as exc:
+                self._on_failure(exc)
+                return False
+            for _ in batch:
+                self._buffer.popleft()
+            self.published += len(batch)
+            if self._failures:
+                log.info("redis reachable again; %d events pending", len(self._buffer))
+            self._failures = 0
+        return not self._buffer
+
+    def _on_failure(self, exc: Exception) -> None:
+        delay = RETRY_BACKOFF_S[min(self._failures, len(RETRY_BACKOFF_S) - 1)]
+        self._failures += 1
+        self._retry_at = time.monotonic() + delay
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        if self._failures == 1 or self._failures % 20 == 0:
+            log.warning("cannot publish %d events (%s); retrying", len(self._buffer), self.last_error)
+        # A half-read reply must not poison the next attempt; best effort on a broken connection.
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                self.client.connection_pool.disconnect()
+
+    def drain(self, timeout_s: float = 30.0) -> bool:
+        """Retry until every buffered event is sent or timeout_s passes; True when all were sent."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.flush(budget_s=max(0.1, deadline - time.monotonic())):
+                return True
+            if time.monotonic() >= deadline or self.client is None:
+                return False
+            # Retry sooner than the steady-state backoff: this is the last chance to deliver.
+            self._retry_at = min(self._retry_at, time.monotonic() + 0.5)
+            time.sleep(max(0.0, min(self._retry_at, deadline) - time.monotonic()))

@@ -1,0 +1,540 @@
+"""The node supervisor: runs torchrun for one node of one attempt and reports on it.
+
+Modelled on torch elastic's agent (torch/distributed/elastic/agent/server/api.py): a state enum, a
+result dataclass and one monitor loop. The loop tails every rank's log files, reads SDK datagrams,
+sends heartbeats and resource samples, watches for a stop request or a hung torchrun, and publishes
+it all to the Redis event stream. It ends with exactly one final state event and RUN_DIR/result.json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from torchyard import protocol
+from torchyard.protocol import NodeLaunch
+
+from .argv import (
+    CONFIG_FILE,
+    PID_FILE,
+    RESULT_FILE,
+    TORCHRUN_LOG_DIR,
+    TORCHRUN_LOG_FILE,
+    EntrypointError,
+    build_env,
+    build_torchrun_argv,
+    event_socket_path,
+    resolve_entrypoint,
+)
+from .event_socket import EventSocket
+from .proctree import TreeSampler, kill_processes, process_tree, sweep_job_processes
+from .publisher import EventPublisher
+from .tail import FileTail, RankLogTailer
+
+log = logging.getLogger(__name__)
+
+# Event types the SDK may send over the socket; state, heartbeat and resource belong to the supervisor.
+SDK_EVENT_TYPES = frozenset({protocol.METRIC, protocol.CHECKPOINT, protocol.LOG})
+
+# torchrun 2.13 prints these (on stderr) when a local worker fails with --max-restarts 0: first it
+# SIGTERMs the other local workers, then, once they are gone, it names the first failure.
+_CLOSING_PEERS = re.compile(r"Sending process \d+ closing signal")
+_FIRST_FAILURE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+
+ENV_STOP_GRACE = "TORCHYARD_SUPERVISOR_STOP_GRACE_S"
+ENV_WATCHDOG = "TORCHYARD_SUPERVISOR_WATCHDOG_S"
+
+
+class SupervisorState(StrEnum):
+    """Where one supervisor is in its life.
+
+    INIT       reading the launch, checking the entrypoint and the master port; torchrun not started.
+    RUNNING    torchrun started; tailing, publishing, heart-beating.
+    STOPPING   a stop was requested or the watchdog fired: torchrun's group got SIGTERM (or SIGKILL
+               from the watchdog), SIGKILL follows after the grace period.
+    COMPLETED  torchrun exited 0.                                              (final)
+    FAILED     torchrun exited non-zero, never started, or was ended by the watchdog. (final)
+    STOPPED    ended on request (SIGTERM/SIGINT to the supervisor).            (final)
+    """
+
+    INIT = "init"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    COMPLETED = protocol.NODE_COMPLETED
+    FAILED = protocol.NODE_FAILED
+    STOPPED = protocol.NODE_STOPPED
+
+    @property
+    def is_final(self) -> bool:
+        return self in (SupervisorState.COMPLETED, SupervisorState.FAILED, SupervisorState.STOPPED)
+
+
+@dataclass
+class SupervisorResult:
+    """What RUN_DIR/result.json holds once the supervisor is done."""
+
+    state: SupervisorState
+    exit_code: int | None
+    reason: str
+    started_at: float
+    ended_at: float
+    supervisor_pid: int
+    torchrun_pid: int | None = None
+    torchrun_started_at: float | None = None
+    last_lines: list[dict[str, Any]] = field(default_factory=list)
+    swept_pids: list[int] = field(default_factory=list)
+    events_published: int = 0
+    events_dropped: dict[str, int] = field(default_factory=dict)
+    final_state_delivered: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["state"] = self.state.value
+        return data
+
+
+@dataclass(frozen=True)
+class SupervisorSettings:
+    """Timings; the environment can override the two a test may want shorter."""
+
+    poll_interval_s: float = 0.1
+    # torchrun ends its workers ~0.7 s after SIGTERM; the rest is margin for slow teardown.
+    stop_grace_s: float = 5.0
+    # How long torchrun may outlive a failed local worker (it waits up to 30 s on the others).
+    watchdog_s: float = 10.0
+    final_delivery_s: float = 30.0
+    last_lines: int = 20
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SupervisorSettings:
+        """Defaults, with $TORCHYARD_SUPERVISOR_STOP_GRACE_S and $TORCHYARD_SUPERVISOR_WATCHDOG_S applied."""
+        environ = os.environ if environ is None else environ
+        overrides: dict[str, Any] = {}
+        for name, key in ((ENV_STOP_GRACE, "stop_grace_s"), (ENV_WATCHDOG, "watchdog_s")):
+            raw = environ.get(name, "").strip()
+            if raw:
+                value = float(raw)  # a bad value fails loudly at start, not at the first stop
+                if value <= 0:
+                    raise ValueError(f"{name} must be positive, got {raw!r}")
+                overrides[key] = value
+        return cls(**overrides)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    state: SupervisorState
+    exit_code: int | None
+    reason: str
+
+
+def master_port_in_use(port: int) -> bool:
+    """True when something already listens on (or holds) this TCP port on every address of this host."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # SO_REUSEADDR ignores TIME_WAIT leftovers, which do not stop torchrun's store either.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError:
+            return True
+    return False
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader sees the old file or the whole new one, never half of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _signal_name(signum: int | None) -> str:
+    if signum is None:
+        return "no signal"
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _describe_exit(code: int) -> str:
+    return f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _terminate_with_parent() -> None:
+    # Runs in the child between fork and exec: if the supervisor dies (even by SIGKILL), torchrun gets
+    # SIGTERM and ends its workers, instead of training on unobserved.
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class NodeSupervisor:
+    """Supervises one node: `run()` blocks until torchrun is gone and returns the SupervisorResult."""
+
+    def __init__(
+        self,
+        launch: NodeLaunch,
+        run_dir: Path,
+        *,
+        publisher: EventPublisher,
+        code_root: Path,
+        settings: SupervisorSettings | None = None,
+    ) -> None:
+        self.launch = launch
+        self.run_dir = Path(run_dir)
+        self.publisher = publisher
+        self.code_root = Path(code_root)
+        self.settings = settings or SupervisorSettings()
+        self.state = SupervisorState.INIT
+        self._stop_signal: int | None = None
+        self._stop_sent = False
+        self._kill_at: float | None = None
+        self._proc: subprocess.Popen | None = None
+        self._torchrun_started_at: float | None = None
+        self._socket: EventSocket | None = None
+        self._tailer: RankLogTailer | None = None
+        self._torchrun_tail: FileTail | None = None
+        self._worker_failed_at: float | None = None
+        self._first_failure: tuple[int, int] | None = None  # (exit code, local rank) as torchrun names it
+        self._watchdog_fired = False
+        self._sampler = TreeSampler()
+        keep = self.settings.last_lines
+        self._recent: dict[str, deque[dict[str, Any]]] = {
+            "stderr": deque(maxlen=keep),
+            "stdout": deque(maxlen=keep),
+            "torchrun": deque(maxlen=keep),
+        }
+
+    # --- public ------------------------------------------------------------------------------------
+    def request_stop(self, signum: int = signal.SIGTERM) -> None:
+        """Ask the monitor loop to stop the node (signal-handler safe: it only records the request)."""
+        if self._stop_signal is None:
+            self._stop_signal = signum
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT request a stop; the monitor loop acts on it within one poll interval."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda received, _frame: self.request_stop(received))
+
+    def run(self) -> SupervisorResult:
+        """Write the pid file, supervise torchrun to its end, publish the final state, write result.json."""
+        started_at = time.time()
+        pid_file = self.run_dir / PID_FILE
+        pid_file.write_text(f"{os.getpid()}\n")
+        try:
+            outcome = self._supervise()
+        except Exception as exc:
+            # A bug here must still end the node cleanly and say why, not leave training unobserved.
+            log.exception("supervisor error")
+            outcome = _Outcome(
+                SupervisorState.FAILED, None, f"node rank {self.launch.node_rank}: supervisor error: {exc!r}"
+            )
+        swept = self._wind_down()
+        self.state = outcome.state
+        last_lines = self._last_lines() if outcome.state is SupervisorState.FAILED else []
+        self._emit_final_state(outcome, last_lines)
+        delivered = self.publisher.drain(timeout_s=self.settings.final_delivery_s)
+        if not delivered:
+            log.error(
+                "final state not delivered (%s); %d events lost",
+                self.publisher.last_error,
+                self.publisher.pending,
+            )
+        result = SupervisorResult(
+            state=outcome.state,
+            exit_code=outcome.exit_code,
+            reason=outcome.reason,
+            started_at=started_at,
+            ended_at=time.time(),
+            supervisor_pid=os.getpid(),
+            torchrun_pid=self._proc.pid if self._proc else None,
+            torchrun_started_at=self._torchrun_started_at,
+            last_lines=last_lines,
+            swept_pids=swept,
+            events_published=self.publisher.published,
+            events_dropped=dict(self.publisher.dropped),
+            final_state_delivered=delivered,
+        )
+        write_json_atomic(self.run_dir / RESULT_FILE, result.to_dict())
+        with contextlib.suppress(OSError):
+            if pid_file.read_text().strip() == str(os.getpid()):
+                pid_file.unlink()
+        log.info("node %s: %s (%s)", self.launch.node_rank, outcome.state.value, outcome.reason)
+        return result
+
+    # --- start -------------------------------------------------------------------------------------
+    def _supervise(self) -> _Outcome:
+        node = f"node rank {self.launch.node_rank}"
+        try:
+            script = resolve_entrypoint(self.launch.entrypoint, self.code_root)
+        except EntrypointError as exc:
+            return _Outcome(SupervisorState.FAILED, None, f"{node}: {exc}; torchrun not started")
+        if self.launch.node_rank == 0 and master_port_in_use(self.launch.master_port):
+            return _Outcome(SupervisorState.FAILED, None, f"master port {self.launch.master_port} in use")
+        if self._stop_signal is not None:
+            return _Outcome(SupervisorState.STOPPED, None, "stop requested before torchrun started")
+        try:
+            self._start_torchrun(script)
+        except OSError as exc:
+            return _Outcome(SupervisorState.FAILED, None, f"{node}: cannot start torchrun: {exc}")
+        exit_code = self._monitor()
+        return self._outcome(exit_code)
+
+    def _start_torchrun(self, script: Path) -> None:
+        write_json_atomic(self.run_dir / CONFIG_FILE, self.launch.config)
+        self._socket = EventSocket(event_socket_path(self.run_dir))
+        self._tailer = RankLogTailer(self.run_dir / TORCHRUN_LOG_DIR, self.launch.nproc_per_node)
+        torchrun_log = self.run_dir / TORCHRUN_LOG_FILE
+        with open(torchrun_log, "wb") as output:  # truncated: the tail reads it from the start
+            self._proc = subprocess.Popen(
+                build_torchrun_argv(self.launch, self.run_dir, script),
+                env=build_env(self.launch, self.run_dir, os.environ),
+                cwd=self.run_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                # Its own session: signals to the supervisor's group never reach it, and the whole
+                # group can be signalled at once on stop.
+                start_new_session=True,
+                preexec_fn=_terminate_with_parent,  # safe: the supervisor starts no threads
+            )
+        self._torchrun_tail = FileTail(torchrun_log)
+        self._torchrun_started_at = time.time()
+        self.state = SupervisorState.RUNNING
+        self.publisher.emit(
+            protocol.STATE,
+            status=protocol.NODE_RUNNING,
+            reason=f"torchrun started for global ranks {self._rank_range()}",
+            pid=self._proc.pid,
+            supervisor_pid=os.getpid(),
+            hostname=socket.gethostname(),
+        )
+        self.publisher.flush()
+
+    def _rank_range(self) -> str:
+        first = self.launch.rank_start
+        return f"{first}-{first + self.launch.nproc_per_node - 1}"
+
+    # --- monitor loop ------------------------------------------------------------------------------
+    def _monitor(self) -> int:
+        assert self._proc is not None
+        next_beat = time.monotonic()
+        while True:
+            exit_code = self._proc.poll()
+            self._drain_local_sources()
+            now = time.monotonic()
+            if self._stop_signal is not None and not self._stop_sent and exit_code is None:
+                self._begin_stop(now)
+            if self._kill_at is not None and now >= self._kill_at and exit_code is None:
+                self._publish_supervisor_line(
+                    f"torchrun still running {self.settings.stop_grace_s:g} s after SIGTERM; sending SIGKILL"
+                )
+                self._kill_at = None  # once: a process SIGKILL cannot end is not retried every loop
+                self._kill_torchrun_now()
+            self._check_watchdog(now, exit_code)
+            if now >= next_beat and exit_code is None:
+                self._beat()
+                next_beat = now + max(self.launch.heartbeat_interval, self.settings.poll_interval_s)
+            self.publisher.flush()
+            if exit_code is not None:
+                return exit_code
+            time.sleep(self.settings.poll_interval_s)
+
+    def _begin_stop(self, now: float) -> None:
+        self._stop_sent = True
+        self.state = SupervisorState.STOPPING
+        self._kill_at = now + self.settings.stop_grace_s
+        self._publish_supervisor_line(
+            f"stop requested ({_signal_name(self._stop_signal)}); sending SIGTERM to torchrun"
+        )
+        self._signal_group(signal.SIGTERM)
+
+    def _check_watchdog(self, now: float, exit_code: int | None) -> None:
+        if (
+            exit_code is not None
+            or self._worker_failed_at is None
+            or self.state is not SupervisorState.RUNNING
+            or now - self._worker_failed_at < self.settings.watchdog_s
+        ):
+            return
+        self._watchdog_fired = True
+        self.state = SupervisorState.STOPPING
+        self._publish_supervisor_line(
+            f"a local worker failed and torchrun has not exited within {self.settings.watchdog_s:g} s; killing it"
+        )
+        self._kill_torchrun_now()
+
+    def _beat(self) -> None:
+        assert self._proc is not None
+        self.publisher.emit(
+            protocol.HEARTBEAT,
+            status=self.state.value,
+            pid=self._proc.pid,
+            uptime_s=round(time.time() - (self._torchrun_started_at or time.time()), 1),
+            pending_events=self.publisher.pending,
+            dropped_events=sum(self.publisher.dropped.values()),
+        )
+        self.publisher.emit(protocol.RESOURCE, **self._sampler.sample(self._proc.pid))
+
+    def _drain_local_sources(self, final: bool = False) -> None:
+        """Turn new log lines and SDK datagrams into events (not yet sent)."""
+        if self._tailer is not None:
+            for item in self._tailer.poll(final=final):
+                rank = self.launch.rank_start + item.local_rank
+                self._recent[item.stream].append({"rank": rank, "stream": item.stream, "line": item.line})
+                self.publisher.emit(
+                    protocol.LOG,
+                    rank=rank,
+                    stream=item.stream,
+                    line=item.line,
+                    local_rank=item.local_rank,
+                    source="worker",
+                )
+        if self._torchrun_tail is not None:
+            for line in self._torchrun_tail.read_lines(final=final):
+                self._note_torchrun_line(line)
+                self.publisher.emit(protocol.LOG, stream="stderr", line=line, source="torchrun")
+        if self._socket is not None:
+            for event in self._socket.receive():
+                self._publish_sdk_event(event)
+
+    def _note_torchrun_line(self, line: str) -> None:
+        self._recent["torchrun"].append({"rank": None, "stream": "stderr", "line": line})
+        if self.state is not SupervisorState.RUNNING:
+            return  # after our own SIGTERM, torchrun closing its workers is expected
+        failure = _FIRST_FAILURE.search(line)
+        if failure:
+            self._first_failure = (int(failure.group(1)), int(failure.group(2)))
+        if (failure or _CLOSING_PEERS.search(line)) and self._worker_failed_at is None:
+            self._worker_failed_at = time.monotonic()
+
+    def _publish_sdk_event(self, event: dict[str, Any]) -> None:
+        event_type = event.pop("type")
+        if event_type not in SDK_EVENT_TYPES:
+            log.warning("ignoring an SDK event of type %r", event_type)
+            return
+        rank = event.pop("rank", None)
+        ts = event.pop("ts", None)
+        self.publisher.emit(
+            event_type,
+            rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+            ts=ts if isinstance(ts, int | float) and not isinstance(ts, bool) else None,
+            **event,
+        )
+
+    def _publish_supervisor_line(self, line: str) -> None:
+        log.info(line)
+        self.publisher.emit(protocol.LOG, stream="stderr", line=line, source="supervisor")
+
+    # --- end ---------------------------------------------------------------------------------------
+    def _signal_group(self, signum: int) -> None:
+        assert self._proc is not None
+        # torchrun leads its own session, so its pgid is its pid; signalling by pid avoids a lookup
+        # that fails once it is a zombie.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signum)
+
+    def _kill_torchrun_now(self) -> None:
+        """SIGKILL torchrun's group and every descendant (workers live in sessions of their own)."""
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        tree = process_tree(self._proc.pid)  # read before the kill: orphans cannot be found from torchrun
+        self._signal_group(signal.SIGKILL)
+        kill_processes(tree, sig=signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=5)
+
+    def _wind_down(self) -> list[int]:
+        """Make sure nothing of this node runs on, read the last lines, release the socket and files.
+
+        Each step on its own: whatever fails, the final state must still go out.
+        """
+        swept: list[int] = []
+        steps = [
+            self._kill_torchrun_now,
+            lambda: swept.extend(self._sweep() if self._proc is not None else []),
+            lambda: self._drain_local_sources(final=True),
+            self._close_local_sources,
+        ]
+        for step in steps:
+            try:
+                step()
+            except Exception:
+                log.exception("while winding down")
+        return swept
+
+    def _sweep(self) -> list[int]:
+        swept = sweep_job_processes(
+            self.launch.job_id, self.launch.attempt, self.launch.node_rank, run_dir=self.run_dir
+        )
+        if swept:
+            self._publish_supervisor_line(f"killed {len(swept)} stray process(es) of this node: {swept}")
+        return swept
+
+    def _outcome(self, exit_code: int) -> _Outcome:
+        node = f"node rank {self.launch.node_rank}"
+        if self._stop_sent:
+            return _Outcome(
+                SupervisorState.STOPPED, exit_code, f"stop requested ({_signal_name(self._stop_signal)})"
+            )
+        detail = ""
+        if self._first_failure is not None:
+            worker_code, local_rank = self._first_failure
+            detail = (
+                f"; first failure: global rank {self.launch.rank_start + local_rank} (local rank {local_rank}) "
+                f"{_describe_exit(worker_code)}"
+            )
+        if self._watchdog_fired:
+            return _Outcome(
+                SupervisorState.FAILED,
+                exit_code,
+                f"{node}: a worker failed and torchrun did not exit within {self.settings.watchdog_s:g} s; "
+                f"killed its process tree{detail}",
+            )
+        if exit_code == 0:
+            return _Outcome(SupervisorState.COMPLETED, 0, f"{node}: torchrun exited with code 0")
+        return _Outcome(
+            SupervisorState.FAILED, exit_code, f"{node}: torchrun {_describe_exit(exit_code)}{detail}"
+        )
+
+    def _emit_final_state(self, outcome: _Outcome, last_lines: list[dict[str, Any]]) -> None:
+        payload: dict[str, Any] = {
+            "status": outcome.state.value,
+            "exit_code": outcome.exit_code,
+            "reason": outcome.reason,
+        }
+        if outcome.state is SupervisorState.FAILED:
+            payload["last_lines"] = last_lines
+        self.publisher.emit(protocol.STATE, **payload)
+
+    def _last_lines(self) -> list[dict[str, Any]]:
+        """The newest lines that explain a failure: workers' stderr, else their stdout, else torchrun's."""
+        for stream in ("stderr", "stdout", "torchrun"):
+            if self._recent[stream]:
+                return list(self._recent[stream])
+        return []
+
+    def _close_local_sources(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+        if self._tailer is not None:
+            self._tailer.close()
+        if self._torchrun_tail is not None:
+            self._torchrun_tail.close()
