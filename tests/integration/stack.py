@@ -70,6 +70,11 @@ class Stack:
                 return out
             after = page["next_after"]
 
+    def job_log_tail(self, job_id: int, lines: int = 40) -> str:
+        """The job's last log lines, attempt and rank tagged: what a failing test needs to show."""
+        events = self.api("GET", f"/api/jobs/{job_id}/logs", params={"limit": 10000}).json()["events"]
+        return "\n".join(f"[attempt {e['attempt']} rank {e['rank']}] {e['line']}" for e in events[-lines:])
+
     def ws_url(self, path: str) -> str:
         return self.base.replace("http://", "ws://") + path
 

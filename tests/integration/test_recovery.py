@@ -46,7 +46,7 @@ def test_a_killed_rank_is_recovered_from_the_last_checkpoint_and_the_job_complet
     kill_a_rank_of_node(pg_stack, job["id"], "1", "0", recipe)
 
     final = pg_stack.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=180)
-    assert final["status"] == "completed", final["status_reason"]
+    assert final["status"] == "completed", f"{final['status_reason']}\n{pg_stack.job_log_tail(job['id'])}"
     assert final["attempt"] == 1
     states = [e["status"] for e in pg_stack.events(job["id"], "state") if e.get("scope") == "job"]
     assert states == ["queued", "planning", "dispatching", "running", "recovering", "dispatching", "running",

@@ -59,3 +59,39 @@ def test_get_accelerator_explains_how_to_install_accelerate_when_missing():
             sdk.get_accelerator()
     else:
         assert sdk.get_accelerator() is not None
+
+
+def test_a_script_that_never_leaves_its_process_group_has_it_destroyed_before_python_finalizes(tmp_path):
+    """Python runs atexit hooks last-registered first: the script's hook, registered before the SDK's,
+    sees what the interpreter's finalization would start from."""
+    import subprocess
+    import sys
+
+    from sdk_support import WORKERS
+    from torchyard_server.embedded_redis import free_port
+
+    script = tmp_path / "no_shutdown.py"
+    script.write_text(
+        "import atexit, gc, torch.distributed as dist\n"
+        "from torch import nn\n"
+        "from torchyard import sdk\n"
+        "atexit.register(lambda: print('after the sdk:', dist.is_initialized(), gc.collect() == 0, flush=True))\n"
+        "assert sdk.init_process_group() is True\n"
+        "model = nn.Linear(2, 2)\n"
+        "model.cycle = [model]  # something in a reference cycle, as an FSDP model is\n"
+        "del model\n"
+    )
+    port = str(free_port())
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(WORKERS), "RANK": str(rank), "WORLD_SIZE": "2",
+                 "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                 "TORCHYARD_DIST_BACKEND": "gloo"},
+        )
+        for rank in (0, 1)
+    ]
+    for rank in ranks:
+        out, err = rank.communicate(timeout=60)
+        assert rank.returncode == 0, err
+        assert "after the sdk: False True" in out

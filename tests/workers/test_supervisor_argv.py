@@ -86,6 +86,11 @@ def test_env_carries_the_user_env_and_every_torchyard_variable():
     assert env["PYTHONUNBUFFERED"] == "1"
 
 
+def test_ranks_print_their_python_stacks_when_a_signal_kills_them_unless_the_launch_says_not():
+    assert build_env(launch(), Path("/runs/a"), {})["PYTHONFAULTHANDLER"] == "1"
+    assert build_env(launch(env={"PYTHONFAULTHANDLER": ""}), Path("/runs/a"), {})["PYTHONFAULTHANDLER"] == ""
+
+
 def test_the_user_env_cannot_mask_the_job_identity_strays_are_found_by():
     env = build_env(launch(), Path("/runs/a"), {})
     assert env[protocol.ENV_JOB_ID] == "7"

@@ -5,6 +5,8 @@ torch is imported inside the functions so that ``import torchyard.sdk`` stays ch
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import sys
 from typing import Any
@@ -43,7 +45,23 @@ def init_process_group(backend: str | None = None, **kwargs: Any) -> bool:
     if backend == "nccl":
         torch.cuda.set_device(context.local_rank())
     dist.init_process_group(backend=backend, **kwargs)
+    atexit.register(_release_at_exit)
     return True
+
+
+def _release_at_exit() -> None:
+    """Free the process group, and what holds it, while the interpreter can still run threads.
+
+    An FSDP model, its device mesh and its process group sit in reference cycles; left to the
+    interpreter's final collection, a gloo thread that needs the GIL to drop a tensor there can abort
+    the process (SIGABRT, "terminate called without an active exception") after training ended
+    well, which fails the node. atexit hooks run before finalization, when that is still safe.
+    """
+    if is_initialized():
+        import torch.distributed as dist
+
+        dist.destroy_process_group()  # no barrier: a rank leaving on an exception must not wait
+    gc.collect()
 
 
 def device():

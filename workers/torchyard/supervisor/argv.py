@@ -128,6 +128,9 @@ def build_env(launch: NodeLaunch, run_dir: Path, base_env: Mapping[str, str]) ->
     """
     env = dict(base_env)
     env.update({str(k): str(v) for k, v in launch.env.items()})
+    # A rank that dies of a signal (SIGSEGV, SIGABRT from C++) then prints every thread's Python
+    # stack to its stderr, which the failure reason quotes. A launch may turn it off ("").
+    env.setdefault("PYTHONFAULTHANDLER", "1")
     run_dir = Path(run_dir)
     env.update(
         {
