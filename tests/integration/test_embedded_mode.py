@@ -89,7 +89,7 @@ def test_stopping_the_stack_stops_training_and_the_next_start_resumes_it(tmp_pat
         stack.stop()
     assert stack.process.returncode == 0
     assert "interrupted job(s) 1" in stack.log_path.read_text()
-    assert stack.wait_no_job_processes(job["id"], timeout=5) == []
+    assert stack.wait_no_job_processes(job["id"], timeout=15) == []
 
     again = start_stack(home, env={}, agents=1)
     try:

@@ -226,7 +226,7 @@ def test_a_supervisor_killed_outright_takes_its_torchrun_and_workers_down(superv
 
     proc.kill()  # no handler runs: torchrun's parent-death signal has to do it
     proc.wait()
-    assert wait_until_no_job_processes(node.job_id, timeout=5) == []
+    assert wait_until_no_job_processes(node.job_id, timeout=15) == []
 
 
 def test_a_run_dir_without_a_launch_fails_with_a_result_file(tmp_path: Path):
