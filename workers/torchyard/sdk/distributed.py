@@ -60,7 +60,10 @@ def _release_at_exit() -> None:
     if is_initialized():
         import torch.distributed as dist
 
-        dist.destroy_process_group()  # no barrier: a rank leaving on an exception must not wait
+        # Only gloo's destroy is purely local. NCCL's may wait on peers, which a rank leaving on an
+        # exception must never do; its group is left to the collection below and to torch.
+        if dist.get_backend() == "gloo":
+            dist.destroy_process_group()
     gc.collect()
 
 
