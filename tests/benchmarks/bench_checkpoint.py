@@ -3,7 +3,8 @@
 Measures, in one run on this machine:
 
 - local store: sdk.checkpoint.save / load_latest of a ~1 GB state against a plain write+fsync (and a
-  plain read) of the same bytes; target: save throughput >= 0.8 of the plain write; the same for a
+  plain read) of the same bytes; target: save throughput >= 0.8 of the plain write; also against
+  an unverified torch.save+fsync / torch.load (what a script does alone); the same for a
   sharded save (torch.distributed.checkpoint, one process) restored in place;
 - S3 store (a SeaweedFS server started here and killed after): save / restore against a plain
   upload / download of the same bytes;
@@ -28,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,12 +81,49 @@ def timed(fn, *args):
 def raw_write(state, path: Path) -> None:
     # A fresh file each time, as a checkpoint is: overwriting the blocks of the last one in place
     # would spare the filesystem the allocation that every real save pays.
-    path.unlink(missing_ok=True)
+    fresh_dir(path)
     with open(path, "wb") as fh:
         for chunk in tensor_bytes(state):
             fh.write(chunk)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def torch_save_fsync(state, path: Path) -> None:
+    """What a script does without Torchyard: torch.save to a fresh file, then fsync."""
+    fresh_dir(path)
+    with open(path, "wb") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def torch_load(path: Path) -> None:
+    torch.load(path, weights_only=True)
+
+
+def fresh_dir(path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    if path.exists():
+        path.unlink()
+    return path
+
+
+def dcp_save(state, path: Path) -> None:
+    """torch.distributed.checkpoint on its own, fsynced, one file per rank: the sharded baseline."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(fresh_dir(path)), single_file_per_rank=True, sync_files=True))
+
+
+def dcp_load(into, path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    dcp.load(into, storage_reader=dcp.FileSystemReader(str(path)))
+
+
+def plain_baselines(state) -> list[Baseline]:
+    return [Baseline("plain", functools.partial(raw_write, state), raw_read)]
 
 
 def hash_in_memory(state) -> str:
@@ -110,23 +150,37 @@ def summarize(size_mb: float, raw: list[float], ours: list[float]) -> dict:
     }
 
 
+@dataclass
+class Baseline:
+    """What the SDK is compared with: ``put(path)`` writes the state, ``get(path)`` reads it back.
+    plain: the bytes alone (write+fsync, read); torch: torch.save+fsync, torch.load; dcp:
+    torch.distributed.checkpoint's own save and load. None of them hashes or commits anything."""
+
+    name: str
+    put: Callable[[Path], None]
+    get: Callable[[Path], None]
+
+
 def bench_store(
-    state, size_mb: float, scratch: Path, url: str, raw_put, raw_get, repeats: int, sharded: bool = False
+    state, size_mb: float, scratch: Path, url: str, baselines: list[Baseline], repeats: int, sharded: bool = False
 ) -> dict:
-    """SDK save and restore against the plain baseline; ``sharded`` goes through
-    torch.distributed.checkpoint and restores in place into a preallocated state."""
+    """SDK save and restore against each baseline (the first is the plain bytes); ``sharded`` goes
+    through torch.distributed.checkpoint and restores in place into a preallocated state."""
     os.environ["TORCHYARD_CHECKPOINT_URL"] = url
     into = {name: torch.empty_like(tensor) for name, tensor in state.items()} if sharded else None
-    raw_file = scratch / "raw.bin"
-    raw_saves, saves, raw_loads, loads = [], [], [], []
+    path = scratch / "baseline"
+    saves, loads = [], []
+    base_saves: dict[str, list[float]] = {b.name: [] for b in baselines}
+    base_loads: dict[str, list[float]] = {b.name: [] for b in baselines}
     step = 0
     for i in range(repeats):
         # Alternate the order so neither side always runs on a warmer page cache.
-        order = ("raw", "sdk") if i % 2 == 0 else ("sdk", "raw")
+        order = ("baselines", "sdk") if i % 2 == 0 else ("sdk", "baselines")
         for which in order:
-            if which == "raw":
-                raw_saves.append(timed(raw_put, raw_file)[0])
-                raw_loads.append(timed(raw_get, raw_file)[0])
+            if which == "baselines":
+                for b in baselines:
+                    base_saves[b.name].append(timed(b.put, path)[0])
+                    base_loads[b.name].append(timed(b.get, path)[0])
             else:
                 step += 1
                 seconds, ok = timed(functools.partial(checkpoint.save, sharded=sharded), state, step)
@@ -136,7 +190,11 @@ def bench_store(
                 assert loaded is not None and loaded[1] == step
                 loads.append(seconds)
                 del loaded
-    return {"save": summarize(size_mb, raw_saves, saves), "restore": summarize(size_mb, raw_loads, loads)}
+    return {
+        b.name: {"save": summarize(size_mb, base_saves[b.name], saves),
+                 "restore": summarize(size_mb, base_loads[b.name], loads)}
+        for b in baselines
+    }  # fmt: skip
 
 
 # --- S3 -------------------------------------------------------------------------------------------
@@ -219,13 +277,17 @@ def main() -> int:
         local.mkdir()
         results["local"] = bench_store(
             state, size_mb, scratch, str(local / "checkpoints"),
-            raw_put=functools.partial(raw_write, state), raw_get=raw_read, repeats=args.repeats,
+            plain_baselines(state) + [Baseline("torch", functools.partial(torch_save_fsync, state), torch_load)],
+            repeats=args.repeats,
         )  # fmt: skip
         print_store("local", results["local"])
+        into = {name: torch.empty_like(tensor) for name, tensor in state.items()}
         results["local_sharded"] = bench_store(
             state, size_mb, scratch, str(local / "sharded"),
-            raw_put=functools.partial(raw_write, state), raw_get=raw_read, repeats=args.repeats, sharded=True,
+            plain_baselines(state) + [Baseline("dcp", functools.partial(dcp_save, state), functools.partial(dcp_load, into))],
+            repeats=args.repeats, sharded=True,
         )  # fmt: skip
+        del into
         print_store("local sharded (DCP)", results["local_sharded"])
 
         if not args.skip_s3:
@@ -237,16 +299,18 @@ def main() -> int:
                 raw_file = scratch / "raw.bin"
                 raw_write(state, raw_file)
 
-                def put(path: Path) -> None:
-                    client.upload_file(str(path), bucket, "raw/raw.bin", Config=transfer)
+                # The same bytes every time, from the local file written above.
+                def put(_: Path) -> None:
+                    client.upload_file(str(raw_file), bucket, "raw/raw.bin", Config=transfer)
 
-                def get(path: Path) -> None:
+                def get(_: Path) -> None:
                     client.download_file(
                         bucket, "raw/raw.bin", str(scratch / "raw-down.bin"), Config=transfer
                     )
 
                 results["s3"] = bench_store(
-                    state, size_mb, scratch, f"s3://{bucket}/bench", put, get, repeats=args.s3_repeats
+                    state, size_mb, scratch, f"s3://{bucket}/bench", [Baseline("plain", put, get)],
+                    repeats=args.s3_repeats,
                 )
             finally:
                 server.stop()
@@ -273,13 +337,15 @@ def main() -> int:
 
 
 def print_store(name: str, result: dict) -> None:
-    for kind in ("save", "restore"):
-        r = result[kind]
-        print(
-            f"{name:19} {kind:7}: sdk {r['sdk_mb_s']:8.1f} MB/s ({r['sdk_seconds']:.2f}s)  "
-            f"plain {r['raw_mb_s']:8.1f} MB/s ({r['raw_seconds']:.2f}s)  ratio {r['ratio']:.2f}",
-            flush=True,
-        )
+    """One line per (baseline, save/restore); a ratio above 1 means the SDK was faster."""
+    for baseline, kinds in result.items():
+        for kind in ("save", "restore"):
+            r = kinds[kind]
+            print(
+                f"{name:19} {kind:7}: sdk {r['sdk_mb_s']:8.1f} MB/s ({r['sdk_seconds']:.2f}s)  "
+                f"{baseline:5} {r['raw_mb_s']:8.1f} MB/s ({r['raw_seconds']:.2f}s)  ratio {r['ratio']:.2f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
