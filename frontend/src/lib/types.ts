@@ -60,7 +60,8 @@ export interface Machine {
 export interface MachineCreate {
   name: string
   host: string
-  port: number
+  /** Kept in the API for DistroML's worker records; nothing listens on it (agents dial out). */
+  port?: number
   labels?: Record<string, unknown>
 }
 

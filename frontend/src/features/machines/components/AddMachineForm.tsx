@@ -41,7 +41,6 @@ export function AddMachineForm({ onClose }: { onClose: () => void }) {
   const create = useCreateMachine()
   const [name, setName] = useState('')
   const [host, setHost] = useState('')
-  const [port, setPort] = useState('8001')
 
   if (create.data) return <AgentCommand machine={create.data} onDone={onClose} />
 
@@ -54,7 +53,7 @@ export function AddMachineForm({ onClose }: { onClose: () => void }) {
 
   const onSubmit = (event: FormEvent<HTMLFormElement>) => {
     event.preventDefault()
-    create.mutate({ name: name.trim(), host: host.trim(), port: Number(port) })
+    create.mutate({ name: name.trim(), host: host.trim() })
   }
 
   return (
@@ -64,17 +63,6 @@ export function AddMachineForm({ onClose }: { onClose: () => void }) {
       </Field>
       <Field label="Host" errors={errors.host}>
         <input name="host" required value={host} onChange={(e) => setHost(e.target.value)} placeholder="10.0.0.12" />
-      </Field>
-      <Field label="Port" errors={errors.port} narrow>
-        <input
-          name="port"
-          type="number"
-          min={1}
-          max={65535}
-          required
-          value={port}
-          onChange={(e) => setPort(e.target.value)}
-        />
       </Field>
       <div className="form-actions">
         <button type="submit" className="primary" disabled={create.isPending}>

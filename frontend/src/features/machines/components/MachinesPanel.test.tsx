@@ -22,7 +22,7 @@ describe('machines', () => {
 
     const alphaRow = (await screen.findByText('alpha')).closest('tr')!
     expect(within(alphaRow).getByText('online')).toHaveClass('badge-online')
-    expect(within(alphaRow).getByText('10.0.0.11:8001')).toBeInTheDocument()
+    expect(within(alphaRow).getByText('10.0.0.11')).toBeInTheDocument()
     expect(within(alphaRow).getByText('64.0')).toBeInTheDocument()
 
     const user = userEvent.setup()
@@ -32,7 +32,7 @@ describe('machines', () => {
     await user.click(screen.getByRole('button', { name: 'Add' }))
 
     expect(await screen.findByText(`torchyard agent --server ${window.location.origin} --token tok-secret`)).toBeInTheDocument()
-    expect(requests.find((r) => r.method === 'POST')!.body).toEqual({ name: 'beta', host: '10.0.0.12', port: 8001 })
+    expect(requests.find((r) => r.method === 'POST')!.body).toEqual({ name: 'beta', host: '10.0.0.12' })
     // The new (pending, not yet reporting) machine is in the table too.
     expect(within(screen.getByText('beta', { selector: 'td' }).closest('tr')!).getByText('pending')).toBeInTheDocument()
 

@@ -51,9 +51,8 @@ export function MachinesTable({ machines }: { machines: Machine[] }) {
           {machines.map((m) => (
             <tr key={m.id}>
               <td className="strong">{m.name}</td>
-              <td className="mono">
-                {m.host}:{m.port}
-              </td>
+              {/* The address the other nodes reach it at; agents listen on no port of their own. */}
+              <td className="mono">{m.host}</td>
               <td>
                 <StatusBadge status={m.status} />
               </td>
