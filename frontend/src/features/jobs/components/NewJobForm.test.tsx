@@ -36,7 +36,11 @@ describe('new job form', () => {
       'A character-level transformer.',
     )
     expect(screen.getByLabelText('Entrypoint')).toHaveValue('examples/mlp_ddp.py')
+    expect(screen.getByText('An MLP with DDP.')).toBeInTheDocument()
     await user.selectOptions(screen.getByLabelText('Entrypoint'), 'examples/char_gpt.py')
+    // The chosen recipe's summary is spelled out under the form.
+    expect(screen.getByText('A character-level transformer.')).toBeInTheDocument()
+    expect(screen.queryByText('An MLP with DDP.')).not.toBeInTheDocument()
     await user.clear(screen.getByLabelText('Steps'))
     await user.type(screen.getByLabelText('Steps'), '1200')
     await user.clear(screen.getByLabelText('Procs/node'))

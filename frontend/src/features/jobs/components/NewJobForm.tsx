@@ -27,6 +27,7 @@ export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
   })
   // Until the list arrives (or if it cannot), the chosen entrypoint is the only option.
   const choices = recipes.data ?? [{ entrypoint: form.entrypoint, summary: '' }]
+  const summary = choices.find((r) => r.entrypoint === form.entrypoint)?.summary
   const set = (key: keyof typeof form) => (e: { target: { value: string } }) =>
     setForm((f) => ({ ...f, [key]: e.target.value }))
 
@@ -80,6 +81,7 @@ export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
           Cancel
         </button>
       </div>
+      {summary && <p className="form-hint">{summary}</p>}
       <FieldErrors messages={errors['']} block />
     </form>
   )
