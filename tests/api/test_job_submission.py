@@ -157,6 +157,6 @@ def test_the_recipe_list_is_what_the_spec_accepts_with_each_summary(api, two_mac
         "examples/char_gpt.py", "examples/mlp_ddp.py", "examples/mlp_fsdp.py",
     ]  # fmt: skip
     assert all(r["summary"] for r in recipes)
-    assert recipes[2]["summary"].startswith("mlp_ddp's model and data trained with FSDP2")
+    assert recipes[2]["summary"].startswith("mlp_ddp's model and data trained with FSDP2 (fully_shard)")
     for recipe in recipes:
         assert api.post("/api/jobs/plan", spec(entrypoint=recipe["entrypoint"]), format="json").status_code == 200

@@ -36,7 +36,8 @@ def recipe_catalog() -> list[dict[str, str]]:
     for entrypoint in builtin_recipes():
         source = (RECIPES_DIR / posixpath.basename(entrypoint)).read_text(encoding="utf-8")
         docstring = ast.get_docstring(ast.parse(source)) or ""
-        summary = " ".join(docstring.split("\n\n", 1)[0].split())
+        # Plain text for the dashboard and the CLI: docstrings mark code up as ``name``.
+        summary = " ".join(docstring.split("\n\n", 1)[0].split()).replace("``", "")
         catalog.append({"entrypoint": entrypoint, "summary": summary})
     return catalog
 
