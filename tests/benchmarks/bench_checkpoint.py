@@ -81,7 +81,7 @@ def timed(fn, *args):
 def raw_write(state, path: Path) -> None:
     # A fresh file each time, as a checkpoint is: overwriting the blocks of the last one in place
     # would spare the filesystem the allocation that every real save pays.
-    fresh_dir(path)
+    cleared(path)
     with open(path, "wb") as fh:
         for chunk in tensor_bytes(state):
             fh.write(chunk)
@@ -91,7 +91,7 @@ def raw_write(state, path: Path) -> None:
 
 def torch_save_fsync(state, path: Path) -> None:
     """What a script does without Torchyard: torch.save to a fresh file, then fsync."""
-    fresh_dir(path)
+    cleared(path)
     with open(path, "wb") as fh:
         torch.save(state, fh)
         fh.flush()
@@ -102,7 +102,8 @@ def torch_load(path: Path) -> None:
     torch.load(path, weights_only=True)
 
 
-def fresh_dir(path: Path) -> Path:
+def cleared(path: Path) -> Path:
+    """``path`` with nothing left at it (a baseline's file or directory from the last repeat)."""
     shutil.rmtree(path, ignore_errors=True)
     if path.exists():
         path.unlink()
@@ -113,7 +114,7 @@ def dcp_save(state, path: Path) -> None:
     """torch.distributed.checkpoint on its own, fsynced, one file per rank: the sharded baseline."""
     import torch.distributed.checkpoint as dcp
 
-    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(fresh_dir(path)), single_file_per_rank=True, sync_files=True))
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(cleared(path)), single_file_per_rank=True, sync_files=True))
 
 
 def dcp_load(into, path: Path) -> None:
@@ -162,12 +163,13 @@ class Baseline:
 
 
 def bench_store(
-    state, size_mb: float, scratch: Path, url: str, baselines: list[Baseline], repeats: int, sharded: bool = False
+    state, size_mb: float, scratch: Path, url: str, baselines: list[Baseline], repeats: int, into=None
 ) -> dict:
-    """SDK save and restore against each baseline (the first is the plain bytes); ``sharded`` goes
-    through torch.distributed.checkpoint and restores in place into a preallocated state."""
+    """SDK save and restore against each baseline (the first is the plain bytes). With ``into`` (a
+    preallocated state) the save is sharded, through torch.distributed.checkpoint, and the restore
+    loads in place into it."""
     os.environ["TORCHYARD_CHECKPOINT_URL"] = url
-    into = {name: torch.empty_like(tensor) for name, tensor in state.items()} if sharded else None
+    sharded = into is not None
     path = scratch / "baseline"
     saves, loads = [], []
     base_saves: dict[str, list[float]] = {b.name: [] for b in baselines}
@@ -285,7 +287,7 @@ def main() -> int:
         results["local_sharded"] = bench_store(
             state, size_mb, scratch, str(local / "sharded"),
             plain_baselines(state) + [Baseline("dcp", functools.partial(dcp_save, state), functools.partial(dcp_load, into))],
-            repeats=args.repeats, sharded=True,
+            repeats=args.repeats, into=into,
         )  # fmt: skip
         del into
         print_store("local sharded (DCP)", results["local_sharded"])

@@ -70,10 +70,13 @@ class Stack:
                 return out
             after = page["next_after"]
 
+    def logs(self, job_id: int) -> list[dict[str, Any]]:
+        """Every log event of the job (all attempts), oldest first."""
+        return self.api("GET", f"/api/jobs/{job_id}/logs", params={"limit": 10000}).json()["events"]
+
     def job_log_tail(self, job_id: int, lines: int = 40) -> str:
         """The job's last log lines, attempt and rank tagged: what a failing test needs to show."""
-        events = self.api("GET", f"/api/jobs/{job_id}/logs", params={"limit": 10000}).json()["events"]
-        return "\n".join(f"[attempt {e['attempt']} rank {e['rank']}] {e['line']}" for e in events[-lines:])
+        return "\n".join(f"[attempt {e['attempt']} rank {e['rank']}] {e['line']}" for e in self.logs(job_id)[-lines:])
 
     def ws_url(self, path: str) -> str:
         return self.base.replace("http://", "ws://") + path

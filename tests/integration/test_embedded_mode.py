@@ -36,7 +36,7 @@ def test_the_embedded_stack_uses_sqlite_and_its_own_redis_and_runs_a_job(embedde
     final = embedded.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=120)
     assert final["status"] == "completed", final["status_reason"]
     assert final["world_size"] == 2
-    logs = embedded.api("GET", f"/api/jobs/{job['id']}/logs").json()["events"]
+    logs = embedded.logs(job["id"])
     assert {e["rank"] for e in logs if e["rank"] is not None} == {0, 1}
     checkpoints = embedded.api("GET", f"/api/jobs/{job['id']}/checkpoints").json()
     assert checkpoints and checkpoints[0]["uri"].startswith((embedded.data_dir / "checkpoints").as_uri())
@@ -96,7 +96,7 @@ def test_stopping_the_stack_stops_training_and_the_next_start_resumes_it(tmp_pat
         final = again.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=120)
         assert final["status"] == "completed", final["status_reason"]
         assert final["attempt"] == 1 and final["restarts"] == 0
-        logs = again.api("GET", f"/api/jobs/{job['id']}/logs", params={"limit": 10000}).json()["events"]
+        logs = again.logs(job["id"])
         assert any(e["attempt"] == 1 and "resumed from checkpoint at step" in e["line"] for e in logs)
     finally:
         again.stop()

@@ -54,7 +54,7 @@ def test_a_killed_rank_is_recovered_from_the_last_checkpoint_and_the_job_complet
     recovering = [e for e in pg_stack.events(job["id"], "state") if e.get("status") == "recovering"][0]
     assert "node 1 (local-1)" in recovering["reason"]
 
-    logs = pg_stack.api("GET", f"/api/jobs/{job['id']}/logs", params={"limit": 10000}).json()["events"]
+    logs = pg_stack.logs(job["id"])
     resumed = [e for e in logs if e["attempt"] == 1 and "resumed from checkpoint at step" in e["line"]]
     assert {e["rank"] for e in resumed} == {0, 1}
     resumed_step = int(resumed[0]["line"].rsplit(" ", 1)[-1])

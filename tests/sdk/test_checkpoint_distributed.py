@@ -5,22 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import torch
-from sdk_support import WORKERS, free_port
+from sdk_support import WORKERS, torchrun_argv
 from torchyard.sdk import checkpoint
 
 HERE = Path(__file__).resolve().parent
-TORCHRUN = Path(sys.executable).parent / "torchrun"
-
-
-def torchrun_argv(script: Path, *args: str, nproc: int = 2) -> list[str]:
-    return [
-        str(TORCHRUN), f"--nproc-per-node={nproc}", "--nnodes=1", "--max-restarts=0",
-        "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script), *args,
-    ]  # fmt: skip
 
 
 def test_two_ranks_save_and_load_together_and_compress_gradients(tmp_path, monkeypatch):

@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from sdk_support import WORKERS, free_port
+from sdk_support import WORKERS, free_port, torchrun_argv
 from torchyard.sdk import checkpoint
 
 HERE = Path(__file__).resolve().parent
-TORCHRUN = Path(sys.executable).parent / "torchrun"
 
 
 def keys(s3_server, url: str) -> list[str]:
@@ -79,10 +77,7 @@ def test_two_ranks_save_their_shards_to_s3_and_one_process_loads_them_whole(
 ):
     out = tmp_path / "out"
     out.mkdir()
-    argv = [
-        str(TORCHRUN), "--nproc-per-node=2", "--max-restarts=0", "--master-addr=127.0.0.1",
-        f"--master-port={free_port()}", str(HERE / "s3_sharded_worker.py"), str(out),
-    ]  # fmt: skip
+    argv = torchrun_argv(HERE / "s3_sharded_worker.py", str(out))
     env = {**os.environ, "PYTHONPATH": str(WORKERS)}
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -119,8 +114,6 @@ def test_retention_and_uncommitted_objects_on_s3(s3_server, s3_checkpoints):
 
 
 def test_a_save_to_an_unreachable_s3_server_fails_quickly_without_raising(s3_checkpoints, monkeypatch, capfd):
-    from sdk_support import free_port
-
     monkeypatch.setenv("S3_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     started = time.monotonic()
     assert checkpoint.save({"step": 1}, 1) is False

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
+from sdk_support import WORKERS, torchrun_argv
 from torchyard import sdk
 
 
@@ -64,12 +68,6 @@ def test_get_accelerator_explains_how_to_install_accelerate_when_missing():
 def test_a_script_that_never_leaves_its_process_group_has_it_destroyed_before_python_finalizes(tmp_path):
     """Python runs atexit hooks last-registered first: the script's hook, registered before the SDK's,
     sees what the interpreter's finalization would start from."""
-    import subprocess
-    import sys
-
-    from sdk_support import WORKERS
-    from torchyard_server.embedded_redis import free_port
-
     script = tmp_path / "no_shutdown.py"
     script.write_text(
         "import atexit, gc, torch.distributed as dist\n"
@@ -81,17 +79,7 @@ def test_a_script_that_never_leaves_its_process_group_has_it_destroyed_before_py
         "model.cycle = [model]  # something in a reference cycle, as an FSDP model is\n"
         "del model\n"
     )
-    port = str(free_port())
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(WORKERS), "RANK": str(rank), "WORLD_SIZE": "2",
-                 "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-                 "TORCHYARD_DIST_BACKEND": "gloo"},
-        )
-        for rank in (0, 1)
-    ]
-    for rank in ranks:
-        out, err = rank.communicate(timeout=60)
-        assert rank.returncode == 0, err
-        assert "after the sdk: False True" in out
+    env = {**os.environ, "PYTHONPATH": str(WORKERS), "TORCHYARD_DIST_BACKEND": "gloo"}
+    done = subprocess.run(torchrun_argv(script), env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("after the sdk: False True") == 2  # both ranks

@@ -11,10 +11,9 @@ import sys
 import threading
 from pathlib import Path
 
-from sdk_support import WORKERS, free_port
+from sdk_support import WORKERS, torchrun_argv
 
 EXAMPLES = WORKERS / "torchyard" / "examples"
-TORCHRUN = Path(sys.executable).parent / "torchrun"
 
 
 def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -25,13 +24,6 @@ def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 120) -
         f"exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     )
     return result
-
-
-def torchrun(script: Path, *args: str) -> list[str]:
-    return [
-        str(TORCHRUN), "--nproc-per-node=2", "--max-restarts=0", "--master-addr=127.0.0.1",
-        f"--master-port={free_port()}", str(script), *args,
-    ]  # fmt: skip
 
 
 class EventCollector:
@@ -96,7 +88,7 @@ def test_mlp_ddp_runs_under_torchrun_with_the_job_config_and_resumes(tmp_path):
         "checkpointing": {"enabled": True, "every_n_steps": 10, "keep": 2},
     }))  # fmt: skip
     env = {"TORCHYARD_CONFIG": str(config), "TORCHYARD_CHECKPOINT_URL": str(tmp_path / "ckpt")}
-    first = run(torchrun(EXAMPLES / "mlp_ddp.py", "--steps", "20"), env, tmp_path)
+    first = run(torchrun_argv(EXAMPLES / "mlp_ddp.py", "--steps", "20"), env, tmp_path)
     for rank in (0, 1):
         assert f"rank {rank}: starting (2 processes, backend gloo)" in first.stdout
         assert f"rank {rank} step 20 loss" in first.stdout and f"rank {rank}: done at step 20" in first.stdout
@@ -104,7 +96,7 @@ def test_mlp_ddp_runs_under_torchrun_with_the_job_config_and_resumes(tmp_path):
     manifest = json.loads((tmp_path / "ckpt" / "step-00000020" / "manifest.json").read_text())
     assert manifest["world_size"] == 2
 
-    second = run(torchrun(EXAMPLES / "mlp_ddp.py", "--steps", "30"), env, tmp_path)
+    second = run(torchrun_argv(EXAMPLES / "mlp_ddp.py", "--steps", "30"), env, tmp_path)
     for rank in (0, 1):
         assert f"rank {rank}: resumed from checkpoint at step 20" in second.stdout
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
@@ -136,7 +128,7 @@ def eval_losses(output: str) -> dict[int, float]:
 
 def test_mlp_fsdp_saves_sharded_checkpoints_that_resume_at_another_world_size(tmp_path):
     env = {"TORCHYARD_CHECKPOINT_URL": str(tmp_path / "ckpt")}
-    first = run(torchrun(EXAMPLES / "mlp_fsdp.py", "--steps", "20", "--checkpoint-every", "10"), env, tmp_path)
+    first = run(torchrun_argv(EXAMPLES / "mlp_fsdp.py", "--steps", "20", "--checkpoint-every", "10"), env, tmp_path)
     assert "rank 1: starting (2 processes, backend gloo, FSDP)" in first.stdout
     manifest = json.loads((tmp_path / "ckpt" / "step-00000020" / "manifest.json").read_text())
     assert manifest["world_size"] == 2 and manifest["layout"] == "torch.distributed.checkpoint"

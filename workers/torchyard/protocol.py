@@ -48,6 +48,10 @@ NODE_RUNNING = "running"
 NODE_COMPLETED = "completed"
 NODE_FAILED = "failed"
 NODE_STOPPED = "stopped"
+# A failed node's final state carries its last this many log lines (`last_lines`), and the failure
+# reason quotes all of them: a fault handler's thread stacks come after the error that explains
+# them and must not push it out.
+FAILURE_LOG_LINES = 20
 
 
 def encode_event(event: dict[str, Any]) -> dict[Any, Any]:

@@ -28,9 +28,6 @@ from .states import JOB_FINAL, NODE_LIVE, transition_job, transition_node
 log = logging.getLogger(__name__)
 J, N = Job.Status, JobNode.Status
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
-# A failure reason quotes as many log lines as the supervisor keeps: a fault handler's thread
-# stacks come after the C++ or Python error that explains them and must not push it out.
-REASON_LOG_LINES = 20
 
 
 # --- planning -------------------------------------------------------------------------------------
@@ -282,7 +279,7 @@ def _node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: li
     fail the job with the reason."""
     tail = "\n".join(
         f"[rank {line.get('rank')}] {line.get('line')}" if isinstance(line, dict) else str(line)
-        for line in last_lines[-REASON_LOG_LINES:]
+        for line in last_lines[-protocol.FAILURE_LOG_LINES :]
     )
     # The supervisor says "node rank N: ..."; name the machine too, once.
     reason = re.sub(r"^node rank \d+:\s*", "", reason)

@@ -118,7 +118,7 @@ class SupervisorSettings:
     # How long torchrun may outlive a failed local worker (it waits up to 30 s on the others).
     watchdog_s: float = 10.0
     final_delivery_s: float = 30.0
-    last_lines: int = 20
+    last_lines: int = protocol.FAILURE_LOG_LINES
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SupervisorSettings:
