@@ -140,6 +140,11 @@ class Stack:
         return tokens
 
     # --- processes ------------------------------------------------------------------------------
+    @property
+    def local_host(self) -> str:
+        """How processes on this machine reach the web process."""
+        return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+
     def plan_children(self, tokens: list[tuple[str, str]]) -> None:
         self.children = [
             Child("web", [PY, "-m", "daphne", "-b", self.host, "-p", str(self.port),
@@ -154,6 +159,8 @@ class Stack:
         for name, token in tokens:
             self.children.append(Child(name, [
                 PY, "-m", "torchyard.cli", "agent", "--token", token, "--redis-url", os.environ["REDIS_URL"],
+                # The server URL too: nodes fetch the jobs' code bundles from it.
+                "--server", f"http://{self.local_host}:{self.port}",
                 "--work-dir", str(self.data_dir / "agents" / name)]))
 
     def start_children(self) -> None:

@@ -33,7 +33,9 @@ INSTALLED_APPS = [
     "channels",
     "torchyard_server.accounts",
     "torchyard_server.machines",
+    "torchyard_server.bundles",
     "torchyard_server.jobs",
+    "torchyard_server.artifacts",
     "torchyard_server.checkpoints",
     "torchyard_server.streaming",
     "torchyard_server.web",
@@ -120,6 +122,8 @@ MACHINE_OFFLINE_AFTER = env_float("TORCHYARD_MACHINE_OFFLINE_AFTER", 15.0)
 NODE_LAUNCH_TIMEOUT = env_float("TORCHYARD_NODE_LAUNCH_TIMEOUT", 90.0)
 # Seconds a job may stay "stopping" before its unanswered nodes are written off as lost.
 STOP_TIMEOUT = env_float("TORCHYARD_STOP_TIMEOUT", 30.0)
+# The most bytes of files a code bundle may hold (and the most its archive may take).
+BUNDLE_MAX_BYTES = env_int("TORCHYARD_BUNDLE_MAX_BYTES", 200 * 1024 * 1024)
 MASTER_PORT_RANGE = (env_int("TORCHYARD_MASTER_PORT_MIN", 29500), env_int("TORCHYARD_MASTER_PORT_MAX", 29999))
 
 # --- Static files and the built dashboard --------------------------------------------------------

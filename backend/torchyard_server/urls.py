@@ -3,6 +3,9 @@ from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from .accounts import api as accounts
+from .artifacts import api as artifacts
+from .bundles import api as bundles
+from .jobs import agent_api
 from .jobs import api as jobs
 from .jobs import network_api as network
 from .machines import api as machines
@@ -18,6 +21,10 @@ api = [
     path("api/auth/me", accounts.MeView.as_view()),
     path("api/auth/token", accounts.TokenView.as_view()),
     path("api/agent/config", machines.AgentConfigView.as_view()),
+    path("api/agent/bundles/<str:sha256>", agent_api.AgentBundleView.as_view()),
+    path("api/bundles", bundles.BundleListView.as_view()),
+    path("api/bundles/limits", bundles.BundleLimitsView.as_view()),
+    path("api/bundles/<str:sha256>", bundles.BundleDetailView.as_view()),
     path("api/machines", machines.MachineListView.as_view()),
     path("api/machines/<int:machine_id>", machines.MachineDetailView.as_view()),
     path("api/recipes", jobs.RecipeListView.as_view()),
@@ -30,6 +37,9 @@ api = [
     path("api/jobs/<int:job_id>/metrics", jobs.JobMetricsView.as_view()),
     path("api/jobs/<int:job_id>/events", jobs.JobEventsView.as_view()),
     path("api/jobs/<int:job_id>/checkpoints", jobs.JobCheckpointsView.as_view()),
+    path("api/jobs/<int:job_id>/artifacts", artifacts.JobArtifactsView.as_view()),
+    path("api/jobs/<int:job_id>/artifacts/archive", artifacts.JobArtifactArchiveView.as_view()),
+    path("api/jobs/<int:job_id>/artifacts/<int:artifact_id>", artifacts.JobArtifactFileView.as_view()),
     path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>", jobs.JobCheckpointManifestView.as_view()),
     path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>/files/<path:path>", jobs.JobCheckpointFileView.as_view()),
 ]
@@ -48,6 +58,8 @@ network_aliases = [
     path("api/network/distributed/dispatch", network.DistributedDispatchView.as_view()),
     path("api/network/distributed/status/<int:job_id>", network.DistributedStatusView.as_view()),
     path("api/network/distributed/stop/<int:job_id>", network.DistributedStopView.as_view()),
+    path("api/network/local_job_output/<int:job_id>", artifacts.LocalJobOutputView.as_view()),
+    path("api/network/local_job_file/<int:job_id>/<path:key>", artifacts.LocalJobFileView.as_view()),
     path("api/tasks/distributed/suggest_machines", network.SuggestMachinesView.as_view()),
 ]
 

@@ -39,11 +39,13 @@ LOG = "log"
 METRIC = "metric"
 RESOURCE = "resource"
 CHECKPOINT = "checkpoint"
+ARTIFACT = "artifact"  # the files a node collected from its output directory when it ended
 HEARTBEAT = "heartbeat"  # node liveness, never persisted
 MACHINE_HEARTBEAT = "machine_heartbeat"  # agent capabilities + load, never persisted
-EVENT_TYPES = (STATE, LOG, METRIC, RESOURCE, CHECKPOINT, HEARTBEAT, MACHINE_HEARTBEAT)
+EVENT_TYPES = (STATE, LOG, METRIC, RESOURCE, CHECKPOINT, ARTIFACT, HEARTBEAT, MACHINE_HEARTBEAT)
 
 # Node states a supervisor reports (the controller validates every transition).
+NODE_PREPARING = "preparing"  # fetching the code bundle, building the environment
 NODE_RUNNING = "running"
 NODE_COMPLETED = "completed"
 NODE_FAILED = "failed"
@@ -85,6 +87,9 @@ ENV_CHECKPOINT_URL = "TORCHYARD_CHECKPOINT_URL"
 ENV_RESUME_MANIFEST = "TORCHYARD_RESUME_MANIFEST"
 # "gloo" or "nccl", as planned.
 ENV_DIST_BACKEND = "TORCHYARD_DIST_BACKEND"
+# What a job writes here is collected into the store as artifacts when its node ends (one folder
+# per node; default `outputs/` in the node's working directory).
+ENV_OUTPUT_DIR = "TORCHYARD_OUTPUT_DIR"
 
 
 # --- Machine tokens -------------------------------------------------------------------------------
@@ -117,14 +122,24 @@ class NodeLaunch:
     master_port: int
     entrypoint: str  # path relative to the code root (built-in recipes: "examples/mlp_ddp.py")
     args: list[str] = field(default_factory=list)
+    module: str = ""  # run `python -m module` instead of the entrypoint script
+    # The user's code: {"bundle": sha256, "size": archive bytes, "uri": where the store keeps it}.
+    # Empty for the built-in recipes.
+    code: dict[str, Any] = field(default_factory=dict)
+    pip: list[str] = field(default_factory=list)  # runtime.pip, installed with the bundle's requirements
     env: dict[str, str] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     checkpoint_url: str = ""
     resume_manifest: str = ""
     backend: str = "gloo"
     heartbeat_interval: float = 2.0
-    # Where the event stream lives; filled in by the agent from its own settings.
+    # Filled in by the agent from its own settings: where the event stream lives, how to fetch a
+    # bundle from the server, the Python the ranks run with, and the machine's cache folder.
     redis_url: str = ""
+    server_url: str = ""
+    machine_token: str = ""
+    python: str = ""
+    cache_dir: str = ""
 
     @property
     def rank_start(self) -> int:

@@ -26,7 +26,7 @@ from .states import JOB_LIVE
 
 
 def _validated_spec(request) -> dict:
-    data = JobSpecSerializer(data=request.data)
+    data = JobSpecSerializer(data=request.data, context={"request": request})
     data.is_valid(raise_exception=True)
     return data.validated_data
 

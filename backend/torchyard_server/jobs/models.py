@@ -52,6 +52,7 @@ class JobNode(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending"
         LAUNCHING = "launching"
+        PREPARING = "preparing"  # fetching the code, building its environment
         RUNNING = "running"
         COMPLETED = "completed"
         FAILED = "failed"

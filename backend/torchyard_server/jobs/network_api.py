@@ -227,7 +227,7 @@ class DispatchToMachineView(APIView):
         resources["nodes"] = 1
         body["resources"] = resources
         body["placement"] = {"policy": "pack", "machines": [machine.name]}
-        validated = JobSpecSerializer(data=body)
+        validated = JobSpecSerializer(data=body, context={"request": request})
         validated.is_valid(raise_exception=True)
         job = job_submit(spec=validated.validated_data, owner=request.user)
         return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)

@@ -16,6 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 from torchyard import protocol
 
+from ..bundles.services import bundles_url
 from ..celery import app as celery_app
 from ..checkpoints.selectors import latest_good_manifest_uri
 from ..machines.models import Machine
@@ -175,7 +176,10 @@ def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manife
         world_size=plan["world_size"],
         master_addr=plan["master_addr"],
         master_port=plan["master_port"],
-        entrypoint=spec["entrypoint"],
+        entrypoint=spec.get("entrypoint") or "",
+        module=spec.get("module") or "",
+        code=_code_payload(spec),
+        pip=list((spec.get("runtime") or {}).get("pip") or []),
         args=list(spec.get("args") or []),
         env=env,
         config={key: spec.get(key) for key in (
@@ -186,6 +190,14 @@ def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manife
         backend=plan["backend"],
         heartbeat_interval=max(0.5, min(2.0, timeout / 4)),
     ).to_dict()
+
+
+def _code_payload(spec: dict[str, Any]) -> dict[str, Any]:
+    code = spec.get("code")
+    if not code:
+        return {}
+    sha256 = code["bundle"]
+    return {"bundle": sha256, "size": code.get("size"), "uri": f"{bundles_url()}/{sha256}.tar.zst"}
 
 
 # --- stopping -------------------------------------------------------------------------------------
@@ -252,7 +264,10 @@ def node_report_state(*, event: dict[str, Any]) -> None:
         if node is None:
             return
         job = Job.objects.select_for_update().get(pk=node.job_id)
-        if status == protocol.NODE_RUNNING:
+        if status == protocol.NODE_PREPARING:
+            transition_node(node, N.PREPARING, str(event.get("reason") or "preparing"), announce=False,
+                            last_heartbeat=timezone.now())
+        elif status == protocol.NODE_RUNNING:
             transition_node(node, N.RUNNING, "running", announce=False, pid=event.get("pid"),
                             last_heartbeat=timezone.now())
             if job.attempt == node.attempt and job.status == J.DISPATCHING and not job.nodes.filter(
@@ -385,7 +400,7 @@ def jobs_supervise() -> None:
     for node in JobNode.objects.filter(status__in=NODE_LIVE).select_related("job"):
         job = node.job
         timeout = float(job.spec["fault_tolerance"]["heartbeat_timeout"])
-        if node.status == N.RUNNING and node.last_heartbeat and node.last_heartbeat < now - timedelta(seconds=timeout):
+        if node.status in (N.PREPARING, N.RUNNING) and node.last_heartbeat and node.last_heartbeat < now - timedelta(seconds=timeout):
             _mark_lost(node, f"{_describe(node)} lost: no heartbeat for {timeout:.0f}s")
         elif node.status in (N.PENDING, N.LAUNCHING) and node.created_at < now - timedelta(
             seconds=settings.NODE_LAUNCH_TIMEOUT

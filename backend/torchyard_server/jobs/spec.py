@@ -14,14 +14,17 @@ from django.conf import settings
 from rest_framework import serializers
 from torchyard.sdk.scaling import adjust_hyperparameters
 
+from ..bundles.services import bundle_for_user
+
 RECIPES_DIR = Path(torchyard.__file__).resolve().parent / "examples"
 # DistroML's `model` names, mapped to the built-in recipe that trains them.
 MODEL_RECIPES = {"mlp": "examples/mlp_ddp.py", "char_gpt": "examples/char_gpt.py", "transformer": "examples/char_gpt.py"}
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by torchrun and Torchyard for every rank; a user value would silently break the launch.
 RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"}
+MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 TOP_LEVEL_KEYS = {
-    "name", "entrypoint", "args", "env", "resources", "placement", "distributed", "hyperparameters",
+    "name", "entrypoint", "module", "code", "runtime", "args", "env", "resources", "placement", "distributed", "hyperparameters",
     "scaling", "checkpointing", "fault_tolerance", "compression", "framework", "model", "dataset",
 }
 
@@ -43,17 +46,35 @@ def recipe_catalog() -> list[dict[str, str]]:
 
 
 def validate_entrypoint(value: str) -> str:
-    """A relative path inside the code bundle; for now the bundle is the built-in recipes."""
+    """A relative path that stays inside the job's code (its bundle, or the built-in recipes)."""
     if value.startswith("/") or "\\" in value or "\x00" in value:
         raise serializers.ValidationError("must be a relative path inside the job's code (no leading '/').")
     normalized = posixpath.normpath(value)
     if normalized.startswith("..") or "/../" in f"/{value}/":
         raise serializers.ValidationError("must stay inside the job's code directory ('..' is not allowed).")
-    if normalized not in builtin_recipes():
-        raise serializers.ValidationError(
-            f"unknown recipe {value!r}; built-in recipes: {', '.join(builtin_recipes())}."
-        )
     return normalized
+
+
+class CodeSerializer(serializers.Serializer):
+    bundle = serializers.RegexField(
+        r"^[0-9a-f]{64}$", help_text="sha256 of a bundle uploaded with PUT /api/bundles/{sha256}",
+        error_messages={"invalid": "must be the 64 hex digit sha256 of an uploaded bundle."},
+    )
+
+
+class RuntimeSerializer(serializers.Serializer):
+    pip = serializers.ListField(
+        child=serializers.CharField(max_length=500), default=list, max_length=200,
+        help_text="requirements installed (with the bundle's requirements.txt) into a cached virtualenv per node",
+    )
+
+    def validate_pip(self, value: list[str]) -> list[str]:
+        for requirement in value:
+            if requirement.strip().startswith("-") or "\n" in requirement:
+                raise serializers.ValidationError(
+                    f"{requirement!r}: pip options are not allowed here; put them in the bundle's requirements.txt."
+                )
+        return [r.strip() for r in value]
 
 
 class ResourcesSerializer(serializers.Serializer):
@@ -116,6 +137,13 @@ class CompressionSerializer(serializers.Serializer):
 class JobSpecSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     entrypoint = serializers.CharField(max_length=500, required=False)
+    module = serializers.RegexField(
+        MODULE_NAME, max_length=200, required=False,
+        help_text="run `python -m MODULE` from the bundle (as torchrun's -m) instead of an entrypoint script",
+        error_messages={"invalid": "must be a dotted Python module name such as pkg.train."},
+    )
+    code = CodeSerializer(required=False)
+    runtime = RuntimeSerializer(required=False)
     args = serializers.ListField(child=serializers.CharField(max_length=4096, allow_blank=True), default=list, max_length=256)
     env = serializers.DictField(child=serializers.CharField(max_length=8192, allow_blank=True), default=dict)
     resources = ResourcesSerializer(required=False)
@@ -137,7 +165,8 @@ class JobSpecSerializer(serializers.Serializer):
                 raise serializers.ValidationError({key: ["unknown field."] for key in unknown})
         value = super().to_internal_value(data)
         # Nested serializers with required=False leave absent sections out; fill their defaults.
-        for section in ("resources", "placement", "distributed", "scaling", "checkpointing", "fault_tolerance", "compression"):
+        for section in ("resources", "placement", "distributed", "scaling", "checkpointing", "fault_tolerance",
+                        "compression", "runtime"):
             if section not in value:
                 value[section] = self.fields[section].to_internal_value({})
         return value
@@ -163,8 +192,7 @@ class JobSpecSerializer(serializers.Serializer):
                 raise serializers.ValidationError({"model": ["give either model or entrypoint, not both."]})
             attrs["entrypoint"] = recipe
             attrs["model"] = model
-        if not attrs.get("entrypoint"):
-            raise serializers.ValidationError({"entrypoint": ["this field is required (or give a built-in model)."]})
+        self._validate_code(attrs)
         resources = attrs["resources"]
         if "gpus_per_worker" in resources:
             resources["gpus_per_node"] = resources["gpus_per_worker"]
@@ -182,6 +210,36 @@ class JobSpecSerializer(serializers.Serializer):
         except ValueError as exc:
             raise serializers.ValidationError({"hyperparameters": [str(exc)]}) from exc
         return attrs
+
+
+    def _validate_code(self, attrs: dict[str, Any]) -> None:
+        """A job runs a built-in recipe, or an entrypoint script or module of the user's own bundle."""
+        code, module, entrypoint = attrs.get("code"), attrs.get("module"), attrs.get("entrypoint")
+        if module and entrypoint:
+            raise serializers.ValidationError({"module": ["give either module or entrypoint, not both."]})
+        if not code:
+            if module:
+                raise serializers.ValidationError({"module": ["a module runs from the job's code: give code.bundle too."]})
+            if attrs.get("runtime", {}).get("pip"):
+                raise serializers.ValidationError({"runtime": {"pip": ["the built-in recipes take no extra packages."]}})
+            if not entrypoint:
+                raise serializers.ValidationError({"entrypoint": ["this field is required (or give a built-in model)."]})
+            if entrypoint not in builtin_recipes():
+                raise serializers.ValidationError({"entrypoint": [
+                    f"unknown recipe {entrypoint!r}; built-in recipes: {', '.join(builtin_recipes())} "
+                    "(or upload your own code and give code.bundle)."]})
+            return
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        bundle = bundle_for_user(sha256=code["bundle"], user=user) if user is not None else None
+        if bundle is None:
+            raise serializers.ValidationError({"code": {"bundle": [
+                "no such bundle for this user; upload it first (PUT /api/bundles/{sha256}, or `torchyard run`)."]}})
+        if not (entrypoint or module):
+            raise serializers.ValidationError({"entrypoint": ["give the script to run (a path in the bundle) or a module."]})
+        if entrypoint and not bundle.has_file(entrypoint):
+            raise serializers.ValidationError({"entrypoint": [f"{entrypoint!r} is not a file of bundle {bundle}."]})
+        attrs["code"] = {"bundle": bundle.sha256, "size": bundle.size}
 
 
 def world_size_of(spec: dict[str, Any]) -> int:

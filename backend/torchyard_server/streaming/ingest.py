@@ -21,6 +21,7 @@ from channels.layers import get_channel_layer
 from django.db import close_old_connections, transaction
 from torchyard import protocol
 
+from ..artifacts.services import artifacts_record
 from ..checkpoints.services import checkpoint_record
 from ..jobs.models import Job, JobNode
 from ..jobs.serializers import job_summary_data
@@ -32,7 +33,7 @@ from . import groups
 from .models import JobEvent
 
 log = logging.getLogger(__name__)
-PERSISTED = {protocol.STATE, protocol.LOG, protocol.METRIC, protocol.RESOURCE, protocol.CHECKPOINT}
+PERSISTED = {protocol.STATE, protocol.LOG, protocol.METRIC, protocol.RESOURCE, protocol.CHECKPOINT, protocol.ARTIFACT}
 ENVELOPE = {"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts", "key"}
 CONSUMER = "controller"
 MACHINES_EVERY = 2.0
@@ -167,6 +168,9 @@ class Ingest:
                 metrics[row.job_id].append({**row.payload, "rank": row.rank, "node": row.node_id})
             elif row.type == protocol.CHECKPOINT:
                 checkpoint_record(event={**row.payload, "job": row.job_id, "attempt": row.attempt})
+            elif row.type == protocol.ARTIFACT:
+                artifacts_record(event={**row.payload, "job": row.job_id, "attempt": row.attempt,
+                                        "node_rank": row.node_rank})
         for job_id, items in metrics.items():
             job_record_progress(job_id=job_id, metrics=items)
 

@@ -47,10 +47,14 @@ def fetch_config(server: str, token: str, timeout: float = 10.0) -> dict[str, An
 
 
 class Agent:
-    def __init__(self, *, token: str, redis_url: str, work_dir: Path, concurrency: int = 4):
+    def __init__(self, *, token: str, redis_url: str, work_dir: Path, concurrency: int = 4,
+                 server_url: str = "", python: str = ""):
         self.machine_id, _ = protocol.parse_machine_token(token)
         self.token = token
         self.redis_url = redis_url
+        self.server_url = server_url
+        # The Python the ranks run with: the machine's training environment, which may not be ours.
+        self.python = python
         self.work_dir = work_dir
         self.concurrency = concurrency
         self.queue = protocol.machine_queue(self.machine_id)
@@ -104,6 +108,10 @@ class Agent:
         def launch_node(launch: dict[str, Any]) -> dict[str, Any]:
             node = NodeLaunch.from_dict(launch)
             node.redis_url = self.redis_url
+            node.server_url = self.server_url
+            node.machine_token = self.token
+            node.python = self.python
+            node.cache_dir = str(self.work_dir / "cache")
             result = runs.launch_node(self.work_dir, node, self.publish)
             log.info("launch job %s attempt %s node %s: %s", node.job_id, node.attempt, node.node_rank, result)
             return result

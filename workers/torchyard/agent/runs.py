@@ -60,7 +60,10 @@ def launch_node(work_dir: Path, launch: NodeLaunch, publish) -> dict[str, Any]:
         if pid is not None or (directory / "result.json").exists():
             return {"started": False, "pid": pid, "reason": "already launched"}
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / "launch.json").write_text(json.dumps(launch.to_dict(), indent=2))
+        # It holds the machine token (to fetch code bundles): readable by the agent's user only.
+        fd = os.open(directory / "launch.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(launch.to_dict(), indent=2))
         with open(directory / "supervisor.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "torchyard.supervisor", str(directory)],

@@ -26,6 +26,7 @@ CONFIG_FILE = "config.json"
 TORCHRUN_LOG_FILE = "torchrun.log"  # torchrun's own stdout and stderr
 TORCHRUN_LOG_DIR = "torchrun"  # per-rank files: <rdzv_id>_<rand>/attempt_0/<local_rank>/std{out,err}.log
 SOCKET_FILE = "events.sock"
+OUTPUT_DIR = "outputs"  # $TORCHYARD_OUTPUT_DIR: under the node's working directory
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL; keep a margin.
 MAX_SOCKET_PATH_BYTES = 100
@@ -84,14 +85,17 @@ def rdzv_id(launch: NodeLaunch) -> str:
     return f"torchyard-{launch.job_id}-{launch.attempt}"
 
 
-def build_torchrun_argv(launch: NodeLaunch, run_dir: Path, script: Path) -> list[str]:
+def build_torchrun_argv(launch: NodeLaunch, run_dir: Path, script: Path | None, *, python: str | None = None) -> list[str]:
     """The torchrun argv for one node: an argument list for exec, never a shell string.
 
     `--max-restarts 0` because the controller owns restarts; `--redirects 3` with `--log-dir` gives
-    per-rank stdout/stderr files the supervisor tails and tags with global ranks.
+    per-rank stdout/stderr files the supervisor tails and tags with global ranks. With `script`
+    None the launch's module runs, as `torchrun -m`. `python` is the interpreter of the ranks
+    (the machine's training Python, or the job's prepared environment).
     """
+    target = ["-m", launch.module] if script is None else [str(script)]
     return [
-        sys.executable,
+        python or sys.executable,
         "-m",
         "torch.distributed.run",
         "--nnodes",
@@ -115,16 +119,19 @@ def build_torchrun_argv(launch: NodeLaunch, run_dir: Path, script: Path) -> list
         str(Path(run_dir) / TORCHRUN_LOG_DIR),
         "--redirects",
         "3",
-        str(script),
+        *target,
         *[str(arg) for arg in launch.args],
     ]
 
 
-def build_env(launch: NodeLaunch, run_dir: Path, base_env: Mapping[str, str]) -> dict[str, str]:
+def build_env(launch: NodeLaunch, run_dir: Path, base_env: Mapping[str, str],
+              workdir: Path | None = None) -> dict[str, str]:
     """The environment of torchrun and its workers: base_env, then launch.env, then Torchyard's own.
 
     Torchyard's variables win over the user's: the job/attempt/node-rank triple is how strays are
-    found and killed, so a launch must not be able to mask it.
+    found and killed, so a launch must not be able to mask it. `workdir` is where the ranks run
+    (the copy of the job's bundle); it goes on PYTHONPATH so the project's own packages import
+    from any script in it.
     """
     env = dict(base_env)
     env.update({str(k): str(v) for k, v in launch.env.items()})
@@ -143,10 +150,14 @@ def build_env(launch: NodeLaunch, run_dir: Path, base_env: Mapping[str, str]) ->
             protocol.ENV_CHECKPOINT_URL: launch.checkpoint_url,
             protocol.ENV_RESUME_MANIFEST: launch.resume_manifest,
             protocol.ENV_DIST_BACKEND: launch.backend,
+            protocol.ENV_OUTPUT_DIR: str((Path(workdir) if workdir else run_dir) / OUTPUT_DIR),
             "PYTHONUNBUFFERED": "1",
         }
     )
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(PACKAGE_PARENT) not in paths:
-        env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_PARENT), *paths])
+        paths.insert(0, str(PACKAGE_PARENT))
+    if workdir is not None and Path(workdir) != run_dir and str(Path(workdir).resolve()) not in paths:
+        paths.insert(0, str(Path(workdir).resolve()))
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     return env

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,8 +30,10 @@ from typing import Any
 from torchyard import protocol
 from torchyard.protocol import NodeLaunch
 
+from . import prepare
 from .argv import (
     CONFIG_FILE,
+    OUTPUT_DIR,
     PID_FILE,
     RESULT_FILE,
     TORCHRUN_LOG_DIR,
@@ -42,6 +45,7 @@ from .argv import (
     resolve_entrypoint,
 )
 from .event_socket import EventSocket
+from .outputs import collect_outputs
 from .proctree import TreeSampler, kill_processes, process_tree, sweep_job_processes
 from .publisher import EventPublisher
 from .tail import FileTail, RankLogTailer
@@ -64,6 +68,7 @@ class SupervisorState(StrEnum):
     """Where one supervisor is in its life.
 
     INIT       reading the launch, checking the entrypoint and the master port; torchrun not started.
+    PREPARING  fetching the user's code bundle and building its environment (jobs with code only).
     RUNNING    torchrun started; tailing, publishing, heart-beating.
     STOPPING   a stop was requested or the watchdog fired: torchrun's group got SIGTERM (or SIGKILL
                from the watchdog), SIGKILL follows after the grace period.
@@ -73,6 +78,7 @@ class SupervisorState(StrEnum):
     """
 
     INIT = "init"
+    PREPARING = protocol.NODE_PREPARING
     RUNNING = "running"
     STOPPING = "stopping"
     COMPLETED = protocol.NODE_COMPLETED
@@ -133,6 +139,10 @@ class SupervisorSettings:
                     raise ValueError(f"{name} must be positive, got {raw!r}")
                 overrides[key] = value
         return cls(**overrides)
+
+
+class _StopRequested(Exception):
+    """A stop arrived while the node was still preparing."""
 
 
 @dataclass(frozen=True)
@@ -215,8 +225,14 @@ class NodeSupervisor:
         self._first_failure: tuple[int, int] | None = None  # (exit code, local rank) as torchrun names it
         self._watchdog_fired = False
         self._sampler = TreeSampler()
+        # Where torchrun runs and with which Python: the run directory and the agent's Python for
+        # the built-in recipes; a fresh copy of the bundle and its cached environment otherwise.
+        self.workdir = self.run_dir
+        self.python = launch.python or sys.executable
+        self._next_prep_beat = 0.0
         keep = self.settings.last_lines
         self._recent: dict[str, deque[dict[str, Any]]] = {
+            "prepare": deque(maxlen=keep),
             "stderr": deque(maxlen=keep),
             "stdout": deque(maxlen=keep),
             "torchrun": deque(maxlen=keep),
@@ -283,7 +299,13 @@ class NodeSupervisor:
     def _supervise(self) -> _Outcome:
         node = f"node rank {self.launch.node_rank}"
         try:
-            script = resolve_entrypoint(self.launch.entrypoint, self.code_root)
+            self._prepare()
+        except prepare.PrepareError as exc:
+            return _Outcome(SupervisorState.FAILED, None, f"{node}: {exc}; torchrun not started")
+        except _StopRequested:
+            return _Outcome(SupervisorState.STOPPED, None, "stop requested while preparing")
+        try:
+            script = None if self.launch.module else resolve_entrypoint(self.launch.entrypoint, self.code_root)
         except EntrypointError as exc:
             return _Outcome(SupervisorState.FAILED, None, f"{node}: {exc}; torchrun not started")
         if self.launch.node_rank == 0 and master_port_in_use(self.launch.master_port):
@@ -297,16 +319,124 @@ class NodeSupervisor:
         exit_code = self._monitor()
         return self._outcome(exit_code)
 
-    def _start_torchrun(self, script: Path) -> None:
+    # --- preparing (the user's code) ---------------------------------------------------------------
+    def _prepare(self) -> None:
+        """Fetch the bundle into the machine's cache, copy it into a fresh working directory, and
+        build (or reuse) the environment its requirements need. Nothing to do for a recipe."""
+        if not self.launch.code:
+            return
+        sha256 = str(self.launch.code["bundle"])
+        self.state = SupervisorState.PREPARING
+        self.publisher.emit(protocol.STATE, status=protocol.NODE_PREPARING,
+                            reason=f"preparing code bundle {sha256[:12]}", supervisor_pid=os.getpid(),
+                            hostname=socket.gethostname())
+        self._prep_tick()
+        cache = Path(self.launch.cache_dir) if self.launch.cache_dir else self.run_dir / "cache"
+        bundle_dir = prepare.cached_bundle(self.launch, cache, wait=self._prep_tick, say=self._publish_prepare_line)
+        self.workdir = prepare.make_workdir(bundle_dir, self.run_dir / "work")
+        self.code_root = self.workdir
+        requirements = prepare.requirements_for(self.workdir, self.launch.pip)
+        if requirements:
+            self.python = self._prepare_environment(cache, requirements)
+        self._prep_tick()
+
+    def _prepare_environment(self, cache: Path, requirements: list[str]) -> str:
+        """The Python of a virtualenv holding `requirements` on top of the training Python's packages."""
+        key = prepare.environment_key(self.python, requirements, self.workdir)
+        envs = cache / "envs"
+        env_dir, marker = envs / key, envs / f"{key}{prepare.OK_SUFFIX}"
+        env_python = str(env_dir / "bin" / "python")
+        if marker.exists():
+            self._publish_prepare_line(f"environment {key} is in this machine's cache")
+            return env_python
+        with prepare.cache_lock(envs / f"{key}.lock", wait=self._prep_tick):
+            if marker.exists():
+                self._publish_prepare_line(f"environment {key} is in this machine's cache")
+                return env_python
+            started = time.monotonic()
+            shutil.rmtree(env_dir, ignore_errors=True)
+            self._publish_prepare_line(f"creating environment {key} for {len(requirements)} requirement(s)")
+            code = self._run_prepare_step(
+                [self.python, "-m", "venv", "--system-site-packages", "--without-pip", str(env_dir)])
+            if code != 0:
+                raise prepare.PrepareError(f"could not create a virtualenv with {self.python} (exit {code})")
+            site_dirs = sorted(env_dir.glob("lib/python*/site-packages"))
+            if site_dirs:
+                # The training Python's own packages (its torch above all) stay importable.
+                parents = prepare.site_packages(self.python)
+                (site_dirs[0] / "_torchyard_parent_env.pth").write_text("\n".join(parents) + "\n")
+            argv = [sys.executable, "-m", "pip", "--python", env_python, "install", "--disable-pip-version-check",
+                    "--no-input", "--progress-bar", "off"]
+            if (self.workdir / prepare.REQUIREMENTS_FILE).is_file():
+                argv += ["-r", prepare.REQUIREMENTS_FILE]
+            argv += list(self.launch.pip)
+            code = self._run_prepare_step(argv)
+            if code != 0:
+                shutil.rmtree(env_dir, ignore_errors=True)
+                errors = [r["line"] for r in self._recent["prepare"] if "ERROR" in r["line"]]
+                detail = errors[-1] if errors else f"pip exited with code {code}"
+                raise prepare.PrepareError(f"installing the requirements failed: {detail}")
+            marker.write_text(json.dumps({"requirements": requirements, "created_at": time.time()}))
+            self._publish_prepare_line(f"environment {key} ready in {time.monotonic() - started:.1f}s")
+        return env_python
+
+    def _run_prepare_step(self, argv: list[str]) -> int:
+        """Run one preparation command (never a shell), streaming its output as the node's log lines
+        and heart-beating meanwhile; a stop request ends it."""
+        log_path = self.run_dir / "prepare.log"
+        with open(log_path, "ab") as output:
+            start = output.tell()
+            proc = subprocess.Popen(argv, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=output,
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, "PIP_NO_INPUT": "1"})
+        tail = FileTail(log_path)
+        if start:
+            tail.read_lines()  # skip earlier steps' output
+        try:
+            while True:
+                code = proc.poll()
+                for line in tail.read_lines(final=code is not None):
+                    self._publish_prepare_line(line, source="pip" if "pip" in argv else "prepare")
+                if code is not None:
+                    return code
+                try:
+                    self._prep_tick()
+                except _StopRequested:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    raise
+                time.sleep(self.settings.poll_interval_s)
+        finally:
+            tail.close()
+
+    def _prep_tick(self) -> None:
+        """Heartbeats while preparing (the controller would call a silent node lost) and stop checks."""
+        now = time.monotonic()
+        if now >= self._next_prep_beat:
+            self.publisher.emit(protocol.HEARTBEAT, status=self.state.value, pid=None,
+                                pending_events=self.publisher.pending)
+            self._next_prep_beat = now + max(self.launch.heartbeat_interval, self.settings.poll_interval_s)
+        self.publisher.flush()
+        if self._stop_signal is not None:
+            raise _StopRequested()
+
+    def _publish_prepare_line(self, line: str, source: str = "prepare") -> None:
+        self._recent["prepare"].append({"rank": None, "stream": "stdout", "line": line})
+        self.publisher.emit(protocol.LOG, stream="stdout", line=line, source=source)
+
+    # --- torchrun ----------------------------------------------------------------------------------
+    def _start_torchrun(self, script: Path | None) -> None:
         write_json_atomic(self.run_dir / CONFIG_FILE, self.launch.config)
+        (self.workdir / OUTPUT_DIR).mkdir(parents=True, exist_ok=True)
         self._socket = EventSocket(event_socket_path(self.run_dir))
         self._tailer = RankLogTailer(self.run_dir / TORCHRUN_LOG_DIR, self.launch.nproc_per_node)
         torchrun_log = self.run_dir / TORCHRUN_LOG_FILE
         with open(torchrun_log, "wb") as output:  # truncated: the tail reads it from the start
             self._proc = subprocess.Popen(
-                build_torchrun_argv(self.launch, self.run_dir, script),
-                env=build_env(self.launch, self.run_dir, os.environ),
-                cwd=self.run_dir,
+                build_torchrun_argv(self.launch, self.run_dir, script, python=self.python),
+                env=build_env(self.launch, self.run_dir, os.environ, workdir=self.workdir),
+                cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
@@ -472,6 +602,7 @@ class NodeSupervisor:
             lambda: swept.extend(self._sweep() if self._proc is not None else []),
             lambda: self._drain_local_sources(final=True),
             self._close_local_sources,
+            self._collect_outputs,
         ]
         for step in steps:
             try:
@@ -479,6 +610,22 @@ class NodeSupervisor:
             except Exception:
                 log.exception("while winding down")
         return swept
+
+    def _collect_outputs(self) -> None:
+        """Copy what the node wrote under its output directory into the store; one `artifact` event
+        per batch of files, before the final state, so a finished job lists them all."""
+        output_dir = self.workdir / OUTPUT_DIR
+        if self._proc is None or not output_dir.is_dir():
+            return
+        destination = f"{self.launch.checkpoint_url.rstrip('/')}/artifacts/attempt-{self.launch.attempt}/node-{self.launch.node_rank}"
+        collected, failures = collect_outputs(output_dir, destination)
+        for start in range(0, len(collected), 200):
+            self.publisher.emit(protocol.ARTIFACT, files=collected[start:start + 200])
+        for failure in failures:
+            self._publish_supervisor_line(f"could not collect output {failure}")
+        if collected:
+            total = sum(f["size"] for f in collected)
+            self._publish_supervisor_line(f"collected {len(collected)} output file(s), {total / 1e6:.1f} MB")
 
     def _sweep(self) -> list[int]:
         swept = sweep_job_processes(
@@ -525,8 +672,10 @@ class NodeSupervisor:
         self.publisher.emit(protocol.STATE, **payload)
 
     def _last_lines(self) -> list[dict[str, Any]]:
-        """The newest lines that explain a failure: workers' stderr, else their stdout, else torchrun's."""
-        for stream in ("stderr", "stdout", "torchrun"):
+        """The newest lines that explain a failure: the preparation's when torchrun never started, else
+        the workers' stderr, else their stdout, else torchrun's."""
+        streams = ("stderr", "stdout", "torchrun") if self._proc is not None else ("prepare",)
+        for stream in streams:
             if self._recent[stream]:
                 return list(self._recent[stream])
         return []

@@ -1,0 +1,96 @@
+"""A job's artifacts: listed, downloaded one by one (streamed from the store), or all as one zip."""
+
+from __future__ import annotations
+
+import tempfile
+import zipfile
+
+from django.http import FileResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiTypes, extend_schema
+from rest_framework.exceptions import NotFound
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..checkpoints.storage import OutsideJobStore, storage_for
+from ..jobs.models import Job
+from .models import Artifact
+from .serializers import ArtifactOut
+
+CHUNK = 1 << 20
+
+
+def artifact_response(artifact: Artifact) -> FileResponse:
+    try:
+        storage, key = storage_for(artifact.uri, artifact.job_id)
+        handle = storage.open(key, "rb")
+    except (OutsideJobStore, OSError, ValueError) as exc:
+        raise NotFound(f"artifact unavailable: {exc}") from None
+    response = FileResponse(handle, as_attachment=True, filename=artifact.path.rsplit("/", 1)[-1],
+                            content_type="application/octet-stream")
+    response["X-Artifact-Sha256"] = artifact.sha256
+    return response
+
+
+class JobArtifactsView(APIView):
+    @extend_schema(responses=ArtifactOut(many=True))
+    def get(self, request, job_id: int):
+        job = get_object_or_404(Job, pk=job_id)
+        return Response(ArtifactOut(job.artifacts.all(), many=True).data)
+
+
+class JobArtifactFileView(APIView):
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+    def get(self, request, job_id: int, artifact_id: int):
+        return artifact_response(get_object_or_404(Artifact, pk=artifact_id, job_id=job_id))
+
+
+class JobArtifactArchiveView(APIView):
+    """Every artifact of the job in one zip: attempt-<a>/node-<r>/<path>."""
+
+    @extend_schema(responses={(200, "application/zip"): OpenApiTypes.BINARY})
+    def get(self, request, job_id: int):
+        job = get_object_or_404(Job, pk=job_id)
+        spool = tempfile.SpooledTemporaryFile(max_size=32 << 20)  # noqa: SIM115 - FileResponse closes it
+        with zipfile.ZipFile(spool, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+            for artifact in job.artifacts.all():
+                try:
+                    storage, key = storage_for(artifact.uri, job.pk)
+                    source = storage.open(key, "rb")
+                except (OutsideJobStore, OSError, ValueError):
+                    continue
+                name = f"attempt-{artifact.attempt}/node-{artifact.node_rank}/{artifact.path}"
+                with source, archive.open(name, "w", force_zip64=True) as target:
+                    while chunk := source.read(CHUNK):
+                        target.write(chunk)
+        spool.seek(0)
+        return FileResponse(spool, as_attachment=True, filename=f"job-{job.pk}-artifacts.zip",
+                            content_type="application/zip")
+
+
+# --- seed 000's aliases ---------------------------------------------------------------------------
+class LocalJobFileView(APIView):
+    """`/api/network/local_job_file/{job_id}/{key}`: the output file at path `key` (the newest
+    attempt's, the lowest node rank's when several nodes wrote it)."""
+
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+    def get(self, request, job_id: int, key: str):
+        job = get_object_or_404(Job, pk=job_id)
+        artifact = job.artifacts.filter(path=key).order_by("-attempt", "node_rank").first()
+        if artifact is None:
+            raise NotFound(f"job {job_id} has no output file {key!r}.")
+        return artifact_response(artifact)
+
+
+class LocalJobOutputView(APIView):
+    """`/api/network/local_job_output/{job_id}`: the job's status, its output files and its last log lines."""
+
+    def get(self, request, job_id: int):
+        job = get_object_or_404(Job, pk=job_id)
+        lines = job.events.filter(type="log").order_by("-id")[:100]
+        return Response({
+            "job_id": job.pk,
+            "status": job.status,
+            "files": ArtifactOut(job.artifacts.all(), many=True).data,
+            "output": [f"[rank {e.rank}] {e.payload.get('line', '')}" for e in reversed(list(lines))],
+        })

@@ -1,0 +1,52 @@
+"""Collect a node's outputs (what it wrote under $TORCHYARD_OUTPUT_DIR) into the store as artifacts.
+
+Files go to `<job's store folder>/artifacts/attempt-<a>/node-<r>/<path>`: each node's apart, so two
+nodes writing `model.pt` keep both. Symlinks and special files are skipped: only what the job wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from torchyard.bundles import sha256_file
+
+
+def _upload(source: Path, uri: str) -> None:
+    parsed = urlparse(uri)
+    if parsed.scheme == "s3":
+        from torchyard.sdk.checkpoint.stores import s3_client
+
+        s3_client().upload_file(str(source), parsed.netloc, parsed.path.lstrip("/"))
+        return
+    target = Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(uri)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+def collect_outputs(output_dir: Path, destination: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Upload every regular file under output_dir below `destination` (a file:// or s3:// URL).
+
+    Returns ([{"path", "size", "sha256", "uri"}], ["path: why it failed"])."""
+    collected, failures = [], []
+    for root, dirs, files in os.walk(output_dir, followlinks=False):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(root) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            relative = path.relative_to(output_dir).as_posix()
+            uri = f"{destination.rstrip('/')}/{relative}"
+            try:
+                size, digest = path.stat().st_size, sha256_file(path)
+                _upload(path, uri)
+            except Exception as exc:  # one unreadable file must not lose the others
+                failures.append(f"{relative}: {exc}")
+                continue
+            collected.append({"path": relative, "size": size, "sha256": digest, "uri": uri})
+    return collected, failures

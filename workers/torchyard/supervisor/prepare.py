@@ -1,0 +1,202 @@
+"""What a node needs before torchrun starts, when it runs the user's own code: the bundle, fetched
+once per machine into a cache and verified, a fresh working directory with its content, and a
+virtual environment for its requirements, cached by what determines it.
+
+Cache layout under the machine's cache folder (shared by every node of every job on the machine):
+
+    bundles/<sha256>/            the unpacked bundle, read-only by convention
+    bundles/<sha256>.ok          written once it is complete (a half-unpacked bundle has none)
+    envs/<key>/                  a virtualenv: --system-site-packages, plus the training Python's
+                                 own site-packages through a .pth, so its torch is reused
+    envs/<key>.ok                written once pip succeeded
+
+Concurrent nodes on one machine serialize on `<name>.lock` (flock): the first one does the work,
+the others find the `.ok` marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from torchyard import bundles
+from torchyard.protocol import NodeLaunch
+
+REQUIREMENTS_FILE = "requirements.txt"
+OK_SUFFIX = ".ok"
+_CHUNK = 1 << 20
+
+
+class PrepareError(RuntimeError):
+    """Preparing the node failed; the message says why, for the job's failure reason."""
+
+
+# --- locks ----------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def cache_lock(path: Path, *, wait: Callable[[], None]) -> Iterator[None]:
+    """An exclusive flock on `path`, polled so that `wait` (heartbeats) runs while another node holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                wait()
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --- the bundle -----------------------------------------------------------------------------------
+def download_bundle(launch: NodeLaunch, dest: Path) -> None:
+    """Fetch the archive: straight from S3 when the store is S3, from the server with the machine's
+    token otherwise (or from the store's directory when this machine can see it)."""
+    uri = str(launch.code.get("uri") or "")
+    sha256 = launch.code["bundle"]
+    parsed = urlparse(uri)
+    if parsed.scheme == "s3":
+        from torchyard.sdk.checkpoint.stores import s3_client
+
+        try:
+            s3_client().download_file(parsed.netloc, parsed.path.lstrip("/"), str(dest))
+            return
+        except Exception as exc:  # boto3 raises many kinds; all mean the same here
+            if not launch.server_url:
+                raise PrepareError(f"cannot fetch bundle {sha256[:12]} from {uri}: {exc}") from exc
+    if launch.server_url:
+        request = urllib.request.Request(
+            f"{launch.server_url.rstrip('/')}/api/agent/bundles/{sha256}",
+            headers={"Authorization": f"Machine {launch.machine_token}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response, open(dest, "wb") as out:
+                shutil.copyfileobj(response, out, _CHUNK)
+            return
+        except (urllib.error.URLError, OSError) as exc:
+            raise PrepareError(f"cannot fetch bundle {sha256[:12]} from {launch.server_url}: {exc}") from exc
+    if parsed.scheme == "file" and Path(unquote(parsed.path)).is_file():
+        shutil.copyfile(unquote(parsed.path), dest)
+        return
+    raise PrepareError(
+        f"cannot fetch bundle {sha256[:12]}: this agent was started without --server and cannot see {uri}"
+    )
+
+
+def cached_bundle(launch: NodeLaunch, cache_dir: Path, *, wait: Callable[[], None],
+                  say: Callable[[str], None]) -> Path:
+    """The unpacked bundle of `launch` in the machine's cache, fetched, verified and unpacked once."""
+    sha256 = launch.code["bundle"]
+    root = cache_dir / "bundles"
+    final = root / sha256
+    marker = root / f"{sha256}{OK_SUFFIX}"
+    if marker.exists():
+        say(f"code bundle {sha256[:12]} is in this machine's cache")
+        return final
+    with cache_lock(root / f"{sha256}.lock", wait=wait):
+        if marker.exists():
+            say(f"code bundle {sha256[:12]} is in this machine's cache")
+            return final
+        started = time.monotonic()
+        archive = root / f".{sha256}.{os.getpid()}.part"
+        try:
+            download_bundle(launch, archive)
+            digest = bundles.sha256_file(archive)
+            if digest != sha256:
+                raise PrepareError(f"bundle {sha256[:12]} failed verification: its bytes hash to {digest[:12]}")
+            shutil.rmtree(final, ignore_errors=True)  # an earlier, interrupted unpack
+            try:
+                bundles.unpack(archive, final)
+            except bundles.BundleError as exc:
+                raise PrepareError(f"bundle {sha256[:12]} refused: {exc}") from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                archive.unlink()
+        marker.write_text(json.dumps({"fetched_at": time.time()}))
+        say(f"fetched and unpacked code bundle {sha256[:12]} in {time.monotonic() - started:.1f}s")
+    return final
+
+
+def make_workdir(bundle_dir: Path, workdir: Path) -> Path:
+    """A fresh, writable copy of the bundle for one node: nothing a job writes reaches the cache."""
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    shutil.copytree(bundle_dir, workdir, symlinks=True)
+    return workdir
+
+
+# --- the environment ------------------------------------------------------------------------------
+def _local_paths(requirements: list[str], workdir: Path) -> list[Path]:
+    """Files and folders a requirements list names by path (local packages, wheels, -r/-c files)."""
+    found = []
+    for line in requirements:
+        line = line.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        for token in shlex.split(line, comments=False, posix=True):
+            token = token.removeprefix("file:")
+            if token.startswith("-"):
+                continue
+            candidate = (workdir / token).resolve()
+            if (token.startswith((".", "/")) or token.endswith((".whl", ".tar.gz", ".zip"))) and candidate.exists():
+                found.append(candidate)
+    return found
+
+
+def _hash_path(digest, path: Path) -> None:
+    if path.is_file():
+        digest.update(str(path.name).encode())
+        digest.update(bundles.sha256_file(path).encode())
+        return
+    for item in sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(item.relative_to(path)).encode())
+        digest.update(bundles.sha256_file(item).encode())
+
+
+def requirements_for(workdir: Path, pip: list[str]) -> list[str]:
+    """requirements.txt of the bundle (when present), then the spec's runtime.pip."""
+    lines: list[str] = []
+    path = workdir / REQUIREMENTS_FILE
+    if path.is_file():
+        lines.extend(path.read_text(encoding="utf-8", errors="replace").splitlines())
+    lines.extend(pip)
+    return [line for line in lines if line.strip() and not line.strip().startswith("#")]
+
+
+def environment_key(python: str, requirements: list[str], workdir: Path) -> str:
+    """Same interpreter, same requirements, same local packages: the same environment."""
+    digest = hashlib.sha256()
+    digest.update(os.path.realpath(python).encode())
+    digest.update(b"\0".join(line.strip().encode() for line in requirements))
+    nested: list[str] = []
+    for path in _local_paths(requirements, workdir):
+        if path.is_file() and path.suffix == ".txt":
+            nested.extend(path.read_text(encoding="utf-8", errors="replace").splitlines())
+        _hash_path(digest, path)
+    for path in _local_paths(nested, workdir):
+        _hash_path(digest, path)
+    return digest.hexdigest()[:24]
+
+
+def site_packages(python: str) -> list[str]:
+    """The site-packages folders of the training Python (its venv's too, which --system-site-packages
+    alone would miss when that Python is itself a virtualenv)."""
+    out = subprocess.run(
+        [python, "-c", "import json, site, sys; print(json.dumps(site.getsitepackages() + [site.getusersitepackages()]))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    return [p for p in json.loads(out.stdout) if os.path.isdir(p)]
