@@ -168,7 +168,7 @@ class JobSpecSerializer(serializers.Serializer):
         for section in ("resources", "placement", "distributed", "scaling", "checkpointing", "fault_tolerance",
                         "compression", "runtime"):
             if section not in value:
-                value[section] = self.fields[section].to_internal_value({})
+                value[section] = self.fields[section].run_validation({})
         return value
 
     def validate_entrypoint(self, value: str) -> str:
