@@ -209,8 +209,19 @@ class Stack:
         self.stopping.set()
         if not hasattr(self, "_lock"):
             return  # nothing of ours started
-        # Training first, while the agents and the event path still run to report it. Jobs it
-        # interrupts resume from their last checkpoint on the next start, without using a restart.
+        try:
+            self._stop_training()
+        finally:
+            # Whatever failed above, no child may outlive the launcher: an orphaned agent or ingest
+            # loop would go on consuming the queues and the event stream of the next stack.
+            self._stop_children()
+            if self.redis is not None:
+                self.redis.stop()
+        _say("stopped")
+
+    def _stop_training(self) -> None:
+        """Training first, while the agents and the event path still run to report it. Jobs it
+        interrupts resume from their last checkpoint on the next start, without using a restart."""
         from torchyard.agent.runs import stop_all
 
         if self._database_ready:
@@ -223,12 +234,18 @@ class Stack:
                                              "last checkpoint when Torchyard starts again")
                 if interrupted:
                     _say(f"interrupted job(s) {', '.join(map(str, interrupted))}: they resume on the next start")
+                connections.close_all()
             except Exception as exc:  # the database may be what failed; stopping must go on
                 _say(f"could not mark running jobs as interrupted: {exc}")
-            connections.close_all()
-
         for index in range(self.agents):
-            stop_all(self.data_dir / "agents" / f"local-{index}")
+            try:
+                stop_all(self.data_dir / "agents" / f"local-{index}")
+            except Exception as exc:
+                _say(f"could not stop the training of local-{index}: {exc}")
+
+    def _stop_children(self) -> None:
+        """SIGTERM every child's process group (Celery's beat child is in its worker's), SIGKILL
+        what is still there after the grace period."""
         for child in reversed(self.children):
             if child.proc and child.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -241,13 +258,10 @@ class Stack:
                 child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _say(f"{child.name} did not stop in {STOP_GRACE:.0f}s; killing it")
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.proc.pid, signal.SIGKILL)
-                child.proc.wait()
-        if self.redis is not None:
-            self.redis.stop()
-        _say("stopped")
-
+            # The group too: a child that exited may leave a forked helper (beat) behind.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.proc.pid, signal.SIGKILL)
+            child.proc.wait()
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torchyard-server", description=__doc__,

@@ -58,6 +58,7 @@ network_aliases = [
     path("api/network/distributed/dispatch", network.DistributedDispatchView.as_view()),
     path("api/network/distributed/status/<int:job_id>", network.DistributedStatusView.as_view()),
     path("api/network/distributed/stop/<int:job_id>", network.DistributedStopView.as_view()),
+    path("api/network/prepare_dependencies", network.PrepareDependenciesView.as_view()),
     path("api/network/local_job_output/<int:job_id>", artifacts.LocalJobOutputView.as_view()),
     path("api/network/local_job_file/<int:job_id>/<path:key>", artifacts.LocalJobFileView.as_view()),
     path("api/tasks/distributed/suggest_machines", network.SuggestMachinesView.as_view()),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -125,15 +126,19 @@ class Stack:
 
     def stop(self) -> None:
         if self.process.poll() is None:
+            # Everything the stack started, taken while the launcher still parents it: whatever
+            # survives the launcher's own shutdown is ended here, or it would consume the next
+            # stack's queues and event stream (they share the test Redis database).
+            started = psutil.Process(self.process.pid).children(recursive=True)
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                # The launcher put every child in its own session: end them by the process group ids.
-                for child in psutil.Process(self.process.pid).children(recursive=True):
-                    child.kill()
                 self.process.kill()
                 self.process.wait()
+            for child in started:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
 
 
 def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2) -> Stack:

@@ -8,6 +8,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,35 @@ def test_a_module_entrypoint_runs_and_a_failed_install_fails_before_any_rank(pg_
     assert "installing the requirements failed" in failed["status_reason"], failed["status_reason"]
     assert "torchrun not started" in failed["status_reason"]
     assert not any(e.get("source") == "worker" for e in pg_stack.logs(broken["id"]))
+
+
+def test_prepare_dependencies_warms_every_machine_before_the_job(pg_stack, tmp_path):
+    from .user_project import build_wheel
+
+    project = tmp_path / "warm"
+    project.mkdir()
+    (project / "show.py").write_text("import tinypkg\nprint('tinypkg', tinypkg.VALUE)\n")
+    build_wheel(project / "wheels", value=7)
+    (project / "requirements.txt").write_text("./wheels/tinypkg-0.1-py3-none-any.whl\n")
+    sha256, _ = upload(pg_stack, project, tmp_path)
+    sent = pg_stack.api("POST", "/api/network/prepare_dependencies", json={"bundle": sha256})
+    assert sent.status_code == 202, sent.text
+    assert sorted(m["name"] for m in sent.json()["machines"]) == ["local-0", "local-1"]
+
+    deadline = time.monotonic() + 90
+    while True:
+        caches = [m["capabilities"].get("cache") or {} for m in pg_stack.api("GET", "/api/machines").json()]
+        if all(sha256 in c.get("bundles", []) and c.get("environments") for c in caches):
+            break
+        assert time.monotonic() < deadline, caches
+        time.sleep(0.5)
+    job = pg_stack.submit({"name": "warm", "code": {"bundle": sha256}, "entrypoint": "show.py",
+                           "resources": {"nodes": 2, "procs_per_node": 1}})
+    done = pg_stack.wait_job(job["id"], {"completed", "failed"}, timeout=120)
+    assert done["status"] == "completed", done["status_reason"]
+    logs = pg_stack.logs(job["id"])
+    assert sorted((e["rank"], e["source"]) for e in logs if e["line"] == "tinypkg 7") == [(0, "worker"), (1, "worker")], logs
+    lines = [e["line"] for e in logs]
+    assert sum("is in this machine's cache" in line for line in lines) == 4  # bundle and environment, per node
+    bad = pg_stack.api("POST", "/api/network/prepare_dependencies", json={"machines": ["nope"], "pip": ["x"]})
+    assert bad.status_code == 400 and "not online: nope" in bad.json()["machines"][0]

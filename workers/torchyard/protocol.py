@@ -17,6 +17,7 @@ CONTROL_QUEUE = "control"
 
 TASK_LAUNCH_NODE = "torchyard.agent.launch_node"
 TASK_STOP_NODE = "torchyard.agent.stop_node"
+TASK_WARM_CACHES = "torchyard.agent.warm_caches"
 
 
 def machine_queue(machine_id: int | str) -> str:

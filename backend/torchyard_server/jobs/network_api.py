@@ -12,7 +12,9 @@ from django.shortcuts import get_object_or_404
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
+from torchyard import protocol
 
+from ..bundles.services import bundle_for_user, bundles_url
 from ..celery import app as celery_app
 from ..machines.api import MachineDetailView
 from ..machines.models import Machine
@@ -23,7 +25,7 @@ from .models import Job
 from .planner import order_machines
 from .selectors import job_get
 from .services import job_preview_plan, job_stop, job_submit
-from .spec import JobSpecSerializer, builtin_recipes
+from .spec import JobSpecSerializer, RuntimeSerializer, builtin_recipes
 
 
 class ResourceRequirements(serializers.Serializer):
@@ -231,3 +233,44 @@ class DispatchToMachineView(APIView):
         validated.is_valid(raise_exception=True)
         job = job_submit(spec=validated.validated_data, owner=request.user)
         return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)
+
+
+class PrepareDependenciesIn(serializers.Serializer):
+    bundle = serializers.RegexField(r"^[0-9a-f]{64}$", required=False,
+                                    help_text="a bundle you uploaded: fetched and unpacked, its requirements.txt installed")
+    pip = serializers.ListField(child=serializers.CharField(max_length=500), default=list, max_length=200)
+    machines = serializers.ListField(child=serializers.CharField(max_length=100), default=list,
+                                     help_text="names or ids; default: every online machine")
+
+    def validate_pip(self, value: list[str]) -> list[str]:
+        return RuntimeSerializer().validate_pip(value)
+
+
+class PrepareDependenciesView(APIView):
+    """Seed 000's "prepare dependencies": warm the chosen machines' caches (the bundle, the
+    environment of its requirements and `pip`) before a job needs them. Asynchronous: each
+    machine's heartbeat lists what its cache holds (`capabilities.cache`)."""
+
+    def post(self, request):
+        body = PrepareDependenciesIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        code: dict = {}
+        if data.get("bundle"):
+            bundle = bundle_for_user(sha256=data["bundle"], user=request.user)
+            if bundle is None:
+                raise serializers.ValidationError({"bundle": ["no such bundle for this user."]})
+            code = {"bundle": bundle.sha256, "size": bundle.size, "uri": f"{bundles_url()}/{bundle.storage_name}"}
+        elif not data["pip"]:
+            raise serializers.ValidationError({"bundle": ["give a bundle, pip requirements, or both."]})
+        online = [m for m in machine_list() if m.status == Machine.Status.ONLINE]
+        wanted = set(data["machines"])
+        chosen = [m for m in online if not wanted or m.name in wanted or str(m.pk) in wanted]
+        unknown = wanted - {m.name for m in chosen} - {str(m.pk) for m in chosen}
+        if unknown:
+            raise serializers.ValidationError({"machines": [f"not online: {', '.join(sorted(unknown))}."]})
+        for machine in chosen:
+            celery_app.send_task(protocol.TASK_WARM_CACHES, kwargs={"code": code, "pip": data["pip"]},
+                                 queue=protocol.machine_queue(machine.pk))
+        return Response({"machines": [{"machine_id": m.pk, "name": m.name, "status": "preparing"} for m in chosen]},
+                        status=status.HTTP_202_ACCEPTED)

@@ -50,7 +50,8 @@ def machine_record_heartbeat(*, event: dict[str, Any]) -> Machine | None:
         return None
     now = timezone.now()
     fields: dict[str, Any] = {
-        "capabilities": event.get("capabilities") or machine.capabilities,
+        # What its caches hold (bundles, environments) rides along: it is what makes a launch fast.
+        "capabilities": {**(event.get("capabilities") or machine.capabilities), "cache": event.get("cache") or {}},
         "current_load": event.get("load") or {},
         "agent_version": str(event.get("agent_version", ""))[:64],
         "last_heartbeat": now,

@@ -19,8 +19,9 @@ from celery import Celery
 import torchyard
 from torchyard import protocol
 from torchyard.protocol import NodeLaunch
+from torchyard.supervisor.prepare import BundleSource
 
-from . import capabilities, runs
+from . import capabilities, runs, warm
 
 log = logging.getLogger("torchyard.agent")
 HEARTBEAT_EVERY = 2.0
@@ -78,6 +79,7 @@ class Agent:
                 "hostname": socket.gethostname(),
                 "agent_version": torchyard.__version__,
                 "capabilities": capabilities.capabilities(str(self.work_dir)),
+                "cache": warm.cache_summary(self.work_dir / "cache"),
                 "load": capabilities.load(),
                 "running": runs.running_nodes(self.work_dir),
                 "ts": time.time(),
@@ -120,6 +122,13 @@ class Agent:
         def stop_node(job_id: int, attempt: int, node_rank: int, node_id: int) -> dict[str, Any]:
             result = runs.stop_node(self.work_dir, job_id, attempt, node_rank, node_id, self.publish)
             log.info("stop job %s attempt %s node %s: %s", job_id, attempt, node_rank, result)
+            return result
+
+        @app.task(name=protocol.TASK_WARM_CACHES)
+        def warm_caches(code: dict[str, Any], pip: list[str]) -> dict[str, Any]:
+            source = BundleSource(code, self.server_url, self.token)
+            result = warm.warm_caches(self.work_dir / "cache", source, pip, self.python)
+            log.info("prepared dependencies of bundle %s: %s", str(code.get("bundle"))[:12], result)
             return result
 
         return app

@@ -24,11 +24,14 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from torchyard import bundles
@@ -63,11 +66,24 @@ def cache_lock(path: Path, *, wait: Callable[[], None]) -> Iterator[None]:
 
 
 # --- the bundle -----------------------------------------------------------------------------------
-def download_bundle(launch: NodeLaunch, dest: Path) -> None:
+@dataclass(frozen=True)
+class BundleSource:
+    """Where a bundle comes from: the launch's `code` and the agent's way to the server."""
+
+    code: dict[str, Any]
+    server_url: str = ""
+    machine_token: str = ""
+
+    @classmethod
+    def of(cls, launch: NodeLaunch) -> BundleSource:
+        return cls(launch.code, launch.server_url, launch.machine_token)
+
+
+def download_bundle(source: BundleSource, dest: Path) -> None:
     """Fetch the archive: straight from S3 when the store is S3, from the server with the machine's
     token otherwise (or from the store's directory when this machine can see it)."""
-    uri = str(launch.code.get("uri") or "")
-    sha256 = launch.code["bundle"]
+    uri = str(source.code.get("uri") or "")
+    sha256 = source.code["bundle"]
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
         from torchyard.sdk.checkpoint.stores import s3_client
@@ -76,19 +92,19 @@ def download_bundle(launch: NodeLaunch, dest: Path) -> None:
             s3_client().download_file(parsed.netloc, parsed.path.lstrip("/"), str(dest))
             return
         except Exception as exc:  # boto3 raises many kinds; all mean the same here
-            if not launch.server_url:
+            if not source.server_url:
                 raise PrepareError(f"cannot fetch bundle {sha256[:12]} from {uri}: {exc}") from exc
-    if launch.server_url:
+    if source.server_url:
         request = urllib.request.Request(
-            f"{launch.server_url.rstrip('/')}/api/agent/bundles/{sha256}",
-            headers={"Authorization": f"Machine {launch.machine_token}"},
+            f"{source.server_url.rstrip('/')}/api/agent/bundles/{sha256}",
+            headers={"Authorization": f"Machine {source.machine_token}"},
         )
         try:
             with urllib.request.urlopen(request, timeout=60) as response, open(dest, "wb") as out:
                 shutil.copyfileobj(response, out, _CHUNK)
             return
         except (urllib.error.URLError, OSError) as exc:
-            raise PrepareError(f"cannot fetch bundle {sha256[:12]} from {launch.server_url}: {exc}") from exc
+            raise PrepareError(f"cannot fetch bundle {sha256[:12]} from {source.server_url}: {exc}") from exc
     if parsed.scheme == "file" and Path(unquote(parsed.path)).is_file():
         shutil.copyfile(unquote(parsed.path), dest)
         return
@@ -97,10 +113,10 @@ def download_bundle(launch: NodeLaunch, dest: Path) -> None:
     )
 
 
-def cached_bundle(launch: NodeLaunch, cache_dir: Path, *, wait: Callable[[], None],
+def cached_bundle(source: BundleSource, cache_dir: Path, *, wait: Callable[[], None],
                   say: Callable[[str], None]) -> Path:
-    """The unpacked bundle of `launch` in the machine's cache, fetched, verified and unpacked once."""
-    sha256 = launch.code["bundle"]
+    """The unpacked bundle in the machine's cache, fetched, verified and unpacked once."""
+    sha256 = source.code["bundle"]
     root = cache_dir / "bundles"
     final = root / sha256
     marker = root / f"{sha256}{OK_SUFFIX}"
@@ -114,7 +130,7 @@ def cached_bundle(launch: NodeLaunch, cache_dir: Path, *, wait: Callable[[], Non
         started = time.monotonic()
         archive = root / f".{sha256}.{os.getpid()}.part"
         try:
-            download_bundle(launch, archive)
+            download_bundle(source, archive)
             digest = bundles.sha256_file(archive)
             if digest != sha256:
                 raise PrepareError(f"bundle {sha256[:12]} failed verification: its bytes hash to {digest[:12]}")
@@ -200,3 +216,49 @@ def site_packages(python: str) -> list[str]:
         capture_output=True, text=True, timeout=60, check=True,
     )
     return [p for p in json.loads(out.stdout) if os.path.isdir(p)]
+
+
+def prepared_environment(
+    python: str, requirements: list[str], workdir: Path, cache_dir: Path, *, pip: list[str],
+    run: Callable[[list[str]], int], say: Callable[[str], None], wait: Callable[[], None],
+    errors: Callable[[], list[str]],
+) -> str:
+    """The Python of a virtualenv holding `requirements` on top of `python`'s own packages, built
+    once per machine for each environment_key(). `run` executes one command (never a shell) from
+    `workdir`, so paths in requirements.txt mean what they mean to pip there; `errors` returns the
+    error lines of the last command, for the failure reason."""
+    key = environment_key(python, requirements, workdir)
+    envs = cache_dir / "envs"
+    env_dir, marker = envs / key, envs / f"{key}{OK_SUFFIX}"
+    env_python = str(env_dir / "bin" / "python")
+    if marker.exists():
+        say(f"environment {key} is in this machine's cache")
+        return env_python
+    with cache_lock(envs / f"{key}.lock", wait=wait):
+        if marker.exists():
+            say(f"environment {key} is in this machine's cache")
+            return env_python
+        started = time.monotonic()
+        shutil.rmtree(env_dir, ignore_errors=True)
+        say(f"creating environment {key} for {len(requirements)} requirement(s)")
+        code = run([python, "-m", "venv", "--system-site-packages", "--without-pip", str(env_dir)])
+        if code != 0:
+            raise PrepareError(f"could not create a virtualenv with {python} (exit {code})")
+        site_dirs = sorted(env_dir.glob("lib/python*/site-packages"))
+        if site_dirs:
+            # The training Python's own packages (its torch above all) stay importable, after ours.
+            (site_dirs[0] / "_torchyard_parent_env.pth").write_text("\n".join(site_packages(python)) + "\n")
+        # pip runs from the agent's own install (`--python` targets the new environment), so the
+        # environment needs no pip of its own and is created in a fraction of a second.
+        argv = [sys.executable, "-m", "pip", "--python", env_python, "install", "--disable-pip-version-check",
+                "--no-input", "--progress-bar", "off"]
+        if (workdir / REQUIREMENTS_FILE).is_file():
+            argv += ["-r", REQUIREMENTS_FILE]
+        code = run(argv + list(pip))
+        if code != 0:
+            shutil.rmtree(env_dir, ignore_errors=True)
+            found = errors()
+            raise PrepareError(f"installing the requirements failed: {found[-1] if found else f'pip exited with code {code}'}")
+        marker.write_text(json.dumps({"requirements": requirements, "created_at": time.time()}))
+        say(f"environment {key} ready in {time.monotonic() - started:.1f}s")
+    return env_python

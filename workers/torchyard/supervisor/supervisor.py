@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -332,53 +331,17 @@ class NodeSupervisor:
                             hostname=socket.gethostname())
         self._prep_tick()
         cache = Path(self.launch.cache_dir) if self.launch.cache_dir else self.run_dir / "cache"
-        bundle_dir = prepare.cached_bundle(self.launch, cache, wait=self._prep_tick, say=self._publish_prepare_line)
+        bundle_dir = prepare.cached_bundle(prepare.BundleSource.of(self.launch), cache, wait=self._prep_tick, say=self._publish_prepare_line)
         self.workdir = prepare.make_workdir(bundle_dir, self.run_dir / "work")
         self.code_root = self.workdir
         requirements = prepare.requirements_for(self.workdir, self.launch.pip)
         if requirements:
-            self.python = self._prepare_environment(cache, requirements)
+            self.python = prepare.prepared_environment(
+                self.python, requirements, self.workdir, cache, pip=self.launch.pip,
+                run=self._run_prepare_step, say=self._publish_prepare_line, wait=self._prep_tick,
+                errors=lambda: [r["line"] for r in self._recent["prepare"] if "ERROR" in r["line"]],
+            )
         self._prep_tick()
-
-    def _prepare_environment(self, cache: Path, requirements: list[str]) -> str:
-        """The Python of a virtualenv holding `requirements` on top of the training Python's packages."""
-        key = prepare.environment_key(self.python, requirements, self.workdir)
-        envs = cache / "envs"
-        env_dir, marker = envs / key, envs / f"{key}{prepare.OK_SUFFIX}"
-        env_python = str(env_dir / "bin" / "python")
-        if marker.exists():
-            self._publish_prepare_line(f"environment {key} is in this machine's cache")
-            return env_python
-        with prepare.cache_lock(envs / f"{key}.lock", wait=self._prep_tick):
-            if marker.exists():
-                self._publish_prepare_line(f"environment {key} is in this machine's cache")
-                return env_python
-            started = time.monotonic()
-            shutil.rmtree(env_dir, ignore_errors=True)
-            self._publish_prepare_line(f"creating environment {key} for {len(requirements)} requirement(s)")
-            code = self._run_prepare_step(
-                [self.python, "-m", "venv", "--system-site-packages", "--without-pip", str(env_dir)])
-            if code != 0:
-                raise prepare.PrepareError(f"could not create a virtualenv with {self.python} (exit {code})")
-            site_dirs = sorted(env_dir.glob("lib/python*/site-packages"))
-            if site_dirs:
-                # The training Python's own packages (its torch above all) stay importable.
-                parents = prepare.site_packages(self.python)
-                (site_dirs[0] / "_torchyard_parent_env.pth").write_text("\n".join(parents) + "\n")
-            argv = [sys.executable, "-m", "pip", "--python", env_python, "install", "--disable-pip-version-check",
-                    "--no-input", "--progress-bar", "off"]
-            if (self.workdir / prepare.REQUIREMENTS_FILE).is_file():
-                argv += ["-r", prepare.REQUIREMENTS_FILE]
-            argv += list(self.launch.pip)
-            code = self._run_prepare_step(argv)
-            if code != 0:
-                shutil.rmtree(env_dir, ignore_errors=True)
-                errors = [r["line"] for r in self._recent["prepare"] if "ERROR" in r["line"]]
-                detail = errors[-1] if errors else f"pip exited with code {code}"
-                raise prepare.PrepareError(f"installing the requirements failed: {detail}")
-            marker.write_text(json.dumps({"requirements": requirements, "created_at": time.time()}))
-            self._publish_prepare_line(f"environment {key} ready in {time.monotonic() - started:.1f}s")
-        return env_python
 
     def _run_prepare_step(self, argv: list[str]) -> int:
         """Run one preparation command (never a shell), streaming its output as the node's log lines

@@ -1,0 +1,56 @@
+"""Warming a machine's caches ahead of a job (seed 000's "prepare dependencies"): the bundle
+fetched and unpacked, the environment of its requirements built, exactly as a node would."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from torchyard.supervisor import prepare
+
+log = logging.getLogger(__name__)
+
+
+def warm_caches(cache_dir: Path, source: prepare.BundleSource, pip: list[str], python: str = "") -> dict[str, Any]:
+    """Fetch the bundle and build its environment into the machine's cache; what a node of a job with
+    this code will then find ready. Returns what was done, or why it failed."""
+    python = python or sys.executable
+    lines: list[str] = []
+
+    def run(argv: list[str]) -> int:
+        done = subprocess.run(argv, cwd=workdir, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        lines.extend((done.stdout + done.stderr).splitlines())
+        return done.returncode
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="warm-", dir=cache_dir))
+    try:
+        if source.code:
+            bundle = prepare.cached_bundle(source, cache_dir, wait=lambda: None, say=log.info)
+            prepare.make_workdir(bundle, workdir)
+        requirements = prepare.requirements_for(workdir, pip)
+        env_python = None
+        if requirements:
+            env_python = prepare.prepared_environment(
+                python, requirements, workdir, cache_dir, pip=pip, run=run, say=log.info, wait=lambda: None,
+                errors=lambda: [line for line in lines if "ERROR" in line],
+            )
+        return {"ok": True, "bundle": source.code.get("bundle"), "environment": env_python}
+    except prepare.PrepareError as exc:
+        log.warning("preparing %s failed: %s", source.code.get("bundle"), exc)
+        return {"ok": False, "error": str(exc)}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def cache_summary(cache_dir: Path) -> dict[str, list[str]]:
+    """What the machine has ready: bundle sha256s and environment keys (reported in heartbeats)."""
+    def ready(folder: str) -> list[str]:
+        return sorted(p.name.removesuffix(prepare.OK_SUFFIX) for p in (cache_dir / folder).glob(f"*{prepare.OK_SUFFIX}"))
+
+    return {"bundles": ready("bundles"), "environments": ready("envs")}
