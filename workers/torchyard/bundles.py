@@ -29,7 +29,10 @@ from typing import IO, Any
 
 ARCHIVE_SUFFIX = ".tar.zst"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-ZSTD_LEVEL = 3  # ~300 MB/s on one core here, and text still shrinks 3-5x
+ZSTD_LEVEL = 1  # text still shrinks 3-4x; packing a project must never be the slow part
+# Multi-threaded zstd writes the same bytes whatever the number of workers (>= 1), so a bundle's
+# sha256 does not depend on the machine that packed it; 0 (single-threaded mode) would differ.
+ZSTD_THREADS = -1
 # Never worth shipping, whatever the ignore files say; a user's .torchyardignore can add more.
 ALWAYS_IGNORED = (".git/", ".hg/", ".svn/", "__pycache__/", "*.py[co]", ".venv/", ".torchyard/", ".DS_Store")
 IGNORE_FILES = (".gitignore", ".torchyardignore")
@@ -215,10 +218,11 @@ def pack_directory(source: Path, dest: Path, *, max_unpacked_bytes: int | None =
                      key=lambda entry: entry[0])
     with open(dest, "wb") as raw:
         hashing = _HashingWriter(raw)
-        compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True)
+        compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=ZSTD_THREADS, write_checksum=True)
         with (
             compressor.stream_writer(hashing, closefd=False) as compressed,  # type: ignore[arg-type]
-            tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_CHUNK) as tar,
+            tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_CHUNK,
+                         copybufsize=_CHUNK) as tar,
         ):
             for rel, info, target in entries:
                 if info is None:
@@ -381,25 +385,56 @@ def inspect_archive(fileobj: IO[bytes], *, max_unpacked_bytes: int = DEFAULT_MAX
 
 
 def unpack(archive: Path, target: Path, *, max_unpacked_bytes: int = DEFAULT_MAX_BYTES) -> BundleInfo:
-    """Unpack into `target` (created; must not exist), applying every rule again as well as tarfile's
-    own 'data' filter: whatever the server let through, nothing is written outside `target`."""
+    """Unpack into `target` (created; must not exist), applying every rule again: whatever the server
+    let through, nothing is written outside `target`. Each file is created with O_EXCL|O_NOFOLLOW
+    below a directory this function made itself, so no link planted by the archive is followed."""
     target = Path(target)
     target.mkdir(parents=True)
+    made = {""}
     try:
         with open(archive, "rb") as raw, _open_tar(raw) as (tar, counting):
             checker = _Checker(max_unpacked_bytes=max_unpacked_bytes, compressed=counting, max_ratio=MAX_RATIO)
-
-            def checked() -> Iterator[tarfile.TarInfo]:
-                for member in tar:
-                    checker.check(member)
-                    yield member
-
-            tar.extractall(target, members=checked(), filter="data")
+            for member in tar:
+                name = checker.check(member)
+                parent = posixpath.dirname(name)
+                _make_dirs(target, parent, made)
+                path = os.path.join(target, name)
+                if member.isdir():
+                    _make_dirs(target, name, made)
+                elif member.issym():
+                    os.symlink(member.linkname, path)
+                elif member.islnk():
+                    os.link(os.path.join(target, posixpath.normpath(member.linkname)), path, follow_symlinks=False)
+                else:
+                    mode = 0o755 if member.mode & 0o100 else 0o644
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+                    source = tar.extractfile(member)
+                    with os.fdopen(fd, "wb") as out:
+                        while source is not None and (chunk := source.read(_CHUNK)):
+                            out.write(chunk)
+                            checker.check_ratio()
             checker.check_ratio()
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
     return checker.info
+
+
+def _make_dirs(target: Path, relative: str, made: set[str]) -> None:
+    """Create `relative` under target one level at a time, refusing any level that exists as
+    something else than a directory we made (a symlink the archive planted, say)."""
+    parts = relative.split("/") if relative and relative != "." else []
+    for i in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:i])
+        if prefix in made:
+            continue
+        path = os.path.join(target, prefix)
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            if os.path.islink(path) or not os.path.isdir(path):
+                raise BundleError("would be written through a link or over a file", prefix) from None
+        made.add(prefix)
 
 
 def sha256_file(path: Path) -> str:

@@ -40,4 +40,5 @@ class AgentBundleView(APIView):
         handle = bundle_storage().open(bundle.storage_name, "rb")
         response = FileResponse(handle, content_type="application/octet-stream")
         response["X-Bundle-Sha256"] = bundle.sha256
+        response.block_size = 1 << 20  # Django's 4 kB default means thousands of ASGI messages per MB
         return response

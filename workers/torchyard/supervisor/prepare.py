@@ -134,16 +134,19 @@ def cached_bundle(source: BundleSource, cache_dir: Path, *, wait: Callable[[], N
             digest = bundles.sha256_file(archive)
             if digest != sha256:
                 raise PrepareError(f"bundle {sha256[:12]} failed verification: its bytes hash to {digest[:12]}")
+            fetched = time.monotonic()
             shutil.rmtree(final, ignore_errors=True)  # an earlier, interrupted unpack
             try:
                 bundles.unpack(archive, final)
             except bundles.BundleError as exc:
                 raise PrepareError(f"bundle {sha256[:12]} refused: {exc}") from exc
+            size = archive.stat().st_size
         finally:
             with contextlib.suppress(FileNotFoundError):
                 archive.unlink()
         marker.write_text(json.dumps({"fetched_at": time.time()}))
-        say(f"fetched and unpacked code bundle {sha256[:12]} in {time.monotonic() - started:.1f}s")
+        say(f"fetched and unpacked code bundle {sha256[:12]} in {time.monotonic() - started:.2f}s "
+            f"({size / 1e6:.1f} MB fetched and verified in {fetched - started:.2f}s)")
     return final
 
 
