@@ -221,7 +221,7 @@ def pack_directory(source: Path, dest: Path, *, max_unpacked_bytes: int | None =
         compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=ZSTD_THREADS, write_checksum=True)
         with (
             compressor.stream_writer(hashing, closefd=False) as compressed,  # type: ignore[arg-type]
-            tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_CHUNK,
+            tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_CHUNK,  # type: ignore[call-overload]
                          copybufsize=_CHUNK) as tar,
         ):
             for rel, info, target in entries:
