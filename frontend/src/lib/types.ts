@@ -110,7 +110,11 @@ export interface JobSummary {
 
 export interface JobSpec {
   name: string
-  entrypoint: string
+  /** A script path inside the code bundle, or a built-in recipe (absent when `module` is given). */
+  entrypoint?: string
+  module?: string
+  code?: { bundle: string; size?: number }
+  runtime?: { pip: string[] }
   args: string[]
   env: Record<string, string>
   resources: { nodes: number; procs_per_node: number; gpus_per_node: number; min_gpu_memory: number }
@@ -142,7 +146,7 @@ export interface Plan {
   warnings: string[]
 }
 
-export type NodeStatus = 'pending' | 'launching' | 'running' | 'completed' | 'failed' | 'lost' | 'stopped'
+export type NodeStatus = 'pending' | 'launching' | 'preparing' | 'running' | 'completed' | 'failed' | 'lost' | 'stopped'
 
 export interface JobNode {
   id: number

@@ -53,7 +53,10 @@ export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus:
         </div>
         <div>
           <dt>Entrypoint</dt>
-          <dd className="mono">{job.spec.entrypoint}</dd>
+          <dd className="mono" title={job.spec.code ? `code bundle ${job.spec.code.bundle}` : 'built-in recipe'}>
+            {job.spec.module ? `-m ${job.spec.module}` : job.spec.entrypoint}
+            {job.spec.code ? ` (bundle ${job.spec.code.bundle.slice(0, 12)})` : ''}
+          </dd>
         </div>
         <div>
           <dt>Owner</dt>
