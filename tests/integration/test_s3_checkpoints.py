@@ -60,3 +60,32 @@ def test_files_outside_the_manifest_are_not_served(s3_stack):
     for path in ("../../../etc/passwd", "manifest.json", "nope.pt"):
         response = s3_stack.api("GET", f"/api/jobs/{job_id}/checkpoints/{checkpoint['id']}/files/{path}")
         assert response.status_code == 404, path
+
+
+def test_code_bundles_and_outputs_live_on_s3_and_nodes_fetch_them_from_there(s3_server, s3_stack, tmp_path):
+    from torchyard.bundles import pack_directory
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "write.py").write_text(
+        "import os\nout = os.environ['TORCHYARD_OUTPUT_DIR']\nos.makedirs(out, exist_ok=True)\n"
+        "open(os.path.join(out, f\"r{os.environ['RANK']}.txt\"), 'w').write('hello from s3\\n')\n")
+    packed = pack_directory(project, tmp_path / "b.tar.zst")
+    with open(packed.path, "rb") as body:
+        assert s3_stack.api("PUT", f"/api/bundles/{packed.sha256}", data=body).status_code == 201
+    stored = s3_server.client().head_object(Bucket=s3_stack.bucket, Key=f"torchyard/bundles/{packed.sha256}.tar.zst")
+    assert stored["ContentLength"] == packed.size
+
+    job = s3_stack.submit({"name": "s3-code", "code": {"bundle": packed.sha256}, "entrypoint": "write.py",
+                           "resources": {"nodes": 2, "procs_per_node": 1}})
+    done = s3_stack.wait_job(job["id"], {"completed", "failed"}, timeout=120)
+    assert done["status"] == "completed", done["status_reason"]
+    # Straight from S3: no node asked the server for the bundle.
+    assert "/api/agent/bundles/" not in s3_stack.log_path.read_text()
+    artifacts = s3_stack.api("GET", f"/api/jobs/{job['id']}/artifacts").json()
+    assert sorted(a["path"] for a in artifacts) == ["r0.txt", "r1.txt"]
+    key = f"torchyard/job-{job['id']}/artifacts/attempt-0/node-1/r1.txt"
+    assert s3_server.client().get_object(Bucket=s3_stack.bucket, Key=key)["Body"].read() == b"hello from s3\n"
+    one = next(a for a in artifacts if a["path"] == "r1.txt")
+    served = s3_stack.api("GET", f"/api/jobs/{job['id']}/artifacts/{one['id']}")
+    assert served.content == b"hello from s3\n" and served.headers["X-Artifact-Sha256"] == one["sha256"]
