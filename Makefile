@@ -1,5 +1,6 @@
 # Torchyard: `make run` starts the whole stack on embedded defaults; `make test` runs every test.
-# Both install what they need first (a virtualenv from pyproject.toml, the dashboard's npm packages).
+# Both install what they need first (a virtualenv from pyproject.toml and workers/pyproject.toml, the
+# dashboard's npm packages).
 
 PYTHON ?= python3
 VENV := .venv
@@ -23,11 +24,19 @@ run: install frontend
 
 install: $(PY_STAMP)
 
-$(PY_STAMP): pyproject.toml
+# Two distributions, both editable, in one pip command so the server's dependency on `torchyard` is
+# met by ./workers (the agent, supervisor, SDK, CLI) and not looked up on an index. Neither names
+# torch: TORCH is the training Python's torch for the local agents and the tests (the CPU wheel on
+# disk; a looser pin would pull a multi-GB CUDA build). An existing .venv is upgraded in place.
+TORCH ?= torch==2.13.0 numpy
+
+$(PY_STAMP): pyproject.toml workers/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is needed (found %s)" % sys.version.split()[0]'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(PIP_FIND) -e '.[dev]'
+	@# Left by the one-distribution layout: it would shadow the new metadata when . is on sys.path.
+	rm -rf torchyard.egg-info
+	$(BIN)/pip install --quiet $(PIP_FIND) -e ./workers -e '.[dev]' $(TORCH)
 	touch $@
 
 $(NPM_STAMP): package.json package-lock.json frontend/package.json
@@ -64,8 +73,10 @@ npm-test: $(NPM_STAMP)
 
 test: lint npm-test pytest
 
+# `make bench` runs every tests/benchmarks/bench_*.py, `make bench BENCH=checkpoint` only
+# bench_checkpoint.py; each prints its own table, and any failing bench fails the target.
 bench: install services
-	$(BIN)/python tests/benchmarks/bench_checkpoint.py
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python tests/benchmarks/run.py $(BENCH)
 
 clean:
 	rm -rf $(VENV) node_modules frontend/dist var

@@ -128,3 +128,21 @@ def test_a_machine_fetches_a_bundle_only_for_a_job_placed_on_it(api, anonymous, 
     fetched = anonymous.get(url, HTTP_AUTHORIZATION=f"Machine {token}")
     assert fetched.status_code == 200 and b"".join(fetched.streaming_content) == body
     assert fetched["X-Bundle-Sha256"] == sha256
+
+
+def test_a_signed_grant_lets_one_machine_warm_its_cache_with_one_bundle(api, anonymous):
+    from torchyard_server.jobs.agent_api import bundle_grant
+    from torchyard_server.machines.services import machine_create
+
+    body = archive({"train.py": b"print(1)\n"})
+    sha256 = hashlib.sha256(body).hexdigest()
+    put(api, body)
+    machine, token = machine_create(name="warm-me", host="10.1.1.2")
+    other, _ = machine_create(name="not-me", host="10.1.1.3")
+    url = f"/api/agent/bundles/{sha256}"
+    headers = {"HTTP_AUTHORIZATION": f"Machine {token}"}
+    granted = anonymous.get(url, HTTP_X_TORCHYARD_GRANT=bundle_grant(sha256=sha256, machine_id=machine.pk), **headers)
+    assert granted.status_code == 200 and b"".join(granted.streaming_content) == body
+    for grant in (bundle_grant(sha256=sha256, machine_id=other.pk), bundle_grant(sha256="0" * 64, machine_id=machine.pk),
+                  "forged:grant"):
+        assert anonymous.get(url, HTTP_X_TORCHYARD_GRANT=grant, **headers).status_code == 404

@@ -16,6 +16,7 @@ from torchyard.supervisor.argv import (
     build_torchrun_argv,
     default_code_root,
     event_socket_path,
+    link_sdk,
     resolve_entrypoint,
 )
 
@@ -96,11 +97,17 @@ def test_the_user_env_cannot_mask_the_job_identity_strays_are_found_by():
     assert env[protocol.ENV_JOB_ID] == "7"
 
 
-def test_env_puts_the_torchyard_package_on_the_path_once():
-    env = build_env(launch(), Path("/runs/a"), {"PYTHONPATH": f"/extra:{PACKAGE_PARENT}"})
-    assert env["PYTHONPATH"] == f"/extra:{PACKAGE_PARENT}"
+def test_env_puts_only_the_torchyard_package_on_the_path_once(tmp_path):
+    sdk = "/runs/a/pythonpath"
+    env = build_env(launch(), Path("/runs/a"), {"PYTHONPATH": f"/extra:{sdk}"})
+    assert env["PYTHONPATH"] == f"/extra:{sdk}"
     env = build_env(launch(), Path("/runs/a"), {"PYTHONPATH": "/extra"})
-    assert env["PYTHONPATH"] == f"{PACKAGE_PARENT}:/extra"
+    assert env["PYTHONPATH"] == f"{sdk}:/extra"
+    # The folder holds the package and nothing else the agent's environment has.
+    folder = link_sdk(tmp_path)
+    assert [p.name for p in folder.iterdir()] == ["torchyard"]
+    assert (folder / "torchyard").resolve() == PACKAGE_PARENT / "torchyard"
+    link_sdk(tmp_path)  # again: the same
 
 
 def test_builders_do_not_modify_their_inputs():

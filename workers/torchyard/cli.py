@@ -1,31 +1,36 @@
-"""The `torchyard` command: run an agent on a machine, or talk to a server's API from a shell.
+"""The `torchyard` command: run your code on the cluster, talk to a server's API, or run an agent.
 
+    torchyard run [--nnodes N] [--nproc-per-node P] [-m] SCRIPT|MODULE [ARGS...]
+    torchyard submit job.yaml [--detach]          (a JobSpec, YAML or JSON; `code: {dir: "."}` uploads a project)
+    torchyard logs JOB [--follow] | artifacts JOB [--out DIR] | jobs | machines | stop JOB
     torchyard agent --server http://HOST:8000 --token TOKEN
-    torchyard submit spec.json [--follow]          (server and API token from flags or env)
-    torchyard jobs | machines | logs JOB [--follow] | stop JOB
 
+`run` and `submit` pack the project directory, upload it unless the server already has it, submit
+the job and follow it live until it ends (exit 0 completed, 1 failed or stopped; Ctrl-C detaches).
 API commands read TORCHYARD_SERVER and TORCHYARD_TOKEN (get a token with `torchyard token`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import getpass
 import json
 import logging
 import os
 import sys
-import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 
-class CliError(Exception):
-    pass
+from torchyard.client import CliError
+from torchyard.client.artifacts import show_or_download
+from torchyard.client.follow import JobRenderer, follow_job
+from torchyard.client.http import ApiClient
+from torchyard.client.specfile import entrypoint_in, load_spec_file, parse_env, run_spec
+from torchyard.client.upload import upload_project
 
 
 # --- agent ----------------------------------------------------------------------------------------
@@ -53,8 +58,14 @@ def cmd_agent(args: argparse.Namespace) -> int:
             redis_url = fetch_config(args.server, token)["redis_url"]
         except AgentError as exc:
             raise CliError(str(exc)) from None
+    python = args.python or os.environ.get("TORCHYARD_PYTHON", "")
+    if python:
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            raise CliError(f"--python: {python} is not an executable file")
+        python = os.path.abspath(python)
     work_dir = Path(args.work_dir or Path.home() / ".torchyard" / f"agent-{machine_id}").resolve()
-    Agent(token=token, redis_url=redis_url, work_dir=work_dir, concurrency=args.concurrency).run()
+    Agent(token=token, redis_url=redis_url, work_dir=work_dir, concurrency=args.concurrency,
+          server_url=(args.server or "").rstrip("/"), python=python).run()
     return 0
 
 
@@ -63,33 +74,8 @@ def _server(args: argparse.Namespace) -> str:
     return (args.server or os.environ.get("TORCHYARD_SERVER") or "http://127.0.0.1:8000").rstrip("/")
 
 
-def _api(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
-    server = _server(args)
-    token = args.api_token or os.environ.get("TORCHYARD_TOKEN")
-    if not token:
-        raise CliError("no API token: pass --api-token or set TORCHYARD_TOKEN (see `torchyard token`)")
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(server + path, data=data, method=method, headers={
-        "Authorization": f"Token {token}", "Content-Type": "application/json", "Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            raw = response.read()
-            return json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")
-        with contextlib.suppress(ValueError):
-            detail = _format_errors(json.loads(detail))
-        raise CliError(f"{method} {path}: HTTP {exc.code}\n{detail}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise CliError(f"cannot reach {server}: {exc}") from None
-
-
-def _format_errors(errors: Any, prefix: str = "") -> str:
-    if isinstance(errors, dict):
-        return "\n".join(_format_errors(v, f"{prefix}{k}." if k != "detail" else prefix) for k, v in errors.items())
-    if isinstance(errors, list):
-        return "\n".join(_format_errors(v, prefix) for v in errors)
-    return f"  {prefix.rstrip('.') or 'error'}: {errors}"
+def _client(args: argparse.Namespace) -> ApiClient:
+    return ApiClient(_server(args), args.api_token or os.environ.get("TORCHYARD_TOKEN"))
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -104,6 +90,8 @@ def cmd_token(args: argparse.Namespace) -> int:
             print(json.load(response)["token"])
     except urllib.error.HTTPError as exc:
         raise CliError(f"login failed: HTTP {exc.code}") from None
+    except OSError as exc:
+        raise CliError(f"cannot reach {server}: {getattr(exc, 'reason', exc)}") from None
     return 0
 
 
@@ -115,26 +103,57 @@ def _print_job(job: dict[str, Any]) -> None:
     print(f"#{job['id']:<5} {job['status']:<12} {job['name'][:40]:<40} world={job.get('world_size') or '-':<4} {where}")
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
-    try:
-        spec = json.loads(Path(args.spec).read_text())
-    except (OSError, ValueError) as exc:
-        raise CliError(f"{args.spec}: {exc}") from None
-    job = _api(args, "POST", "/api/jobs", spec)
+def _launch(args: argparse.Namespace, api: ApiClient, spec: dict[str, Any], console: Console) -> int:
+    """Submit the spec, then follow the job to its end, or with --detach say how to follow it."""
+    job = api.call("POST", "/api/jobs", spec)
     _print_job(job)
-    if args.follow:
-        return _follow(args, job["id"])
-    return 0
+    if args.detach:
+        print(f"job {job['id']} submitted: follow it with `torchyard logs {job['id']} --follow`, "
+              f"stop it with `torchyard stop {job['id']}`")
+        return 0
+    return follow_job(api, job["id"], console, Console(stderr=True))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    loaded = load_spec_file(Path(args.spec))
+    api, console = _client(args), Console()
+    spec = loaded.spec
+    if loaded.code_dir is not None:
+        entrypoint = spec.get("entrypoint")
+        sha256 = upload_project(api, loaded.code_dir, console,
+                                entrypoint=entrypoint if isinstance(entrypoint, str) else None)
+        spec["code"] = {**spec["code"], "bundle": sha256}
+    return _launch(args, api, spec, console)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    if argv[:1] == ["--"]:  # `torchyard run -- train.py ...`: the separator is not the script
+        argv = argv[1:]
+    if not argv:
+        raise CliError("give the script to run, e.g. `torchyard run train.py --lr 0.1` (or `-m pkg.train`)")
+    directory = Path(os.path.abspath(args.dir or os.curdir))
+    if not directory.is_dir():
+        raise CliError(f"--dir {args.dir}: not a directory")
+    target = argv[0] if args.module else entrypoint_in(directory, argv[0], Path.cwd())
+    spec = run_spec(
+        target=target, module=args.module, args=argv[1:], directory=directory, nnodes=args.nnodes,
+        nproc_per_node=args.nproc_per_node, gpus_per_node=args.gpus_per_node, name=args.name,
+        env=parse_env(args.env), pip=args.pip, max_restarts=args.max_restarts,
+    )
+    api, console = _client(args), Console()
+    spec["code"] = {"bundle": upload_project(api, directory, console, entrypoint=None if args.module else target)}
+    return _launch(args, api, spec, console)
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    for job in _api(args, "GET", "/api/jobs"):
+    for job in _client(args).call("GET", "/api/jobs"):
         _print_job(job)
     return 0
 
 
 def cmd_machines(args: argparse.Namespace) -> int:
-    for m in _api(args, "GET", "/api/machines"):
+    for m in _client(args).call("GET", "/api/machines"):
         caps = m.get("capabilities") or {}
         print(f"{m['id']:<4} {m['name']:<20} {m['status']:<8} {m['host']}:{m['port']}  "
               f"cpus={caps.get('cpu_count', '-')} gpus={caps.get('gpu_count', 0)}")
@@ -142,13 +161,13 @@ def cmd_machines(args: argparse.Namespace) -> int:
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
-    for recipe in _api(args, "GET", "/api/recipes"):
+    for recipe in _client(args).call("GET", "/api/recipes"):
         print(f"{recipe['entrypoint']:<24} {recipe['summary']}")
     return 0
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
-    checkpoints = _api(args, "GET", f"/api/jobs/{args.job}/checkpoints")
+    checkpoints = _client(args).call("GET", f"/api/jobs/{args.job}/checkpoints")
     if not checkpoints:
         print(f"job {args.job} has no committed checkpoint")
     for c in checkpoints:
@@ -157,34 +176,23 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
-def _follow(args: argparse.Namespace, job_id: int) -> int:
-    after = 0
-    final = {"completed": 0, "failed": 1, "stopped": 1}
-    while True:
-        page = _api(args, "GET", f"/api/jobs/{job_id}/events?after={after}&type=log,state")
-        for event in page["events"]:
-            if event["type"] == "log":
-                print(f"[rank {event.get('rank')}] {event.get('line')}")
-            elif event.get("scope") == "job":
-                print(f"== job {event['status']}: {event.get('reason', '')}")
-        after = page["next_after"]
-        job = _api(args, "GET", f"/api/jobs/{job_id}")
-        if job["status"] in final and not page["events"]:
-            return final[job["status"]]
-        time.sleep(1.0)
-
-
 def cmd_logs(args: argparse.Namespace) -> int:
+    api, console = _client(args), Console()
     if args.follow:
-        return _follow(args, args.job)
-    page = _api(args, "GET", f"/api/jobs/{args.job}/logs?limit=10000")
-    for event in page["events"]:
-        print(f"[rank {event.get('rank')}] {event.get('line')}")
+        # A missing job or a refused token fails here at once, not after the stream's retries.
+        api.call("GET", f"/api/jobs/{args.job}")
+        return follow_job(api, args.job, console, Console(stderr=True))
+    page = api.call("GET", f"/api/jobs/{args.job}/logs?limit=10000")
+    JobRenderer(console, args.job, live=False).handle({"type": "events", "events": page["events"]})
     return 0
 
 
+def cmd_artifacts(args: argparse.Namespace) -> int:
+    return show_or_download(_client(args), args.job, Path(args.out) if args.out else None, Console())
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
-    _print_job(_api(args, "POST", f"/api/jobs/{args.job}/stop"))
+    _print_job(_client(args).call("POST", f"/api/jobs/{args.job}/stop"))
     return 0
 
 
@@ -193,16 +201,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     agent = sub.add_parser("agent", help="run this machine's agent")
-    agent.add_argument("--server", help="the Torchyard server URL (asks it for the Redis URL)")
+    agent.add_argument("--server", help="the Torchyard server URL: asked for the Redis URL (unless --redis-url), "
+                       "and where nodes fetch the jobs' code bundles from")
     agent.add_argument("--token", help="the machine token from `POST /api/machines` (or TORCHYARD_MACHINE_TOKEN)")
     agent.add_argument("--token-file", help="read the machine token from this file (or TORCHYARD_MACHINE_TOKEN_FILE)")
     agent.add_argument("--redis-url", help="connect to this Redis directly instead of asking the server")
     agent.add_argument("--work-dir", help="where run directories live (default ~/.torchyard/agent-<id>)")
     agent.add_argument("--concurrency", type=int, default=4)
+    agent.add_argument("--python", help="the Python the ranks run with: the machine's training environment "
+                       "(default: the agent's own; or TORCHYARD_PYTHON)")
     agent.set_defaults(func=cmd_agent)
 
-    def api_command(name: str, func, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text)
+    def api_command(name: str, func, help_text: str, **options: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, **options)
         p.add_argument("--server", help="server URL (default $TORCHYARD_SERVER or http://127.0.0.1:8000)")
         p.add_argument("--api-token", help="API token (default $TORCHYARD_TOKEN)")
         p.set_defaults(func=func)
@@ -210,9 +221,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     token = api_command("token", cmd_token, "log in and print an API token")
     token.add_argument("--username")
-    submit = api_command("submit", cmd_submit, "submit a JobSpec (JSON file)")
+
+    run = api_command(
+        "run", cmd_run, "pack this project, upload it and run a script (or -m module) on the cluster",
+        usage="torchyard run [options] [-m] SCRIPT|MODULE [ARGS...]",
+        description="Pack the project directory (.gitignore and .torchyardignore respected), upload it unless "
+                    "the server has it, run SCRIPT (or with -m, MODULE) with torchrun on the cluster, and follow "
+                    "it. Everything after SCRIPT is its own argv, passed as is.",
+    )
+    # torchrun's own flag names, both spellings.
+    run.add_argument("--nnodes", type=int, default=1, metavar="N", help="machines to run on (default 1)")
+    run.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", type=int, default=1, metavar="P",
+                     help="processes per machine (default 1)")
+    run.add_argument("-m", "--module", action="store_true",
+                     help="run MODULE as `python -m MODULE` (from the project), as torchrun -m does")
+    run.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, metavar="N",
+                     help="relaunches from the last checkpoint before the job fails (server default 3)")
+    run.add_argument("--gpus-per-node", "--gpus_per_node", dest="gpus_per_node", type=int, metavar="G",
+                     help="GPUs per machine (default 0)")
+    run.add_argument("--name", help="job name (default: the script and the project directory's name)")
+    run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                     help="environment variable of every rank (repeatable)")
+    run.add_argument("--pip", action="append", default=[], metavar="REQUIREMENT",
+                     help="extra package to install with the project's requirements.txt (repeatable)")
+    run.add_argument("--dir", help="the project directory to pack (default: the current directory)")
+    run.add_argument("--detach", action="store_true", help="return once submitted instead of following the job")
+    run.add_argument("argv", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    submit = api_command("submit", cmd_submit, "submit a JobSpec (YAML or JSON file) and follow the job")
     submit.add_argument("spec")
-    submit.add_argument("--follow", action="store_true", help="stream logs until the job ends")
+    following = submit.add_mutually_exclusive_group()
+    following.add_argument("--follow", action="store_true", help="follow the job until it ends (the default)")
+    following.add_argument("--detach", action="store_true", help="return once submitted instead of following the job")
     api_command("jobs", cmd_jobs, "list jobs")
     api_command("machines", cmd_machines, "list machines")
     api_command("recipes", cmd_recipes, "list the built-in recipes a job can run")
@@ -220,7 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints.add_argument("job", type=int)
     logs = api_command("logs", cmd_logs, "print a job's logs")
     logs.add_argument("job", type=int)
-    logs.add_argument("--follow", action="store_true")
+    logs.add_argument("--follow", action="store_true", help="follow the job live until it ends")
+    artifacts = api_command("artifacts", cmd_artifacts, "list a job's artifacts, or download them with --out")
+    artifacts.add_argument("job", type=int)
+    artifacts.add_argument("--out", metavar="DIR", help="download into DIR/attempt-<a>/node-<r>/<path>")
     stop = api_command("stop", cmd_stop, "stop a job")
     stop.add_argument("job", type=int)
     return parser

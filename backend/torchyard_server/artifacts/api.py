@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from ..checkpoints.storage import OutsideJobStore, storage_for
 from ..jobs.models import Job
+from ..web.renderers import DOWNLOAD_RENDERERS
 from .models import Artifact
 from .serializers import ArtifactOut
 
@@ -41,6 +42,7 @@ class JobArtifactsView(APIView):
 
 
 class JobArtifactFileView(APIView):
+    renderer_classes = DOWNLOAD_RENDERERS
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
     def get(self, request, job_id: int, artifact_id: int):
         return artifact_response(get_object_or_404(Artifact, pk=artifact_id, job_id=job_id))
@@ -48,6 +50,8 @@ class JobArtifactFileView(APIView):
 
 class JobArtifactArchiveView(APIView):
     """Every artifact of the job in one zip: attempt-<a>/node-<r>/<path>."""
+
+    renderer_classes = DOWNLOAD_RENDERERS
 
     @extend_schema(responses={(200, "application/zip"): OpenApiTypes.BINARY})
     def get(self, request, job_id: int):
@@ -73,6 +77,8 @@ class JobArtifactArchiveView(APIView):
 class LocalJobFileView(APIView):
     """`/api/network/local_job_file/{job_id}/{key}`: the output file at path `key` (the newest
     attempt's, the lowest node rank's when several nodes wrote it)."""
+
+    renderer_classes = DOWNLOAD_RENDERERS
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
     def get(self, request, job_id: int, key: str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core import signing
 from django.http import FileResponse
 from drf_spectacular.utils import OpenApiTypes, extend_schema
 from rest_framework import status
@@ -13,7 +14,28 @@ from ..bundles.models import Bundle
 from ..bundles.services import bundle_storage
 from ..machines.models import Machine
 from ..machines.services import machine_authenticate
+from ..web.renderers import DOWNLOAD_RENDERERS
 from .models import JobNode
+
+GRANT_SALT = "torchyard.bundle-grant"
+GRANT_MAX_AGE = 3600
+
+
+def bundle_grant(*, sha256: str, machine_id: int) -> str:
+    """A signed, expiring permission for one machine to fetch one bundle before any job of it is
+    placed there (prepare_dependencies)."""
+    return signing.dumps({"bundle": sha256, "machine": machine_id}, salt=GRANT_SALT)
+
+
+def _granted(request, sha256: str, machine: Machine) -> bool:
+    raw = request.headers.get("X-Torchyard-Grant", "")
+    if not raw:
+        return False
+    try:
+        grant = signing.loads(raw, salt=GRANT_SALT, max_age=GRANT_MAX_AGE)
+    except signing.BadSignature:
+        return False
+    return grant == {"bundle": sha256, "machine": machine.pk}
 
 
 def machine_from_request(request) -> Machine | None:
@@ -22,8 +44,10 @@ def machine_from_request(request) -> Machine | None:
 
 
 class AgentBundleView(APIView):
-    """A code bundle's archive, for a machine that has been given a node of a job that runs it:
-    a machine token reads no other code."""
+    """A code bundle's archive, for a machine that has been given a node of a job that runs it, or a
+    signed grant to warm its cache: a machine token reads no other code."""
+
+    renderer_classes = DOWNLOAD_RENDERERS
 
     permission_classes = [AllowAny]
     authentication_classes: list = []
@@ -34,8 +58,9 @@ class AgentBundleView(APIView):
         if machine is None:
             return Response({"detail": "invalid machine token."}, status=status.HTTP_401_UNAUTHORIZED)
         bundle = Bundle.objects.filter(sha256=sha256).first()
-        placed = JobNode.objects.filter(machine=machine, job__spec__code__bundle=sha256).exists()
-        if bundle is None or not placed:
+        allowed = _granted(request, sha256, machine) or JobNode.objects.filter(
+            machine=machine, job__spec__code__bundle=sha256).exists()
+        if bundle is None or not allowed:
             return Response({"detail": "no such bundle for this machine."}, status=status.HTTP_404_NOT_FOUND)
         handle = bundle_storage().open(bundle.storage_name, "rb")
         response = FileResponse(handle, content_type="application/octet-stream")

@@ -17,6 +17,7 @@ from ..checkpoints.selectors import checkpoint_list
 from ..checkpoints.serializers import CheckpointOut
 from ..checkpoints.storage import OutsideJobStore, storage_for
 from ..streaming.selectors import job_events
+from ..web.renderers import DOWNLOAD_RENDERERS
 from .models import Job
 from .selectors import job_get, job_list
 from .serializers import JobDetailOut, JobSummaryOut
@@ -166,6 +167,8 @@ class JobCheckpointManifestView(APIView):
 
 class JobCheckpointFileView(APIView):
     """One file of a committed checkpoint, streamed from the store (local or S3)."""
+
+    renderer_classes = DOWNLOAD_RENDERERS
 
     def get(self, request, job_id: int, checkpoint_id: int, path: str):
         row = get_object_or_404(CheckpointManifest, pk=checkpoint_id, job_id=job_id)

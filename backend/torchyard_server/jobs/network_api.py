@@ -21,6 +21,7 @@ from ..machines.models import Machine
 from ..machines.selectors import machine_candidates, machine_list
 from ..machines.serializers import MachineOut
 from ..machines.services import machine_delete
+from .agent_api import bundle_grant
 from .models import Job
 from .planner import order_machines
 from .selectors import job_get
@@ -270,7 +271,8 @@ class PrepareDependenciesView(APIView):
         if unknown:
             raise serializers.ValidationError({"machines": [f"not online: {', '.join(sorted(unknown))}."]})
         for machine in chosen:
-            celery_app.send_task(protocol.TASK_WARM_CACHES, kwargs={"code": code, "pip": data["pip"]},
+            granted = {**code, "grant": bundle_grant(sha256=code["bundle"], machine_id=machine.pk)} if code else {}
+            celery_app.send_task(protocol.TASK_WARM_CACHES, kwargs={"code": granted, "pip": data["pip"]},
                                  queue=protocol.machine_queue(machine.pk))
         return Response({"machines": [{"machine_id": m.pk, "name": m.name, "status": "preparing"} for m in chosen]},
                         status=status.HTTP_202_ACCEPTED)

@@ -32,9 +32,12 @@ OUTPUT_DIR = "outputs"  # $TORCHYARD_OUTPUT_DIR: under the node's working direct
 MAX_SOCKET_PATH_BYTES = 100
 SHORT_SOCKET_DIR = Path("/tmp")
 
-# The folder that holds the torchyard package: workers need it on their path to import the SDK,
-# since they run with the run directory as their working directory.
+# The folder that holds the torchyard package (site-packages when installed, workers/ in a checkout).
 PACKAGE_PARENT = Path(torchyard.__file__).resolve().parent.parent
+# Ranks import the SDK from RUN_DIR/pythonpath, which holds nothing but a link to the torchyard
+# package: putting PACKAGE_PARENT itself on their path would shadow the training environment's own
+# packages with the agent's (another Python's compiled modules, other versions).
+SDK_PATH_DIR = "pythonpath"
 
 
 class EntrypointError(ValueError):
@@ -68,6 +71,21 @@ def resolve_entrypoint(entrypoint: str, code_root: Path) -> Path:
     if not script.is_file():
         raise EntrypointError(f"entrypoint {entrypoint!r} does not exist under the code root {root}")
     return script
+
+
+def sdk_path(run_dir: Path) -> Path:
+    """The folder on the ranks' PYTHONPATH that makes `import torchyard` work, and nothing else."""
+    return Path(run_dir) / SDK_PATH_DIR
+
+
+def link_sdk(run_dir: Path) -> Path:
+    """Create sdk_path(run_dir) with its one link to the installed torchyard package."""
+    folder = sdk_path(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "torchyard"
+    if not link.is_symlink():
+        link.symlink_to(Path(torchyard.__file__).resolve().parent, target_is_directory=True)
+    return folder
 
 
 def event_socket_path(run_dir: Path) -> Path:
@@ -155,8 +173,9 @@ def build_env(launch: NodeLaunch, run_dir: Path, base_env: Mapping[str, str],
         }
     )
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(PACKAGE_PARENT) not in paths:
-        paths.insert(0, str(PACKAGE_PARENT))
+    sdk = str(sdk_path(run_dir))
+    if sdk not in paths:
+        paths.insert(0, sdk)
     if workdir is not None and Path(workdir) != run_dir and str(Path(workdir).resolve()) not in paths:
         paths.insert(0, str(Path(workdir).resolve()))
     env["PYTHONPATH"] = os.pathsep.join(paths)

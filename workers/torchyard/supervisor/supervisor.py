@@ -41,6 +41,7 @@ from .argv import (
     build_env,
     build_torchrun_argv,
     event_socket_path,
+    link_sdk,
     resolve_entrypoint,
 )
 from .event_socket import EventSocket
@@ -392,6 +393,7 @@ class NodeSupervisor:
     def _start_torchrun(self, script: Path | None) -> None:
         write_json_atomic(self.run_dir / CONFIG_FILE, self.launch.config)
         (self.workdir / OUTPUT_DIR).mkdir(parents=True, exist_ok=True)
+        link_sdk(self.run_dir)
         self._socket = EventSocket(event_socket_path(self.run_dir))
         self._tailer = RankLogTailer(self.run_dir / TORCHRUN_LOG_DIR, self.launch.nproc_per_node)
         torchrun_log = self.run_dir / TORCHRUN_LOG_FILE

@@ -1,0 +1,122 @@
+"""JobSpecs from a file (`torchyard submit job.yaml`) or from `torchyard run`'s flags.
+
+A spec file may name a project directory instead of an uploaded bundle, `code: {dir: "."}`, relative
+to the spec file's own folder; the CLI packs and uploads it and sends `code: {bundle: <sha256>}`.
+Everything else in the spec goes to the server as written: the server validates it field by field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import CliError
+
+MAX_NAME = 200  # the server's limit on a job name
+
+
+@dataclass
+class LoadedSpec:
+    """A spec read from a file; `code_dir` is the project to pack and upload, or None when the spec
+    runs a built-in recipe or names an uploaded bundle itself."""
+
+    spec: dict[str, Any]
+    code_dir: Path | None
+
+
+def _parse(path: Path, text: str) -> Any:
+    if path.suffix.lower() == ".json":
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise CliError(f"{path}: invalid JSON: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise CliError(f"{path}: invalid YAML{where}: {problem}") from None
+
+
+def load_spec_file(path: Path) -> LoadedSpec:
+    """Read a JobSpec from a YAML or JSON file (`.json` is parsed as JSON, anything else as YAML,
+    which reads JSON too) and resolve its `code.dir` against the file's folder."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"{path}: not a text file (expected YAML or JSON)") from None
+    spec = _parse(path, text)
+    if not isinstance(spec, dict):
+        raise CliError(f"{path}: expected a JobSpec mapping (name, entrypoint, resources, ...), "
+                       f"found {'nothing' if spec is None else type(spec).__name__}")
+    code = spec.get("code")
+    if code is None:
+        return LoadedSpec(spec, None)
+    if not isinstance(code, dict):
+        raise CliError(f"{path}: code: expected a mapping such as {{dir: \".\"}} or {{bundle: <sha256>}}")
+    if "dir" not in code:
+        return LoadedSpec(spec, None)
+    if "bundle" in code:
+        raise CliError(f"{path}: code: give either dir (a project to upload) or bundle, not both")
+    if not isinstance(code["dir"], str) or not code["dir"]:
+        raise CliError(f"{path}: code.dir: expected a directory path")
+    code_dir = (path.parent / os.path.expanduser(code["dir"])).resolve()
+    if not code_dir.is_dir():
+        raise CliError(f"{path}: code.dir: {code_dir} is not a directory")
+    # The rest of `code` is for the server; `dir` only means something here.
+    spec = {**spec, "code": {k: v for k, v in code.items() if k != "dir"}}
+    return LoadedSpec(spec, code_dir)
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    """`--env KEY=VALUE` flags as a mapping (the value may hold '=' itself)."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CliError(f"--env {pair}: expected KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def entrypoint_in(directory: Path, script: str, cwd: Path) -> str:
+    """The script `torchyard run` was given, as a path inside the project directory (the bundle's
+    root). It is read relative to the current directory first, as a shell user means it, then
+    relative to the project directory."""
+    root = Path(os.path.abspath(directory))
+    for candidate in (Path(os.path.abspath(cwd / script)), Path(os.path.abspath(root / script))):
+        if candidate.is_file() and candidate.is_relative_to(root):
+            return candidate.relative_to(root).as_posix()
+    raise CliError(f"{script}: no such file in the project directory {root}")
+
+
+def run_spec(*, target: str, module: bool, args: list[str], directory: Path, nnodes: int,
+             nproc_per_node: int, gpus_per_node: int | None = None, name: str | None = None,
+             env: dict[str, str] | None = None, pip: list[str] | None = None,
+             max_restarts: int | None = None) -> dict[str, Any]:
+    """The JobSpec of `torchyard run`, without its `code` (set once the bundle is uploaded).
+    `target` is the entrypoint (a path inside `directory`) or, with `module`, a module name."""
+    resources: dict[str, Any] = {"nodes": nnodes, "procs_per_node": nproc_per_node}
+    if gpus_per_node is not None:
+        resources["gpus_per_node"] = gpus_per_node
+    spec: dict[str, Any] = {
+        "name": name or f"{target} ({Path(os.path.abspath(directory)).name or '/'})"[:MAX_NAME],
+        "module" if module else "entrypoint": target,
+        "args": list(args),
+        "resources": resources,
+    }
+    if env:
+        spec["env"] = dict(env)
+    if pip:
+        spec["runtime"] = {"pip": list(pip)}
+    if max_restarts is not None:
+        spec["fault_tolerance"] = {"max_restarts": max_restarts}
+    return spec
