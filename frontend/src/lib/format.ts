@@ -6,6 +6,19 @@ export function formatGiB(bytes: number | null | undefined): string {
   return value >= 100 ? value.toFixed(0) : value.toFixed(1)
 }
 
+/** Bytes as B, kB, MB or GB (powers of 1000, as the CLI prints them). */
+export function formatBytes(bytes: number | null | undefined): string {
+  if (bytes == null) return '—'
+  const units = ['B', 'kB', 'MB', 'GB', 'TB']
+  let value = bytes
+  let unit = 0
+  while (value >= 1000 && unit < units.length - 1) {
+    value /= 1000
+    unit += 1
+  }
+  return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${units[unit]}`
+}
+
 export function formatNumber(value: number | null | undefined, digits = 2): string {
   if (value == null || Number.isNaN(value)) return '—'
   if (Math.abs(value) >= 1000) return Math.round(value).toLocaleString('en-US')

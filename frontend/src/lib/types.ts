@@ -230,3 +230,14 @@ export type ClusterStreamMessage =
 
 /** DRF validation error body: nested field -> messages, plus `non_field_errors` / `detail`. */
 export type ApiErrorBody = { detail?: string } & Record<string, unknown>
+
+/** A file a node left in $TORCHYARD_OUTPUT_DIR, collected into the store (GET /api/jobs/{id}/artifacts). */
+export interface Artifact {
+  id: number
+  attempt: number
+  node_rank: number
+  path: string
+  size: number
+  sha256: string
+  created_at: ISODateTime
+}

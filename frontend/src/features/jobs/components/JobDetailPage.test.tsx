@@ -133,3 +133,25 @@ describe('job page live stream', () => {
     await waitFor(() => expect(logLines()).toEqual(['[rank 0] a', '[rank 1] b', '[rank 0] c', '[rank 1] d']))
   })
 })
+
+describe('job page outputs', () => {
+  beforeEach(() => {
+    vi.stubGlobal('WebSocket', FakeWebSocket)
+    mockFetch({
+      'GET /api/jobs/5': () => json(jobDetail()),
+      'GET /api/jobs/5/artifacts': () =>
+        json([
+          { id: 9, attempt: 0, node_rank: 1, path: 'model.pt', size: 2_500_000, sha256: 'ab'.repeat(32), created_at: '2025-01-01T10:00:00Z' },
+        ]),
+    })
+  })
+
+  it('lists collected outputs with a download link each and one for all', async () => {
+    renderJobPage()
+    const outputs = await screen.findByRole('region', { name: 'Outputs' })
+    const link = await within(outputs).findByRole('link', { name: 'model.pt' })
+    expect(link).toHaveAttribute('href', '/api/jobs/5/artifacts/9')
+    expect(within(outputs).getByText('2.5 MB')).toBeInTheDocument()
+    expect(within(outputs).getByRole('link', { name: 'Download all (zip)' })).toHaveAttribute('href', '/api/jobs/5/artifacts/archive')
+  })
+})

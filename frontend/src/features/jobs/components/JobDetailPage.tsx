@@ -4,6 +4,7 @@ import { isApiError } from '../../../lib/api'
 import { useJob } from '../api/get-job'
 import { useJobEvents } from '../api/job-events'
 import { useJobStream } from '../hooks/useJobStream'
+import { ArtifactsPanel } from './ArtifactsPanel'
 import { JobHeader } from './JobHeader'
 import { LogViewer } from './LogViewer'
 import { MetricsPanel } from './MetricsPanel'
@@ -48,6 +49,7 @@ function JobDetail({ jobId }: { jobId: number }) {
       </section>
       <MetricsPanel metrics={events.metrics} checkpoints={events.checkpoints} />
       <LogViewer logs={events.logs} />
+      <ArtifactsPanel job={job.data} />
     </div>
   )
 }
