@@ -19,6 +19,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 from rich.table import Table
 from rich.text import Text
 
+from torchyard.bundles import sha256_file
+
 from . import CliError
 from .http import ApiClient
 from .output import say, size_text
@@ -58,14 +60,6 @@ def artifacts_table(job_id: int, artifacts: list[dict[str, Any]]) -> Table:
             artifact.get("id"), artifact.get("attempt"), artifact.get("node_rank"),
             size_text(int(artifact.get("size") or 0)), str(artifact.get("sha256") or "")[:12], artifact.get("path"))))
     return table
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass
@@ -110,7 +104,7 @@ def download_artifacts(api: ApiClient, job_id: int, artifacts: list[dict[str, An
         task = progress.add_task("artifacts", total=total)
         for artifact, dest in targets:
             size = int(artifact.get("size") or 0)
-            if dest.is_file() and dest.stat().st_size == size and _sha256_of(dest) == artifact.get("sha256"):
+            if dest.is_file() and dest.stat().st_size == size and sha256_file(dest) == artifact.get("sha256"):
                 summary.skipped += 1
                 progress.advance(task, size)
                 continue

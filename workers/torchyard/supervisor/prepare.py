@@ -65,6 +65,20 @@ def cache_lock(path: Path, *, wait: Callable[[], None]) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def once_per_machine(folder: Path, name: str, label: str, build: Callable[[], None], *,
+                     wait: Callable[[], None], say: Callable[[str], None]) -> None:
+    """Run `build` unless `folder/name` is already complete (its `.ok` marker): the first node to
+    need it builds it under the lock, the others wait and find it done."""
+    marker = folder / f"{name}{OK_SUFFIX}"
+    if not marker.exists():
+        with cache_lock(folder / f"{name}.lock", wait=wait):
+            if not marker.exists():
+                build()
+                marker.write_text(json.dumps({"built_at": time.time()}))
+                return
+    say(f"{label} is in this machine's cache")
+
+
 # --- the bundle -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BundleSource:
@@ -119,14 +133,8 @@ def cached_bundle(source: BundleSource, cache_dir: Path, *, wait: Callable[[], N
     sha256 = source.code["bundle"]
     root = cache_dir / "bundles"
     final = root / sha256
-    marker = root / f"{sha256}{OK_SUFFIX}"
-    if marker.exists():
-        say(f"code bundle {sha256[:12]} is in this machine's cache")
-        return final
-    with cache_lock(root / f"{sha256}.lock", wait=wait):
-        if marker.exists():
-            say(f"code bundle {sha256[:12]} is in this machine's cache")
-            return final
+
+    def fetch_and_unpack() -> None:
         started = time.monotonic()
         archive = root / f".{sha256}.{os.getpid()}.part"
         try:
@@ -144,9 +152,10 @@ def cached_bundle(source: BundleSource, cache_dir: Path, *, wait: Callable[[], N
         finally:
             with contextlib.suppress(FileNotFoundError):
                 archive.unlink()
-        marker.write_text(json.dumps({"fetched_at": time.time()}))
         say(f"fetched and unpacked code bundle {sha256[:12]} in {time.monotonic() - started:.2f}s "
             f"({size / 1e6:.1f} MB fetched and verified in {fetched - started:.2f}s)")
+
+    once_per_machine(root, sha256, f"code bundle {sha256[:12]}", fetch_and_unpack, wait=wait, say=say)
     return final
 
 
@@ -232,15 +241,10 @@ def prepared_environment(
     error lines of the last command, for the failure reason."""
     key = environment_key(python, requirements, workdir)
     envs = cache_dir / "envs"
-    env_dir, marker = envs / key, envs / f"{key}{OK_SUFFIX}"
+    env_dir = envs / key
     env_python = str(env_dir / "bin" / "python")
-    if marker.exists():
-        say(f"environment {key} is in this machine's cache")
-        return env_python
-    with cache_lock(envs / f"{key}.lock", wait=wait):
-        if marker.exists():
-            say(f"environment {key} is in this machine's cache")
-            return env_python
+
+    def build() -> None:
         started = time.monotonic()
         shutil.rmtree(env_dir, ignore_errors=True)
         say(f"creating environment {key} for {len(requirements)} requirement(s)")
@@ -262,6 +266,7 @@ def prepared_environment(
             shutil.rmtree(env_dir, ignore_errors=True)
             found = errors()
             raise PrepareError(f"installing the requirements failed: {found[-1] if found else f'pip exited with code {code}'}")
-        marker.write_text(json.dumps({"requirements": requirements, "created_at": time.time()}))
         say(f"environment {key} ready in {time.monotonic() - started:.1f}s")
+
+    once_per_machine(envs, key, f"environment {key}", build, wait=wait, say=say)
     return env_python

@@ -590,7 +590,8 @@ class NodeSupervisor:
             self._publish_supervisor_line(f"could not collect output {failure}")
         if collected:
             total = sum(f["size"] for f in collected)
-            self._publish_supervisor_line(f"collected {len(collected)} output file(s), {total / 1e6:.1f} MB")
+            size = f"{total / 1e6:.1f} MB" if total >= 100_000 else f"{total / 1e3:.1f} kB"
+            self._publish_supervisor_line(f"collected {len(collected)} output file(s), {size}")
 
     def _sweep(self) -> list[int]:
         swept = sweep_job_processes(
