@@ -117,7 +117,8 @@ S3_ENDPOINT_URL = env_str("S3_ENDPOINT_URL") or env_str("AWS_ENDPOINT_URL")
 # The Redis URL handed to agents that join with --server (their view of Redis may differ).
 AGENT_REDIS_URL = env_str("TORCHYARD_AGENT_REDIS_URL", REDIS_URL)
 # Seconds without an agent heartbeat before a machine is offline.
-MACHINE_OFFLINE_AFTER = env_float("TORCHYARD_MACHINE_OFFLINE_AFTER", 15.0)
+# One default with a node's heartbeat_timeout: agents beat every 2 s.
+MACHINE_OFFLINE_AFTER = env_float("TORCHYARD_MACHINE_OFFLINE_AFTER", 10.0)
 # Seconds a node may stay "launching" before it counts as failed to start.
 NODE_LAUNCH_TIMEOUT = env_float("TORCHYARD_NODE_LAUNCH_TIMEOUT", 90.0)
 # Seconds a job may stay "stopping" before its unanswered nodes are written off as lost.

@@ -16,7 +16,7 @@ from torchyard import protocol
 
 from ..bundles.services import bundle_for_user, bundles_url
 from ..celery import app as celery_app
-from ..machines.api import MachineDetailView
+from ..machines.api import MachineDetailView, force_requested
 from ..machines.models import Machine
 from ..machines.selectors import machine_candidates, machine_list
 from ..machines.serializers import MachineOut
@@ -111,13 +111,13 @@ class NetworkMachineView(MachineDetailView):
     """The canonical machine view; the seed's DELETE answers with a message instead of a 204."""
 
     def delete(self, request, machine_id: int):
-        machine_delete(machine=get_object_or_404(Machine, pk=machine_id))
+        machine_delete(machine=get_object_or_404(Machine, pk=machine_id), force=force_requested(request))
         return Response({"message": "machine removed"})
 
 
 class NetworkMachineByNameView(APIView):
     def delete(self, request, name: str):
-        machine_delete(machine=get_object_or_404(Machine, name=name))
+        machine_delete(machine=get_object_or_404(Machine, name=name), force=force_requested(request))
         return Response({"message": f"machine {name} removed"})
 
 

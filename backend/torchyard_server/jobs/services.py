@@ -21,6 +21,7 @@ from ..celery import app as celery_app
 from ..checkpoints.selectors import latest_good_manifest_uri
 from ..machines.models import Machine
 from ..machines.selectors import machine_candidates
+from ..machines.services import MachineInUse, machine_mark_suspect
 from ..streaming.publish import publish_on_commit
 from .models import Job, JobNode
 from .planner import Candidate, PlanError, plan_job
@@ -259,11 +260,15 @@ def node_report_state(*, event: dict[str, Any]) -> None:
     """Apply a supervisor's state report. The report itself is already persisted as the node's
     state event, so the node transition is not announced again; job transitions are."""
     status = event.get("status")
+    job_id = JobNode.objects.filter(pk=event.get("node")).values_list("job_id", flat=True).first()
+    if job_id is None:
+        return
     with transaction.atomic():
-        node = JobNode.objects.select_for_update().filter(pk=event.get("node")).select_related("job").first()
+        # Lock order everywhere: the job, then its nodes (two orders deadlock exactly when nodes fail).
+        job = Job.objects.select_for_update().get(pk=job_id)
+        node = JobNode.objects.select_for_update().filter(pk=event.get("node")).first()
         if node is None:
             return
-        job = Job.objects.select_for_update().get(pk=node.job_id)
         if status == protocol.NODE_PREPARING:
             transition_node(node, N.PREPARING, str(event.get("reason") or "preparing"), announce=False,
                             last_heartbeat=timezone.now())
@@ -326,15 +331,17 @@ def jobs_interrupt(*, reason: str) -> list[int]:
     return interrupted
 
 
-def recovery_delay(attempt: int) -> float:
-    """Exponential backoff between attempts (seed 001): 1 s, 2 s, 4 s ... capped at 60 s."""
-    return float(min(60, 2 ** attempt))
+def recovery_delay(restarts: int) -> float:
+    """Backoff before the restart numbered `restarts` (seed 001's exponential backoff): the first
+    restart goes at once (a single failure says nothing about the next try), then 2 s, 4 s, 8 s ...
+    capped at 60 s."""
+    return 0.0 if restarts <= 1 else float(min(60, 2 ** (restarts - 1)))
 
 
 def _recover_when_quiet(job: Job) -> None:
     """Relaunch once no node of the failed attempt runs any more (each report re-checks)."""
     if job.status == J.RECOVERING and not _live_nodes(job):
-        delay = recovery_delay(job.attempt)
+        delay = recovery_delay(job.restarts)
         transaction.on_commit(lambda: celery_app.send_task(
             "torchyard_server.jobs.tasks.recover_job", args=(job.pk,), queue=protocol.CONTROL_QUEUE, countdown=delay))
 
@@ -417,7 +424,7 @@ def _recover_stalled() -> None:
     """A recovery whose delayed task was lost (broker restart) is picked up here."""
     now = timezone.now()
     for job in Job.objects.filter(status=J.RECOVERING):
-        if job.updated_at < now - timedelta(seconds=recovery_delay(job.attempt) + 10) and not _live_nodes(job):
+        if job.updated_at < now - timedelta(seconds=recovery_delay(job.restarts) + 10) and not _live_nodes(job):
             job_recover(job_id=job.pk)
 
 
@@ -427,10 +434,29 @@ def _mark_lost(node: JobNode, reason: str) -> None:
         node = JobNode.objects.select_for_update().get(pk=node.pk)
         if not transition_node(node, N.LOST, reason):
             return
+        if node.machine_id is not None:
+            machine_mark_suspect(machine_id=node.machine_id)
         # Make sure nothing of it keeps running should the agent still be there.
         _stop_nodes([node])
         if not _winding_down(job) and job.attempt == node.attempt and job.status not in JOB_FINAL:
             _node_lost_or_failed(job, node, reason, last_lines=[])
+
+
+def nodes_on_removed_machine(sender, *, machine: Machine, force: bool, **_: Any) -> None:
+    """A machine is about to be removed (machines.services.machine_deleting): refuse while nodes of
+    live jobs run there, or with force declare them lost, which stops them and recovers their jobs."""
+    live = list(JobNode.objects.filter(machine=machine, status__in=NODE_LIVE).select_related("job"))
+    if not live:
+        return
+    if not force:
+        jobs = sorted({node.job_id for node in live})
+        raise MachineInUse(
+            f"{machine.name} runs {len(live)} live node(s) of job(s) {', '.join(f'#{j}' for j in jobs)}; "
+            "stop them first, or remove it with force (?force=true), which stops them and recovers the jobs elsewhere",
+            [{"job": n.job_id, "node_rank": n.node_rank, "attempt": n.attempt, "status": n.status} for n in live],
+        )
+    for node in live:
+        _mark_lost(node, f"{_describe(node)} lost: its machine was removed")
 
 
 def jobs_schedule_queued() -> None:

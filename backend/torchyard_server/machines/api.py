@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
@@ -12,6 +12,10 @@ from .models import Machine
 from .selectors import machine_list
 from .serializers import MachineIn, MachineOut, MachinePatch
 from .services import machine_authenticate, machine_create, machine_delete, machine_update
+
+
+def force_requested(request) -> bool:
+    return request.query_params.get("force", "").lower() in ("1", "true", "yes")
 
 
 class MachineListView(APIView):
@@ -43,8 +47,10 @@ class MachineDetailView(APIView):
         data.is_valid(raise_exception=True)
         return Response(MachineOut(machine_update(machine=machine, **data.validated_data)).data)
 
+    @extend_schema(parameters=[OpenApiParameter("force", bool, description="stop its live nodes first")])
     def delete(self, request, machine_id: int):
-        machine_delete(machine=get_object_or_404(Machine, pk=machine_id))
+        """Remove a machine; 409 while nodes of live jobs run there, unless `?force=true`."""
+        machine_delete(machine=get_object_or_404(Machine, pk=machine_id), force=force_requested(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

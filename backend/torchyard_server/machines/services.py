@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.dispatch import Signal
 from django.utils import timezone
 from torchyard import protocol
 
@@ -77,6 +78,14 @@ def machine_mark_stale_offline() -> list[int]:
     return ids
 
 
+def machine_mark_suspect(*, machine_id: int) -> bool:
+    """A node on this machine was lost: take it off the planner's list (offline) until its agent
+    heartbeats again, so a relaunch goes to a spare instead of back to a machine that may be gone.
+    A live agent's next heartbeat, 2 s later at most, brings it back."""
+    return bool(Machine.objects.filter(pk=machine_id, status__in=[Machine.Status.ONLINE, Machine.Status.BUSY])
+                .update(status=Machine.Status.OFFLINE))
+
+
 def machine_update(*, machine: Machine, **fields: Any) -> Machine:
     for key, value in fields.items():
         setattr(machine, key, value)
@@ -84,5 +93,21 @@ def machine_update(*, machine: Machine, **fields: Any) -> Machine:
     return machine
 
 
-def machine_delete(*, machine: Machine) -> None:
+class MachineInUse(Exception):
+    """A machine that still runs nodes of live jobs cannot be removed without force (409)."""
+
+    def __init__(self, message: str, live_nodes: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.live_nodes = live_nodes
+
+
+# Sent before a machine row is deleted, with `machine` and `force`. The jobs app answers it (this
+# app sits below jobs and does not import it): without force it raises MachineInUse when nodes of
+# live jobs run there; with force it declares them lost first, which stops them and recovers their
+# jobs elsewhere, instead of leaving their processes orphaned on a machine nobody knows.
+machine_deleting = Signal()
+
+
+def machine_delete(*, machine: Machine, force: bool = False) -> None:
+    machine_deleting.send(sender=Machine, machine=machine, force=force)
     machine.delete()
