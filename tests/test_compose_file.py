@@ -22,7 +22,7 @@ def compose_config() -> dict:
 
 def test_the_compose_file_is_valid_and_has_the_production_stack():
     services = compose_config()["services"]
-    assert {"postgres", "redis", "minio", "web", "controller", "ingest", "agent-1", "migrate"} <= set(services)
+    assert {"postgres", "redis", "minio", "web", "controller", "beat", "ingest", "agent-1", "migrate"} <= set(services)
     assert services["web"]["environment"]["DATABASE_URL"].startswith("postgres://")
     assert services["web"]["environment"]["TORCHYARD_STORAGE_URL"].startswith("s3://")
 

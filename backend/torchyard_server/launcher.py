@@ -3,7 +3,8 @@
 Starts, on embedded defaults unless the environment says otherwise (DESIGN.md section 2):
 a Redis of its own (when REDIS_URL is unset), the database migrations, the admin user, then
   web         daphne serving Django + Channels + the dashboard
-  controller  Celery worker on queue "control" with beat
+  controller  Celery worker on queue "control"
+  beat        Celery beat: the periodic supervision sweeps and scheduling
   ingest      the event ingest loop (Redis stream -> database -> WebSockets)
   local-N     agents for this machine (TORCHYARD_LOCAL_AGENTS, default 2)
 and stops all of it, running training included, on Ctrl-C / SIGTERM.
@@ -149,11 +150,14 @@ class Stack:
         self.children = [
             Child("web", [PY, "-m", "daphne", "-b", self.host, "-p", str(self.port),
                           "--proxy-headers", "torchyard_server.asgi:application"]),
-            Child("controller", [PY, "-m", "celery", "-A", "torchyard_server", "worker", "-B",
-                                 "-s", str(self.data_dir / "celerybeat-schedule"), "-Q", "control",
+            Child("controller", [PY, "-m", "celery", "-A", "torchyard_server", "worker", "-Q", "control",
                                  "-P", "threads", "-c", "4", "-n", "controller@%h",
-                                 # WARNING: beat's sweeps every 2 s would drown the console at INFO.
+                                 # WARNING: the sweeps every 2 s would drown the console at INFO.
                                  "--without-gossip", "--without-mingle", "-l", "WARNING"]),
+            # Beat is a child of its own, not the worker's embedded one (-B): a worker killed with -9
+            # left that one running beside its successor's, sending every periodic task twice.
+            Child("beat", [PY, "-m", "celery", "-A", "torchyard_server", "beat", "-l", "WARNING",
+                           "-s", str(self.data_dir / "celerybeat-schedule"), "--pidfile="]),
             Child("ingest", [PY, "-m", "django", "ingest_events"]),
         ]
         for name, token in tokens:
@@ -202,6 +206,9 @@ class Stack:
                          f"{RESTART_WINDOW:.0f}s; stopping the stack")
                     return 1
                 _say(f"{child.name} exited with {child.proc.returncode}; starting it again")
+                # Whatever it forked and left behind dies with it: its session's process group.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child.proc.pid, signal.SIGKILL)
                 self.start(child)
         return 0
 
@@ -210,6 +217,9 @@ class Stack:
         if not hasattr(self, "_lock"):
             return  # nothing of ours started
         try:
+            # Nothing may relaunch what is being interrupted: the controller and beat go first, while
+            # the ingest loop and the agents stay to report how each node ended.
+            self._stop_children(only={"controller", "beat"})
             self._stop_training()
         finally:
             # Whatever failed above, no child may outlive the launcher: an orphaned agent or ingest
@@ -243,25 +253,27 @@ class Stack:
             except Exception as exc:
                 _say(f"could not stop the training of local-{index}: {exc}")
 
-    def _stop_children(self) -> None:
-        """SIGTERM every child's process group (Celery's beat child is in its worker's), SIGKILL
-        what is still there after the grace period."""
-        for child in reversed(self.children):
+    def _stop_children(self, only: set[str] | None = None) -> None:
+        """SIGTERM every child's process group (whatever a child forked is in it), SIGKILL
+        what is still there after the grace period. `only` names the children to stop."""
+        children = [c for c in self.children if only is None or c.name in only]
+        for child in reversed(children):
             if child.proc and child.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE
-        for child in self.children:
+        for child in children:
             if child.proc is None:
                 continue
             try:
                 child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _say(f"{child.name} did not stop in {STOP_GRACE:.0f}s; killing it")
-            # The group too: a child that exited may leave a forked helper (beat) behind.
+            # The group too: a child that exited may leave a forked helper behind.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.proc.pid, signal.SIGKILL)
             child.proc.wait()
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torchyard-server", description=__doc__,

@@ -3,6 +3,7 @@ Torchyard starts itself. A 1-node job runs through it, so the README's first com
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
@@ -100,3 +101,33 @@ def test_stopping_the_stack_stops_training_and_the_next_start_resumes_it(tmp_pat
         assert any(e["attempt"] == 1 and "resumed from checkpoint at step" in e["line"] for e in logs)
     finally:
         again.stop()
+
+
+def test_a_controller_killed_with_9_is_restarted_and_leaves_no_second_beat(embedded):
+    def children(word: str) -> list[psutil.Process]:
+        return [p for p in psutil.Process(embedded.process.pid).children(recursive=True)
+                if word in p.cmdline() and "celery" in " ".join(p.cmdline())]
+
+    assert len(children("beat")) == 1 and len(children("worker")) == 1
+    controller = children("worker")[0]
+    group = os.getpgid(controller.pid)
+    for process in [controller, *controller.children(recursive=True)]:
+        process.kill()
+    deadline = time.monotonic() + 30
+    while "controller exited with -9; starting it again" not in embedded.log_path.read_text():
+        assert time.monotonic() < deadline, embedded.log_tail()
+        time.sleep(0.3)
+    # Nothing of the killed worker's process group lives on, and still exactly one beat.
+    assert not [p for p in psutil.process_iter() if _pgid(p) == group]
+    assert len(children("beat")) == 1
+    # The restarted controller works: a job is planned, launched and completes.
+    job = embedded.submit({"name": "after-restart", "entrypoint": "examples/mlp_ddp.py", "args": ["--steps", "5"],
+                           "resources": {"nodes": 1, "procs_per_node": 1}})
+    assert embedded.wait_job(job["id"], {"completed", "failed"}, timeout=120)["status"] == "completed"
+
+
+def _pgid(process: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except (ProcessLookupError, psutil.Error):
+        return None
