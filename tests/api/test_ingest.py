@@ -60,3 +60,49 @@ def test_events_of_unknown_jobs_and_undecodable_entries_are_dropped_without_stop
     ingest.step()  # its own backlog: empty
     assert ingest.step() == 3
     assert [e.payload["line"] for e in JobEvent.objects.all()] == ["line 2"]
+
+
+def test_an_error_while_applying_a_batch_stores_none_of_it_and_the_retry_applies_each_event_once(
+        stream, redis_url, owner, monkeypatch):
+    from torchyard_server.jobs.models import JobNode
+    from torchyard_server.streaming import ingest as ingest_module
+
+    job = Job.objects.create(name="j", spec={"fault_tolerance": {"max_restarts": 0}}, owner=owner,
+                             status=Job.Status.RUNNING, world_size=1)
+    node = JobNode.objects.create(job=job, attempt=0, machine_name="m", host="h", node_rank=0, nproc=1,
+                                  rank_start=0, rank_end=0, status=JobNode.Status.RUNNING)
+    envelope = {"job": job.pk, "attempt": 0, "node": node.pk, "node_rank": 0}
+    checkpoint = {**envelope, "type": protocol.CHECKPOINT, "seq": 1, "step": 50, "uri": "file:///x/step-00000050/manifest.json",
+                  "manifest": {"step": 50, "files": []}}
+    completed = {**envelope, "type": protocol.STATE, "seq": 2, "status": protocol.NODE_COMPLETED, "exit_code": 0}
+    for event in (checkpoint, completed):
+        stream.xadd(protocol.EVENT_STREAM, protocol.encode_event(event))
+
+    # A fault between storing the batch and applying it (here: recording the checkpoint raises once).
+    real = ingest_module.checkpoint_record
+    calls = []
+
+    def fails_once(*, event):
+        calls.append(event)
+        if len(calls) == 1:
+            raise RuntimeError("injected fault")
+        return real(event=event)
+
+    monkeypatch.setattr(ingest_module, "checkpoint_record", fails_once)
+    monkeypatch.setattr(ingest_module.time, "sleep", lambda s: None)
+    ingest = Ingest(redis_url)
+    ingest.ensure_group()
+    ingest._backlog = False
+    assert ingest.step_or_retry() == 0
+    assert not JobEvent.objects.filter(job=job).exists()  # nothing stored: nothing can be skipped later
+    assert stream.xpending(protocol.EVENT_STREAM, protocol.EVENT_GROUP)["pending"] == 2
+
+    while ingest.step_or_retry():
+        pass
+    job.refresh_from_db()
+    assert job.status == Job.Status.COMPLETED  # the node's report was applied, not lost
+    assert job.checkpoints.count() == 1 and len(calls) == 2
+    assert JobEvent.objects.filter(job=job).count() == 2
+    assert stream.xpending(protocol.EVENT_STREAM, protocol.EVENT_GROUP)["pending"] == 0
+    ingest.step_or_retry()  # read again: nothing is applied twice
+    assert len(calls) == 2 and JobEvent.objects.filter(job=job).count() == 2

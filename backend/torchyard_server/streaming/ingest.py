@@ -2,8 +2,9 @@
 
 It is the only writer of JobEvent rows (so ids are a gap-free resume cursor), applies what the
 events mean (node reports, heartbeats, progress, checkpoint commits) through the services, and
-fans each batch out to the job's WebSocket group. Entries are acknowledged only after they are
-stored; a restart first re-reads its own unacknowledged entries, and dedupe keys make that safe.
+fans each batch out to the job's WebSocket group. A batch is stored and applied in one transaction
+and acknowledged only after it commits, so every stored event is applied exactly once: a restart,
+or a batch that failed, re-reads the unacknowledged entries, and dedupe keys make that safe.
 """
 
 from __future__ import annotations
@@ -70,15 +71,22 @@ class Ingest:
         self.ensure_group()
         log.info("ingest: reading %s", protocol.EVENT_STREAM)
         while not stop.is_set():
-            try:
-                self.step()
-            except redis.ConnectionError as exc:
-                log.warning("ingest: redis unavailable (%s); retrying", exc)
-                time.sleep(1.0)
-            except Exception:  # keep ingesting: one bad batch must not stop the stream
-                log.exception("ingest: batch failed")
-                close_old_connections()
-                time.sleep(0.5)
+            self.step_or_retry()
+
+    def step_or_retry(self) -> int:
+        """One step; a batch that fails is neither stored (one transaction) nor acknowledged, so
+        the next step re-reads it first. Returns how many entries were handled."""
+        try:
+            return self.step()
+        except redis.ConnectionError as exc:
+            log.warning("ingest: redis unavailable (%s); retrying", exc)
+            time.sleep(1.0)
+        except Exception:  # keep ingesting: one bad batch must not stop the stream
+            log.exception("ingest: batch failed; it stays pending and is read again")
+            self._backlog = True
+            close_old_connections()
+            time.sleep(0.5)
+        return 0
 
     def step(self) -> int:
         start_id = "0" if self._backlog else ">"
@@ -124,8 +132,12 @@ class Ingest:
         if node_beats:
             node_record_heartbeats(beats=node_beats)
         if persisted:
-            rows = self.store(persisted)
-            self.apply(rows)
+            # Stored and applied in one transaction: a crash or an error between the two must not
+            # leave an event stored (so skipped as a duplicate when re-read) but never applied, a
+            # lost `completed` or `checkpoint`. Side effects wait for the commit (on_commit).
+            with transaction.atomic():
+                rows = self.store(persisted)
+                self.apply(rows)
             self.broadcast(rows)
 
     def store(self, events: list[dict[str, Any]]) -> list[JobEvent]:
@@ -155,9 +167,7 @@ class Ingest:
                     dedupe_key=key,
                 )
             )
-        with transaction.atomic():
-            created = JobEvent.objects.bulk_create(rows, batch_size=500)
-        return created
+        return JobEvent.objects.bulk_create(rows, batch_size=500)
 
     def apply(self, rows: list[JobEvent]) -> None:
         metrics: dict[int, list[dict[str, Any]]] = defaultdict(list)
