@@ -106,3 +106,27 @@ def test_an_error_while_applying_a_batch_stores_none_of_it_and_the_retry_applies
     assert stream.xpending(protocol.EVENT_STREAM, protocol.EVENT_GROUP)["pending"] == 0
     ingest.step_or_retry()  # read again: nothing is applied twice
     assert len(calls) == 2 and JobEvent.objects.filter(job=job).count() == 2
+
+
+def test_heartbeats_are_applied_ahead_of_a_backlog_of_log_lines(stream, redis_url, owner):
+    from torchyard_server.jobs.models import JobNode
+
+    stream.delete(protocol.LIVENESS_STREAM)
+    job = Job.objects.create(name="j", spec={}, owner=owner, status=Job.Status.RUNNING)
+    node = JobNode.objects.create(job=job, attempt=0, machine_name="m", host="h", node_rank=0, nproc=1,
+                                  rank_start=0, rank_end=0, status=JobNode.Status.RUNNING)
+    ingest = Ingest(redis_url)
+    ingest.ensure_group()
+    pipe = stream.pipeline(transaction=False)
+    for seq in range(1, 20_001):  # ranks printing as fast as they can
+        pipe.xadd(protocol.EVENT_STREAM, protocol.encode_event({**log_event(job.pk, seq), "node": node.pk}))
+    pipe.execute()
+    stream.xadd(protocol.LIVENESS_STREAM, protocol.encode_event(
+        {"type": protocol.HEARTBEAT, "job": job.pk, "attempt": 0, "node": node.pk, "node_rank": 0, "ts": 1.0}))
+
+    ingest.step()  # one batch of the backlog, and every heartbeat
+    node.refresh_from_db()
+    assert node.last_heartbeat is not None
+    assert JobEvent.objects.filter(job=job).count() <= 1_000
+    assert stream.xlen(protocol.LIVENESS_STREAM) == 0
+    stream.delete(protocol.LIVENESS_STREAM)

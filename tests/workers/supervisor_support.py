@@ -144,12 +144,14 @@ class Supervisors:
         return proc, run_dir
 
     def events(self, job_id: int) -> list[dict]:
-        """Every event of the job on the stream, in stream order."""
+        """Every event of the job on the event stream, in stream order, then its heartbeats (they
+        travel on the liveness stream)."""
         found = []
-        for _id, fields in self.redis.xrange(protocol.EVENT_STREAM):
-            event = protocol.decode_event(fields)
-            if event.get("job") == job_id:
-                found.append(event)
+        for stream in (protocol.EVENT_STREAM, protocol.LIVENESS_STREAM):
+            for _id, fields in self.redis.xrange(stream):
+                event = protocol.decode_event(fields)
+                if event.get("job") == job_id:
+                    found.append(event)
         return found
 
     def wait_for(

@@ -91,18 +91,22 @@ def test_an_unreachable_redis_keeps_events_and_never_stalls_the_loop(redis_url: 
     ]
 
 
-def test_a_full_buffer_drops_heartbeats_then_oldest_logs_but_never_states():
+def test_a_full_buffer_drops_resource_samples_then_oldest_logs_but_never_states_and_keeps_one_heartbeat():
     publisher = EventPublisher(a_launch(), None, max_buffer=100)
     publisher.emit(protocol.STATE, status="running")
     for i in range(10):
-        publisher.emit(protocol.HEARTBEAT)
+        publisher.emit(protocol.HEARTBEAT, n=i)
+        publisher.emit(protocol.RESOURCE)
         publisher.emit(protocol.METRIC, step=i)
     for i in range(95):
         publisher.emit(protocol.LOG, line=f"line {i}")
-    # 116 emitted; past 100 it sheds to 90 at once: twice, then 4 more arrive.
-    assert publisher.pending == 94
-    assert publisher.dropped == {"heartbeat": 10, "log": 12}
+    # 116 buffered; past 100 it sheds to 90 at once: twice, then 4 more arrive. Heartbeats are
+    # not buffered: the newest waits, alone, to go first.
+    assert publisher.pending == 94 + 1
+    assert publisher.dropped == {"resource": 10, "log": 12}
+    assert publisher._beat is not None and publisher._beat["n"] == 9 and publisher._beat["seq"] is None
     kept = list(publisher._buffer)
+    assert [e["seq"] for e in kept][:2] == [1, 3]  # persisted events are numbered without heartbeats
     assert kept[0]["type"] == "state" and sum(e["type"] == "metric" for e in kept) == 10
     assert [e["line"] for e in kept if e["type"] == "log"][0] == "line 12"
     assert publisher.flush() is False and publisher.drain(timeout_s=1) is False

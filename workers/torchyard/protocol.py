@@ -34,6 +34,10 @@ EVENT_GROUP = "ingest"
 EVENT_FIELD = "e"
 # Bounded so a dead controller cannot fill Redis; ~approximate trimming is cheap.
 EVENT_STREAM_MAXLEN = 1_000_000
+# Heartbeats (nodes' and agents') travel apart: liveness must never wait behind a backlog of log
+# lines in the event stream. Only the newest beat matters, so this stream stays short.
+LIVENESS_STREAM = "torchyard:liveness"
+LIVENESS_STREAM_MAXLEN = 10_000
 
 STATE = "state"
 LOG = "log"

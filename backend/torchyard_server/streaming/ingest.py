@@ -61,11 +61,12 @@ class Ingest:
         self._backlog = True  # re-read our own unacknowledged entries first
 
     def ensure_group(self) -> None:
-        try:
-            self.redis.xgroup_create(protocol.EVENT_STREAM, protocol.EVENT_GROUP, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        for stream in (protocol.EVENT_STREAM, protocol.LIVENESS_STREAM):
+            try:
+                self.redis.xgroup_create(stream, protocol.EVENT_GROUP, id="0", mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
 
     def run(self, stop: threading.Event) -> None:
         self.ensure_group()
@@ -88,7 +89,28 @@ class Ingest:
             time.sleep(0.5)
         return 0
 
+    def read_liveness(self) -> int:
+        """Apply every heartbeat waiting on the liveness stream: before any event, every step, so a
+        backlog of log lines never makes a healthy node look dead."""
+        response: Any = self.redis.xreadgroup(
+            protocol.EVENT_GROUP, CONSUMER, {protocol.LIVENESS_STREAM: ">"}, count=10_000)
+        entries = response[0][1] if response else []
+        if entries:
+            close_old_connections()
+            beats = []
+            for entry_id, fields in entries:
+                try:
+                    beats.append(protocol.decode_event(fields))
+                except (ValueError, TypeError):
+                    log.warning("ingest: dropping undecodable heartbeat %s", entry_id)
+            self.process(beats)
+            ids = [entry_id for entry_id, _ in entries]
+            self.redis.xack(protocol.LIVENESS_STREAM, protocol.EVENT_GROUP, *ids)
+            self.redis.xdel(protocol.LIVENESS_STREAM, *ids)
+        return len(entries)
+
     def step(self) -> int:
+        self.read_liveness()
         start_id = "0" if self._backlog else ">"
         response: Any = self.redis.xreadgroup(
             protocol.EVENT_GROUP, CONSUMER, {protocol.EVENT_STREAM: start_id},

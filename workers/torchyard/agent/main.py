@@ -71,7 +71,7 @@ class Agent:
 
     def heartbeat_once(self) -> None:
         self.redis.xadd(
-            protocol.EVENT_STREAM,
+            protocol.LIVENESS_STREAM,
             protocol.encode_event({
                 "type": protocol.MACHINE_HEARTBEAT,
                 "machine": self.machine_id,
@@ -84,7 +84,7 @@ class Agent:
                 "running": runs.running_nodes(self.work_dir),
                 "ts": time.time(),
             }),
-            maxlen=protocol.EVENT_STREAM_MAXLEN, approximate=True,
+            maxlen=protocol.LIVENESS_STREAM_MAXLEN, approximate=True,
         )
 
     def _heartbeat_loop(self) -> None:

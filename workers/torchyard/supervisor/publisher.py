@@ -31,10 +31,10 @@ CONNECT_TIMEOUT_S = 1.0
 RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
 # Shed to this fraction of the buffer at once, so shedding is not paid on every emit.
 SHED_TO = 0.9
-# Cheapest to lose first: liveness samples are stale once newer ones exist; then log lines; a state
-# event is never dropped.
+# Cheapest to lose first: resource samples are stale once newer ones exist; then log lines; a state
+# event is never dropped. (Heartbeats are not buffered: only the newest is kept.)
 _SHED_ORDER = (
-    frozenset({protocol.HEARTBEAT, protocol.RESOURCE}),
+    frozenset({protocol.RESOURCE}),
     frozenset({protocol.LOG}),
     frozenset(set(protocol.EVENT_TYPES) - {protocol.STATE}),
 )
@@ -52,7 +52,8 @@ def connect(redis_url: str) -> redis.Redis:
 
 
 class EventPublisher:
-    """Builds events for one node and XADDs them to protocol.EVENT_STREAM in pipelined batches."""
+    """Builds events for one node and XADDs them to protocol.EVENT_STREAM in pipelined batches; its
+    newest heartbeat to protocol.LIVENESS_STREAM, ahead of them."""
 
     def __init__(
         self,
@@ -70,19 +71,25 @@ class EventPublisher:
         self.dropped: Counter[str] = Counter()
         self.last_error: str | None = None
         self._buffer: deque[dict[str, Any]] = deque()
+        # Only the newest heartbeat is worth sending; it goes to the liveness stream ahead of the
+        # buffer, so a flood of log lines never delays it.
+        self._beat: dict[str, Any] | None = None
         self._seq = 0
         self._failures = 0
         self._retry_at = 0.0
 
     @property
     def pending(self) -> int:
-        return len(self._buffer)
+        return len(self._buffer) + (self._beat is not None)
 
     def emit(
         self, event_type: str, *, rank: int | None = None, ts: float | None = None, **payload: Any
     ) -> dict:
-        """Queue one event; payload keys that collide with the envelope are ignored."""
-        self._seq += 1
+        """Queue one event; payload keys that collide with the envelope are ignored. A heartbeat
+        replaces the one not yet sent and takes no `seq`: persisted events stay numbered without gaps."""
+        beat = event_type == protocol.HEARTBEAT
+        if not beat:
+            self._seq += 1
         event: dict[str, Any] = {
             "type": event_type,
             "job": self.launch.job_id,
@@ -90,12 +97,15 @@ class EventPublisher:
             "node": self.launch.node_id,
             "node_rank": self.launch.node_rank,
             "rank": rank,
-            "seq": self._seq,
+            "seq": None if beat else self._seq,
             "ts": time.time() if ts is None else ts,
         }
         for key, value in payload.items():
             if key not in ENVELOPE_KEYS:
                 event[key] = value
+        if beat:
+            self._beat = event
+            return event
         self._buffer.append(event)
         if len(self._buffer) > self.max_buffer:
             self._shed()
@@ -122,10 +132,19 @@ class EventPublisher:
 
         Never raises for Redis trouble: failed batches stay buffered and are retried after a backoff.
         """
-        if not self._buffer:
+        if not self._buffer and self._beat is None:
             return True
         if self.client is None or time.monotonic() < self._retry_at:
             return False
+        if self._beat is not None:
+            try:
+                self.client.xadd(protocol.LIVENESS_STREAM, protocol.encode_event(self._beat),
+                                 maxlen=protocol.LIVENESS_STREAM_MAXLEN, approximate=True)
+            except (redis.RedisError, OSError) as exc:
+                self._on_failure(exc)
+                return False
+            self._beat = None
+            self.published += 1
         deadline = time.monotonic() + budget_s
         while self._buffer and time.monotonic() < deadline:
             batch = [self._buffer[i] for i in range(min(self.batch_size, len(self._buffer)))]
