@@ -37,6 +37,7 @@ class Candidate:
     gpus: list[dict[str, Any]] = field(default_factory=list)
     busy_gpus: set[int] = field(default_factory=set)
     live_nodes: int = 0
+    busy_procs: int = 0  # processes of live nodes already placed here
     cpu_usage: float = 0.0
 
     @property
@@ -54,28 +55,63 @@ class Candidate:
         ]
 
 
-def _fits(machine: Candidate, gpus_per_node: int, min_gpu_memory: int) -> bool:
-    return len(machine.free_gpus(min_gpu_memory)) >= gpus_per_node
+@dataclass(frozen=True)
+class Need:
+    """What one node of the job asks of its machine."""
+
+    procs: int
+    gpus: int = 0
+    min_gpu_memory: int = 0
+    oversubscribe: bool = False
 
 
-def order_machines(machines: list[Candidate], policy: str) -> list[Candidate]:
-    # pack: fill machines that already run work first; spread: the least loaded first.
+def _fits(machine: Candidate, need: Need) -> bool:
+    """Free GPUs for a GPU job; for a CPU job, cores: a machine that already runs processes takes
+    more only while its cores last (a 2-core machine is not given three 4-process jobs), unless the
+    job allows oversubscription. An idle machine takes any one node (the plan warns)."""
+    if need.gpus:
+        return len(machine.free_gpus(need.min_gpu_memory)) >= need.gpus
+    if need.oversubscribe or machine.busy_procs == 0 or not machine.cpu_count:
+        return True
+    return machine.busy_procs + need.procs <= machine.cpu_count
+
+
+def _waste(machine: Candidate, need: Need) -> int:
+    """What a node would leave unused on the machine: free GPUs, or free cores for a CPU job."""
+    if need.gpus:
+        return len(machine.free_gpus(need.min_gpu_memory)) - need.gpus
+    return max(machine.cpu_count - machine.busy_procs, 0) - need.procs
+
+
+def order_machines(machines: list[Candidate], policy: str, need: Need | None = None) -> list[Candidate]:
+    """pack (seed 004's "simple" policy): least waste, the machines the node fits most tightly
+    first; spread: the least loaded first."""
     if policy == "pack":
-        return sorted(machines, key=lambda m: (-m.live_nodes, m.name))
+        need = need or Need(procs=1)
+        return sorted(machines, key=lambda m: (_waste(m, need), m.name))
     return sorted(machines, key=lambda m: (m.live_nodes, m.cpu_usage, m.name))
 
 
-def _shape(spec: dict[str, Any], fitting: int) -> tuple[int, int]:
-    """(nodes, procs_per_node). DistroML's `workers` is a world size spread over what fits."""
-    resources = spec["resources"]
+def _shapes(spec: dict[str, Any], online: int) -> list[tuple[int, Need]]:
+    """(nodes, what each node needs), in order of preference. DistroML's `workers` is a world size
+    of processes with `gpus_per_worker` GPUs each, spread over as many machines as can hold them;
+    torchrun's static ranks need the same process count on every node, so node counts divide it."""
+    resources, placement = spec["resources"], spec["placement"]
+    oversubscribe = bool(placement.get("oversubscribe"))
+    min_memory = resources.get("min_gpu_memory", 0)
     if "workers" not in resources:
-        return resources["nodes"], resources["procs_per_node"]
-    workers = resources["workers"]
-    # torchrun's static ranks need the same process count on every node: use a divisor.
-    for nodes in range(min(workers, max(fitting, 1)), 0, -1):
-        if workers % nodes == 0:
-            return nodes, workers // nodes
-    return 1, workers
+        return [(resources["nodes"], Need(resources["procs_per_node"], resources.get("gpus_per_node", 0),
+                                          min_memory, oversubscribe))]
+    workers, per_worker = resources["workers"], resources.get("gpus_per_worker", 0)
+    return [
+        (nodes, Need(workers // nodes, workers // nodes * per_worker, min_memory, oversubscribe))
+        for nodes in range(min(workers, max(online, 1)), 0, -1)
+        if workers % nodes == 0
+    ]
+
+
+def _holders(machines: list[Candidate], need: Need) -> int:
+    return sum(1 for m in machines if m.schedulable and m.gpu_slots(need.min_gpu_memory) >= need.gpus)
 
 
 def plan_job(
@@ -85,35 +121,38 @@ def plan_job(
     pick_port: Callable[[Candidate], int],
 ) -> dict[str, Any]:
     """The execution plan for `spec` on `machines`, or PlanError saying what is missing."""
-    resources, placement = spec["resources"], spec["placement"]
-    gpus_per_node = resources.get("gpus_per_node", 0)
-    min_gpu_memory = resources.get("min_gpu_memory", 0)
-
+    placement = spec["placement"]
+    manual: list[Candidate] | None = None
     if placement["machines"]:
         by_key = {m.name: m for m in machines} | {str(m.id): m for m in machines}
         missing = [key for key in placement["machines"] if key not in by_key]
         if missing:
             raise PlanError(f"unknown machines in placement: {', '.join(missing)}", kind="invalid")
-        pool = [by_key[key] for key in placement["machines"]]
-    else:
-        pool = order_machines(machines, placement["policy"])
-
+        manual = [by_key[key] for key in placement["machines"]]
+    candidates = manual if manual is not None else machines
+    shapes = _shapes(spec, len([m for m in candidates if m.schedulable]))
+    # The first shape the online machines could ever hold; then whether they can hold it now.
+    nodes, need = next(((n, d) for n, d in shapes if _holders(candidates, d) >= n), shapes[-1])
+    # Manual placement keeps the user's order (the first is the master); otherwise the policy's.
+    pool = manual if manual is not None else order_machines(machines, placement["policy"], need)
     online = [m for m in pool if m.schedulable]
-    nodes, procs = _shape(spec, len(online))
-    could_hold = [m for m in online if m.gpu_slots(min_gpu_memory) >= gpus_per_node]
+    could_hold = [m for m in online if m.gpu_slots(need.min_gpu_memory) >= need.gpus]
     if len(could_hold) < nodes:
-        need = f"{nodes} online machines" + (f" with {gpus_per_node} GPUs of >= {min_gpu_memory} MB" if gpus_per_node else "")
+        wanted = f"{nodes} online machines" + (
+            f" with {need.gpus} GPUs of >= {need.min_gpu_memory} MB" if need.gpus else "")
         offline = [m.name for m in pool if not m.schedulable]
         raise PlanError(
-            f"needs {need}; {len(could_hold)} online machine(s) can hold a node"
+            f"needs {wanted}; {len(could_hold)} online machine(s) can hold a node"
             + (f" ({', '.join(offline)} not online)" if offline else ""),
             kind="capacity",
         )
-    ready = [m for m in pool if m.schedulable and _fits(m, gpus_per_node, min_gpu_memory)]
+    ready = [m for m in online if _fits(m, need)]
     if len(ready) < nodes:
-        raise PlanError(f"waiting for {nodes} machines with free GPUs: {len(ready)} free now", kind="busy")
+        what = "free GPUs" if need.gpus else f"room for {need.procs} more processes"
+        raise PlanError(f"waiting for {nodes} machines with {what}: {len(ready)} now", kind="busy")
 
     chosen = ready[:nodes]
+    procs, gpus_per_node, min_gpu_memory = need.procs, need.gpus, need.min_gpu_memory
     world_size = nodes * procs
     backend = spec["distributed"]["backend"]
     if backend == "auto":

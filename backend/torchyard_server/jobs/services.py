@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 from torchyard import protocol
@@ -106,16 +106,36 @@ def job_schedule(*, job_id: int) -> None:
             return
         if not transition_job(job, J.PLANNING, "planning"):
             return
-    try:
-        plan = job_preview_plan(spec=job.spec)
-    except PlanError as exc:
-        with transaction.atomic():
-            if exc.kind == "invalid":
-                transition_job(job, J.FAILED, exc.reason)
-            else:
-                transition_job(job, J.QUEUED, exc.reason)
-        return
-    _dispatch(job, plan, from_status=J.PLANNING)
+    _plan_and_dispatch(job_id=job_id, from_status=J.PLANNING)
+
+
+# Any constant: the key of the one advisory lock that serializes placement on PostgreSQL.
+PLACEMENT_LOCK = 7_341_001
+
+
+def _placement_lock() -> None:
+    """Held to the end of the transaction. SQLite needs none: its IMMEDIATE transactions (settings)
+    already let one writer in at a time."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PLACEMENT_LOCK])
+
+
+def _plan_and_dispatch(*, job_id: int, from_status: str, prefix: str = "") -> None:
+    """Plan against the machines as they are and create the attempt's nodes in one transaction,
+    under the placement lock: two jobs planned at once by two controller threads can never be given
+    the same GPU or the same cores. Locks: placement, then the job, then its nodes."""
+    with transaction.atomic():
+        _placement_lock()
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.status != from_status or _live_nodes(job):
+            return
+        try:
+            plan = job_preview_plan(spec=job.spec)
+        except PlanError as exc:
+            transition_job(job, J.FAILED if exc.kind == "invalid" else J.QUEUED, prefix + exc.reason)
+            return
+        _dispatch(job, plan)
 
 
 def _next_attempt(job: Job) -> int:
@@ -124,41 +144,38 @@ def _next_attempt(job: Job) -> int:
     return 0 if last is None else last + 1
 
 
-def _dispatch(job: Job, plan: dict[str, Any], *, from_status: str) -> None:
-    with transaction.atomic():
-        job = Job.objects.select_for_update().get(pk=job.pk)
-        if job.status != from_status:
-            return
-        attempt = _next_attempt(job)
-        machines = {m.pk: m for m in Machine.objects.filter(pk__in=[n["machine_id"] for n in plan["nodes"]])}
-        nodes = [
-            JobNode.objects.create(
-                job=job, attempt=attempt, machine=machines[n["machine_id"]], machine_name=n["machine_name"],
-                host=n["host"], node_rank=n["node_rank"], nproc=n["nproc"], rank_start=n["rank_start"],
-                rank_end=n["rank_end"], gpus=n["gpus"],
-            )
-            for n in plan["nodes"]
-        ]
-        resume = latest_good_manifest_uri(job_id=job.pk) if attempt > 0 else ""
-        what = f"launching {len(nodes)} node(s), world size {plan['world_size']}"
-        if attempt > 0:
-            what += f", attempt {attempt}, " + (f"resuming from {resume}" if resume else "from scratch (no checkpoint yet)")
-        transition_job(
-            job, J.DISPATCHING, what,
-            plan=plan, world_size=plan["world_size"], master_addr=plan["master_addr"],
-            master_port=plan["master_port"], attempt=attempt,
-            # A new attempt may have other ranks: throughput restarts from its own reports.
-            progress={**(job.progress or {}), "throughput_by_rank": {}, "throughput": None},
+def _dispatch(job: Job, plan: dict[str, Any]) -> None:
+    """Create the attempt's nodes and send their launches on commit (the caller holds the locks)."""
+    attempt = _next_attempt(job)
+    machines = {m.pk: m for m in Machine.objects.filter(pk__in=[n["machine_id"] for n in plan["nodes"]])}
+    nodes = [
+        JobNode.objects.create(
+            job=job, attempt=attempt, machine=machines[n["machine_id"]], machine_name=n["machine_name"],
+            host=n["host"], node_rank=n["node_rank"], nproc=n["nproc"], rank_start=n["rank_start"],
+            rank_end=n["rank_end"], gpus=n["gpus"],
         )
-        for node in nodes:
-            transition_node(node, N.LAUNCHING, f"sent to {node.machine_name}")
-            launch = _launch_payload(job, plan, node, resume)
-            machine_id = node.machine_id
-            transaction.on_commit(
-                lambda launch=launch, machine_id=machine_id: celery_app.send_task(
-                    protocol.TASK_LAUNCH_NODE, kwargs={"launch": launch}, queue=protocol.machine_queue(machine_id)
-                )
+        for n in plan["nodes"]
+    ]
+    resume = latest_good_manifest_uri(job_id=job.pk) if attempt > 0 else ""
+    what = f"launching {len(nodes)} node(s), world size {plan['world_size']}"
+    if attempt > 0:
+        what += f", attempt {attempt}, " + (f"resuming from {resume}" if resume else "from scratch (no checkpoint yet)")
+    transition_job(
+        job, J.DISPATCHING, what,
+        plan=plan, world_size=plan["world_size"], master_addr=plan["master_addr"],
+        master_port=plan["master_port"], attempt=attempt,
+        # A new attempt may have other ranks: throughput restarts from its own reports.
+        progress={**(job.progress or {}), "throughput_by_rank": {}, "throughput": None},
+    )
+    for node in nodes:
+        transition_node(node, N.LAUNCHING, f"sent to {node.machine_name}")
+        launch = _launch_payload(job, plan, node, resume)
+        machine_id = node.machine_id
+        transaction.on_commit(
+            lambda launch=launch, machine_id=machine_id: celery_app.send_task(
+                protocol.TASK_LAUNCH_NODE, kwargs={"launch": launch}, queue=protocol.machine_queue(machine_id)
             )
+        )
 
 
 def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manifest: str) -> dict[str, Any]:
@@ -348,16 +365,7 @@ def _recover_when_quiet(job: Job) -> None:
 
 def job_recover(*, job_id: int) -> None:
     """recovering -> dispatching with the next attempt, or queued when the machines are not there."""
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None or job.status != J.RECOVERING or _live_nodes(job):
-        return
-    try:
-        plan = job_preview_plan(spec=job.spec)
-    except PlanError as exc:
-        with transaction.atomic():
-            transition_job(job, J.FAILED if exc.kind == "invalid" else J.QUEUED, f"recovery: {exc.reason}")
-        return
-    _dispatch(job, plan, from_status=J.RECOVERING)
+    _plan_and_dispatch(job_id=job_id, from_status=J.RECOVERING, prefix="recovery: ")
 
 
 def node_record_heartbeats(*, beats: dict[int, float]) -> None:

@@ -98,8 +98,13 @@ class ResourcesSerializer(serializers.Serializer):
 
 
 class PlacementSerializer(serializers.Serializer):
-    policy = serializers.ChoiceField(choices=["pack", "spread"], default="pack")
-    machines = serializers.ListField(child=serializers.CharField(max_length=100), default=list, max_length=256)
+    policy = serializers.ChoiceField(
+        choices=["pack", "spread"], default="pack",
+        help_text="pack: least waste, the machines a node fits most tightly; spread: the least loaded first")
+    machines = serializers.ListField(child=serializers.CharField(max_length=100), default=list, max_length=256,
+                                     help_text="manual placement: these machines, in this order (the first is the master)")
+    oversubscribe = serializers.BooleanField(
+        default=False, help_text="CPU jobs: share a machine past its core count with other jobs")
 
 
 class DistributedSerializer(serializers.Serializer):
@@ -194,10 +199,15 @@ class JobSpecSerializer(serializers.Serializer):
             attrs["model"] = model
         self._validate_code(attrs)
         resources = attrs["resources"]
-        if "gpus_per_worker" in resources:
-            resources["gpus_per_node"] = resources["gpus_per_worker"]
-        if attrs["distributed"]["backend"] == "nccl" and not resources.get("gpus_per_node"):
+        gpus = resources.get("gpus_per_worker", 0) if "workers" in resources else resources.get("gpus_per_node", 0)
+        backend = attrs["distributed"]["backend"]
+        if backend == "nccl" and not gpus:
             raise serializers.ValidationError({"distributed": {"backend": ["nccl needs gpus_per_node >= 1."]}})
+        if backend in ("nccl", "auto") and "workers" not in resources and 0 < gpus < resources["procs_per_node"]:
+            # NCCL refuses two ranks on one GPU: every process of a node needs a GPU of its own.
+            raise serializers.ValidationError({"resources": {"procs_per_node": [
+                f"{resources['procs_per_node']} processes per node need {resources['procs_per_node']} GPUs under "
+                f"nccl; gpus_per_node is {gpus}."]}})
         store = attrs["checkpointing"]["store"]
         configured = settings.STORAGE_URL.split(":", 1)[0]
         if store != "default" and {"local": "file", "s3": "s3"}[store] != configured:
