@@ -58,3 +58,23 @@ def test_draining_a_machine_keeps_new_jobs_off_it(api, two_machines):
                                            "resources": {"nodes": 2}}, format="json")
     assert response.status_code == 400
     assert "gpu-a not online" in response.json()["resources"][0]
+
+
+def test_a_drained_machine_that_drops_offline_comes_back_draining_and_busy_means_running_nodes(api, db):
+    from .conftest import bring_online
+
+    machine, token = bring_online("gpu-d")
+    beat = {"machine": machine.pk, "token": token, "capabilities": machine.capabilities}
+    machine_record_heartbeat(event={**beat, "running": [{"run_dir": "/r/job-1/attempt-0/node-0", "pid": 1}]})
+    assert Machine.objects.get(pk=machine.pk).status == "busy"
+    machine_record_heartbeat(event={**beat, "running": []})
+    assert Machine.objects.get(pk=machine.pk).status == "online"
+
+    drained = api.patch(f"/api/machines/{machine.pk}", {"status": "draining"}, format="json").json()
+    assert drained["status"] == "draining" and drained["drained"] is True
+    Machine.objects.filter(pk=machine.pk).update(status="offline")  # its agent went quiet
+    machine_record_heartbeat(event=beat)
+    assert Machine.objects.get(pk=machine.pk).status == "draining"
+    assert api.patch(f"/api/machines/{machine.pk}", {"status": "online"}, format="json").json()["status"] == "online"
+    machine_record_heartbeat(event=beat)
+    assert Machine.objects.get(pk=machine.pk).status == "online"

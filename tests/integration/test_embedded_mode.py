@@ -62,7 +62,7 @@ def test_training_goes_on_when_an_agent_dies_and_the_stack_restarts_it(embedded)
     assert final["status"] == "completed", final["status_reason"]
     assert "local-1 exited with -9; starting it again" in embedded.log_path.read_text()
     machines = {m["name"]: m for m in embedded.api("GET", "/api/machines").json()}
-    assert machines["local-1"]["status"] == "online"
+    assert machines["local-1"]["status"] in ("online", "busy")  # busy while a last supervisor winds down
 
 
 def test_the_dashboard_is_served_with_deep_links(embedded):

@@ -19,6 +19,9 @@ class Machine(models.Model):
     host = models.CharField(max_length=255, help_text="Address other nodes use to reach this machine.")
     port = models.PositiveIntegerField(default=8001)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    # The operator's intent, kept apart from the status: a draining machine that drops offline comes
+    # back draining, not online.
+    drained = models.BooleanField(default=False, help_text="No new nodes are placed here.")
     # cpu_count, memory (bytes), disk_space (bytes), gpu_count, gpu_memory (MB), gpus [{index, name, memory_mb}]
     capabilities = models.JSONField(default=dict, blank=True)
     # cpu_usage, memory_usage (percent), gpu_usage [percent per GPU]

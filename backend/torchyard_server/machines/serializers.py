@@ -9,7 +9,7 @@ class MachineOut(serializers.ModelSerializer):
     class Meta:
         model = Machine
         fields = [
-            "id", "name", "host", "port", "status", "capabilities", "current_load", "labels",
+            "id", "name", "host", "port", "status", "drained", "capabilities", "current_load", "labels",
             "agent_version", "last_heartbeat", "created_at",
         ]
 

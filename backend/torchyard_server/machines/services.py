@@ -58,8 +58,12 @@ def machine_record_heartbeat(*, event: dict[str, Any]) -> Machine | None:
         "last_heartbeat": now,
         "updated_at": now,
     }
-    if machine.status in (Machine.Status.PENDING, Machine.Status.OFFLINE):
-        fields["status"] = Machine.Status.ONLINE
+    # Every heartbeat says what the machine is: draining when the operator said so, busy while its
+    # agent runs nodes, online otherwise (an offline or pending machine is back).
+    if machine.drained:
+        fields["status"] = Machine.Status.DRAINING
+    else:
+        fields["status"] = Machine.Status.BUSY if event.get("running") else Machine.Status.ONLINE
     Machine.objects.filter(pk=machine.pk).update(**fields)
     for key, value in fields.items():
         setattr(machine, key, value)
@@ -82,11 +86,18 @@ def machine_mark_suspect(*, machine_id: int) -> bool:
     """A node on this machine was lost: take it off the planner's list (offline) until its agent
     heartbeats again, so a relaunch goes to a spare instead of back to a machine that may be gone.
     A live agent's next heartbeat, 2 s later at most, brings it back."""
-    return bool(Machine.objects.filter(pk=machine_id, status__in=[Machine.Status.ONLINE, Machine.Status.BUSY])
-                .update(status=Machine.Status.OFFLINE))
+    live = [Machine.Status.ONLINE, Machine.Status.BUSY, Machine.Status.DRAINING]
+    return bool(Machine.objects.filter(pk=machine_id, status__in=live).update(status=Machine.Status.OFFLINE))
 
 
 def machine_update(*, machine: Machine, **fields: Any) -> Machine:
+    """Change host, port or labels; `status` "draining" / "online" sets or clears the drain (an
+    offline machine stays offline until its agent reports, then takes the drain into account)."""
+    status = fields.pop("status", None)
+    if status is not None:
+        fields["drained"] = status == Machine.Status.DRAINING
+        if machine.status != Machine.Status.OFFLINE and machine.status != Machine.Status.PENDING:
+            fields["status"] = Machine.Status.DRAINING if fields["drained"] else Machine.Status.ONLINE
     for key, value in fields.items():
         setattr(machine, key, value)
     machine.save(update_fields=[*fields, "updated_at"])
