@@ -78,6 +78,7 @@ def baseline(source: Path, work: Path) -> float:
     """tar -cf, cp, tar -xf: what shipping a directory by hand costs at the least."""
     archive, copy, out = work / "base.tar", work / "copy.tar", work / "base-out"
     out.mkdir()
+    os.sync()  # each side starts with no dirty pages to write back: this disk's writes dominate
     started = time.perf_counter()
     subprocess.run(["tar", "-cf", str(archive), "-C", str(source), "."], check=True)
     shutil.copyfile(archive, copy)
@@ -92,6 +93,7 @@ def baseline(source: Path, work: Path) -> float:
 def ours(stack, source: Path, work: Path, round_no: int) -> dict[str, float]:
     """Pack, upload, then one node of a job fetches, verifies and unpacks it (as it logs)."""
     (source / "round.txt").write_text(str(round_no))  # a new bundle each round: nothing cached
+    os.sync()
     started = time.perf_counter()
     packed = pack_directory(source, work / "bundle.tar.zst")
     pack_s = time.perf_counter() - started
@@ -101,6 +103,7 @@ def ours(stack, source: Path, work: Path, round_no: int) -> dict[str, float]:
                              headers={"Content-Type": "application/octet-stream"})
     upload_s = time.perf_counter() - started
     assert response.status_code == 201, response.text
+    os.sync()
     job = stack.submit({"name": "bench-bundle", "code": {"bundle": packed.sha256}, "entrypoint": "train.py",
                         "resources": {"nodes": 1, "procs_per_node": 1}, "fault_tolerance": {"max_restarts": 0}})
     done = stack.wait_job(job["id"], {"completed", "failed"}, timeout=300)
