@@ -226,3 +226,13 @@ def test_supervisor_timings_come_from_the_environment_and_bad_ones_fail_loudly()
         SupervisorSettings.from_env({"TORCHYARD_SUPERVISOR_STOP_GRACE_S": "soon"})
     with pytest.raises(ValueError):
         SupervisorSettings.from_env({"TORCHYARD_SUPERVISOR_STOP_GRACE_S": "0"})
+
+
+def test_ranks_get_the_interface_that_routes_to_the_master_unless_the_job_names_one():
+    from torchyard.supervisor.network import interface_env, interface_towards
+
+    assert interface_towards("127.0.0.1") == ("lo", "127.0.0.1")
+    assert interface_env("127.0.0.1", "gloo", {}) == {"GLOO_SOCKET_IFNAME": "lo"}
+    assert interface_env("127.0.0.1", "nccl", {}) == {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+    assert interface_env("127.0.0.1", "nccl", {"NCCL_SOCKET_IFNAME": "ib0"}) == {"GLOO_SOCKET_IFNAME": "lo"}
+    assert interface_env("no-such-host.invalid", "gloo", {}) == {}

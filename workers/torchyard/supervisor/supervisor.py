@@ -45,6 +45,7 @@ from .argv import (
     resolve_entrypoint,
 )
 from .event_socket import EventSocket
+from .network import interface_env
 from .outputs import collect_outputs
 from .proctree import TreeSampler, kill_processes, process_tree, sweep_job_processes
 from .publisher import EventPublisher
@@ -397,10 +398,17 @@ class NodeSupervisor:
         self._socket = EventSocket(event_socket_path(self.run_dir))
         self._tailer = RankLogTailer(self.run_dir / TORCHRUN_LOG_DIR, self.launch.nproc_per_node)
         torchrun_log = self.run_dir / TORCHRUN_LOG_FILE
+        env = build_env(self.launch, self.run_dir, os.environ, workdir=self.workdir)
+        chosen = interface_env(self.launch.master_addr, self.launch.backend, env)
+        if chosen:
+            env.update(chosen)
+            self._publish_supervisor_line(
+                f"ranks reach the master {self.launch.master_addr} through "
+                + ", ".join(f"{k}={v}" for k, v in sorted(chosen.items())))
         with open(torchrun_log, "wb") as output:  # truncated: the tail reads it from the start
             self._proc = subprocess.Popen(
                 build_torchrun_argv(self.launch, self.run_dir, script, python=self.python),
-                env=build_env(self.launch, self.run_dir, os.environ, workdir=self.workdir),
+                env=env,
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=output,
