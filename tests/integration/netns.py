@@ -1,0 +1,370 @@
+"""Hosts that are really apart: one network namespace per host, joined by a bridge on this machine.
+
+    with separate_hosts(tmp_path, hosts=3) as cluster:
+        cluster.stack.submit(spec)             # the Torchyard stack, on the bridge address
+        cluster.hosts[1].link_down()           # a partition (link_up() ends it: a blip)
+        cluster.hosts[2].kill_agent()          # kill -9 of that host's agent
+        cluster.hosts[0].processes()           # what runs "on" host 0
+
+Each host is a network namespace with a veth pair: the host end is a port of the bridge, the inside
+end (named eth0 in every namespace, as on real hosts) has the host's own address. The web process
+and a private Redis listen on the bridge address; every host registers a machine whose `host` is
+its namespace address and runs `torchyard agent --server URL --token T` inside its namespace, so
+rendezvous, collectives, heartbeats and events all cross the bridge. The filesystem is shared, so
+the default file:// checkpoint store under the stack's data dir plays the shared filesystem.
+
+Needs root and `ip` (see `netns_unavailable`). Everything created is removed on the way out, also
+when the test fails: every process inside the namespaces (all started here) is killed by PID, then
+the namespaces, veth pairs, bridge, the stack, Redis and the PostgreSQL database go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import psycopg
+
+from .stack import ADMIN, ROOT, SERVER, Stack
+
+BIN = Path(sys.executable).parent
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+# Namespace addresses are 10.231.<n>.0/24 with <n> picked at random among the unused ones, so two
+# runs (a developer's and CI's) on one machine do not collide.
+NET_PREFIX = "10.231"
+INSIDE_IFNAME = "eth0"
+
+
+def netns_unavailable() -> str:
+    """Why this machine cannot run the separate-hosts tests ("" when it can): for a skip reason."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if not shutil.which("ip"):
+        return "the `ip` command (iproute2) is missing"
+    if not shutil.which("redis-server"):
+        return "redis-server is missing (the private Redis must listen on the bridge address)"
+    return ""
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`ip ARGS...` as an argument list; raises with ip's own message when `check` and it fails."""
+    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {result.stderr.strip()}")
+    return result
+
+
+def _free_subnet() -> str:
+    """A 10.231.<n> prefix no interface or route of this machine mentions."""
+    used = ip("-4", "-o", "addr").stdout + ip("-4", "route").stdout
+    candidates = [n for n in range(2, 255) if f"{NET_PREFIX}.{n}." not in used]
+    if not candidates:
+        raise RuntimeError(f"no free {NET_PREFIX}.x.0/24 subnet")
+    return f"{NET_PREFIX}.{random.choice(candidates)}"
+
+
+def _netns_inode(name: str) -> int:
+    # /run/netns/<name> is a bind mount of the namespace's nsfs file: same inode as /proc/<pid>/ns/net.
+    return os.stat(f"/run/netns/{name}").st_ino
+
+
+def _processes_in(inode: int) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if os.stat(f"/proc/{proc.pid}/ns/net").st_ino == inode and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (OSError, psutil.Error):
+            continue  # gone meanwhile
+    return found
+
+
+@dataclass
+class Host:
+    """One host: a network namespace with its own address, a registered machine and its agent."""
+
+    index: int
+    netns: str
+    veth: str  # the host end, a port of the bridge
+    address: str
+    server: str
+    work_dir: Path
+    machine_id: int = 0
+    machine_name: str = ""
+    token: str = ""
+    agent: subprocess.Popen | None = None
+    agent_log: Path | None = None
+    _inode: int = 0
+
+    # --- the network ----------------------------------------------------------------------------
+    def link_down(self) -> None:
+        """Take the host's link down (the bridge side of its veth): nothing reaches it or leaves it,
+        and connections time out. Left down, it is a partition; followed by link_up(), a blip."""
+        ip("link", "set", self.veth, "down")
+
+    def link_up(self) -> None:
+        """Bring the host's link back; traffic flows again within a second."""
+        ip("link", "set", self.veth, "up")
+
+    def can_reach(self, address: str, port: int, timeout: float = 2.0) -> bool:
+        """Whether a TCP connect from inside this host to address:port succeeds (there is no ping)."""
+        probe = ("import socket,sys\n"
+                 "try:\n"
+                 f"    socket.create_connection(({address!r}, {port}), timeout={timeout}).close()\n"
+                 "except OSError:\n"
+                 "    sys.exit(1)\n")
+        result = subprocess.run(["ip", "netns", "exec", self.netns, sys.executable, "-c", probe],
+                                capture_output=True, timeout=timeout + 30)
+        return result.returncode == 0
+
+    # --- processes ------------------------------------------------------------------------------
+    def start_agent(self) -> None:
+        """Start `torchyard agent --server URL --token T` inside the namespace (again, after
+        kill_agent(): it re-attaches to the node supervisors still running there)."""
+        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "TORCHYARD_STORAGE_URL")}
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.agent_log = self.work_dir.parent / f"{self.work_dir.name}-agent.log"
+        with open(self.agent_log, "ab") as log:
+            # `ip netns exec` execs the agent in place: the Popen pid is the agent's own.
+            self.agent = subprocess.Popen(
+                ["ip", "netns", "exec", self.netns, str(BIN / "torchyard"), "agent", "--server", self.server,
+                 "--token", self.token, "--work-dir", str(self.work_dir)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True, cwd=str(ROOT),
+            )
+
+    def kill_agent(self) -> None:
+        """kill -9 of the agent alone: its node supervisors and training go on without it."""
+        if self.agent is not None and self.agent.poll() is None:
+            self.agent.send_signal(signal.SIGKILL)
+            self.agent.wait(timeout=30)
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process whose network namespace is this host's: what runs "on" this host."""
+        return _processes_in(self._inode)
+
+    def agent_log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.agent_log.read_text(errors="replace").splitlines()[-lines:]) if self.agent_log else ""
+        except OSError:
+            return ""
+
+    def kill_everything(self, timeout: float = 20.0) -> None:
+        """SIGKILL every process inside the namespace (all of them were started by this fixture),
+        until none is left: a supervisor may still be forking when the first round lands."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = self.processes()
+            if not left:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"processes left in {self.netns}: {[p.pid for p in left]}")
+            for proc in left:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(left, timeout=3)
+        if self.agent is not None:
+            self.agent.wait(timeout=10)  # reap our own child
+
+
+@dataclass
+class Cluster:
+    """The stack on the bridge and the hosts around it."""
+
+    stack: Stack
+    hosts: list[Host]
+    bridge: str
+    gateway: str  # the bridge's address: where the web process and Redis listen
+    redis_url: str
+    database: str
+    by_machine: dict[int, Host] = field(default_factory=dict)
+
+    def host_of(self, machine_id: int) -> Host:
+        """The host whose machine has this id (plans and nodes name machines by id)."""
+        return self.by_machine[machine_id]
+
+    @property
+    def web_port(self) -> int:
+        return int(self.stack.base.rsplit(":", 1)[1])
+
+    def machine(self, host: Host) -> dict:
+        """The machine of `host` as the API shows it."""
+        response = self.stack.api("GET", f"/api/machines/{host.machine_id}")
+        response.raise_for_status()
+        return response.json()
+
+    def wait_machine(self, host: Host, statuses: set[str], timeout: float = 60.0) -> dict:
+        """Poll the machine of `host` until its status is one of `statuses`."""
+        deadline = time.monotonic() + timeout
+        machine = self.machine(host)
+        while machine["status"] not in statuses:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{host.machine_name} is {machine['status']} after {timeout:.0f}s, wanted "
+                                     f"{statuses}\n--- agent log ---\n{host.agent_log_tail()}\n"
+                                     f"--- stack log ---\n{self.stack.log_tail(30)}")
+            time.sleep(0.3)
+            machine = self.machine(host)
+        return machine
+
+
+def _start_redis(address: str, workdir: Path, timeout: float = 10.0) -> tuple[subprocess.Popen, int]:
+    """A private redis-server on the bridge address. torchyard_server.embedded_redis binds
+    127.0.0.1 only, which the namespaces cannot reach, hence this one."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = _free_port(address)
+    proc = subprocess.Popen(
+        ["redis-server", "--bind", address, "--port", str(port), "--save", "", "--appendonly", "no",
+         "--dir", str(workdir), "--logfile", str(workdir / "redis.log"),
+         # Bound to the bridge alone; protected mode would refuse the namespaces (not loopback).
+         "--protected-mode", "no"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {proc.returncode}; see {workdir / 'redis.log'}")
+        try:
+            with socket.create_connection((address, port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return proc, port
+        except OSError:
+            time.sleep(0.05)
+    _stop(proc)
+    raise RuntimeError(f"redis-server on {address}:{port} did not answer within {timeout:.0f}s")
+
+
+def _free_port(address: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _start_stack(tmp: Path, address: str, env: dict[str, str]) -> Stack:
+    """`torchyard-server run` on the bridge address, no local agents (stack.start_stack always
+    talks to 127.0.0.1, where this web process does not listen)."""
+    port = _free_port(address)
+    data_dir, log_path = tmp / "data", tmp / "stack.log"
+    full_env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "TORCHYARD_STORAGE_URL")}
+    full_env.update({
+        "HOST": address,
+        "PORT": str(port),
+        "TORCHYARD_DATA_DIR": str(data_dir),
+        "TORCHYARD_ADMIN_USER": ADMIN[0],
+        "TORCHYARD_ADMIN_PASSWORD": ADMIN[1],
+        "TORCHYARD_LOCAL_AGENTS": "0",
+        "TORCHYARD_SUPERVISE_EVERY": "1",
+        **env,
+    })
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([SERVER, "run"], cwd=str(ROOT), env=full_env, stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    stack = Stack(base=f"http://{address}:{port}", data_dir=data_dir, log_path=log_path, process=process)
+    try:
+        stack.wait_ready(machines=0)
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
+def _add_host(index: int, tag: str, subnet: str, bridge: str, server: str, data_dir: Path,
+              cleanup: contextlib.ExitStack) -> Host:
+    netns, veth = f"ty{tag}h{index}", f"ty{tag}v{index}"
+    host = Host(index=index, netns=netns, veth=veth, address=f"{subnet}.{10 + index}", server=server,
+                work_dir=data_dir / "hosts" / f"host-{index}")
+    ip("netns", "add", netns)
+    cleanup.callback(ip, "netns", "del", netns, check=False)
+    host._inode = _netns_inode(netns)
+    # The peer is created inside the namespace, so every host can call it eth0. Deleting the host
+    # end deletes the pair (the namespace going also would, but the link may outlive it briefly).
+    ip("link", "add", veth, "type", "veth", "peer", "name", INSIDE_IFNAME, "netns", netns)
+    cleanup.callback(ip, "link", "del", veth, check=False)
+    ip("link", "set", veth, "master", bridge)
+    ip("link", "set", veth, "up")
+    ip("-n", netns, "addr", "add", f"{host.address}/24", "dev", INSIDE_IFNAME)
+    ip("-n", netns, "link", "set", INSIDE_IFNAME, "up")
+    ip("-n", netns, "link", "set", "lo", "up")
+    # No default route on purpose: the /24 is on-link, which reaches the bridge address (web, Redis)
+    # and the other hosts, and nothing in a namespace can send to any other address.
+    # Processes go before their namespace (registered last, so it runs first).
+    cleanup.callback(host.kill_everything)
+    return host
+
+
+@contextlib.contextmanager
+def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """A bridge, `hosts` namespaces with a registered machine and an online agent each, and a
+    Torchyard stack (PostgreSQL database of its own, private Redis) that they reach over the
+    bridge. `env` adds to the stack's environment. Everything is removed on exit."""
+    reason = netns_unavailable()
+    if reason:
+        raise RuntimeError(reason)
+    tag = uuid.uuid4().hex[:4]
+    subnet = _free_subnet()
+    gateway, bridge = f"{subnet}.1", f"ty{tag}br"
+    database = f"torchyard_netns_{tag}"
+    with contextlib.ExitStack() as cleanup:
+        ip("link", "add", bridge, "type", "bridge")
+        cleanup.callback(ip, "link", "del", bridge, check=False)
+        ip("addr", "add", f"{gateway}/24", "dev", bridge)
+        ip("link", "set", bridge, "up")
+
+        redis_proc, redis_port = _start_redis(gateway, tmp / "redis")
+        cleanup.callback(_stop, redis_proc)
+        redis_url = f"redis://{gateway}:{redis_port}/0"
+
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{database}"')
+
+        def drop_database() -> None:
+            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+        cleanup.callback(drop_database)
+
+        stack = _start_stack(tmp, gateway, {
+            "DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{database}",
+            "REDIS_URL": redis_url,
+            # What /api/agent/config hands the agents (the same server, named for them).
+            "TORCHYARD_AGENT_REDIS_URL": redis_url,
+            **(env or {}),
+        })
+        cleanup.callback(stack.stop)
+
+        cluster = Cluster(stack=stack, hosts=[], bridge=bridge, gateway=gateway, redis_url=redis_url,
+                          database=database)
+        for index in range(hosts):
+            host = _add_host(index, tag, subnet, bridge, stack.base, stack.data_dir, cleanup)
+            cluster.hosts.append(host)
+            created = stack.api("POST", "/api/machines", json={"name": f"host-{index}", "host": host.address})
+            assert created.status_code == 201, created.text
+            body = created.json()
+            host.machine_id, host.machine_name, host.token = body["id"], body["name"], body["token"]
+            cluster.by_machine[host.machine_id] = host
+            host.start_agent()
+        for host in cluster.hosts:
+            cluster.wait_machine(host, {"online"})
+        yield cluster
