@@ -37,7 +37,7 @@ from pathlib import Path
 import psutil
 import psycopg
 
-from .stack import ADMIN, ROOT, SERVER, Stack
+from .stack import ROOT, Stack, start_stack
 
 BIN = Path(sys.executable).parent
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -262,34 +262,6 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def _start_stack(tmp: Path, address: str, env: dict[str, str]) -> Stack:
-    """`torchyard-server run` on the bridge address, no local agents (stack.start_stack always
-    talks to 127.0.0.1, where this web process does not listen)."""
-    port = _free_port(address)
-    data_dir, log_path = tmp / "data", tmp / "stack.log"
-    full_env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "TORCHYARD_STORAGE_URL")}
-    full_env.update({
-        "HOST": address,
-        "PORT": str(port),
-        "TORCHYARD_DATA_DIR": str(data_dir),
-        "TORCHYARD_ADMIN_USER": ADMIN[0],
-        "TORCHYARD_ADMIN_PASSWORD": ADMIN[1],
-        "TORCHYARD_LOCAL_AGENTS": "0",
-        "TORCHYARD_SUPERVISE_EVERY": "1",
-        **env,
-    })
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen([SERVER, "run"], cwd=str(ROOT), env=full_env, stdout=log,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    stack = Stack(base=f"http://{address}:{port}", data_dir=data_dir, log_path=log_path, process=process)
-    try:
-        stack.wait_ready(machines=0)
-    except BaseException:
-        stack.stop()
-        raise
-    return stack
-
-
 def _add_host(index: int, tag: str, subnet: str, bridge: str, server: str, data_dir: Path,
               cleanup: contextlib.ExitStack) -> Host:
     netns, veth = f"ty{tag}h{index}", f"ty{tag}v{index}"
@@ -345,7 +317,7 @@ def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = No
 
         cleanup.callback(drop_database)
 
-        stack = _start_stack(tmp, gateway, {
+        stack = start_stack(tmp, host=gateway, agents=0, env={
             "DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{database}",
             "REDIS_URL": redis_url,
             # What /api/agent/config hands the agents (the same server, named for them).

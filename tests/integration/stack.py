@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +19,6 @@ from typing import Any
 import psutil
 import requests
 from torchyard import protocol
-from torchyard_server.embedded_redis import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = str(Path(sys.executable).with_name("torchyard-server"))
@@ -141,12 +141,17 @@ class Stack:
                     child.kill()
 
 
-def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2) -> Stack:
-    port = free_port()
+def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = "127.0.0.1") -> Stack:
+    """`torchyard-server run` with its web process on `host` (the bridge address when the agents
+    live in network namespaces) and `agents` local agents; ready once they are online."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        port = probe.getsockname()[1]
     data_dir = tmp / "data"
     log_path = tmp / "stack.log"
     full_env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "TORCHYARD_STORAGE_URL")}
     full_env.update({
+        "HOST": host,
         "PORT": str(port),
         "TORCHYARD_DATA_DIR": str(data_dir),
         "TORCHYARD_ADMIN_USER": ADMIN[0],
@@ -159,7 +164,7 @@ def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2) -> Stack:
     with open(log_path, "wb") as log:
         process = subprocess.Popen([SERVER, "run"], cwd=str(ROOT), env=full_env, stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    stack = Stack(base=f"http://127.0.0.1:{port}", data_dir=data_dir, log_path=log_path, process=process)
+    stack = Stack(base=f"http://{host}:{port}", data_dir=data_dir, log_path=log_path, process=process)
     try:
         stack.wait_ready(machines=agents)
     except BaseException:

@@ -264,7 +264,7 @@ class PrepareDependenciesView(APIView):
             code = {"bundle": bundle.sha256, "size": bundle.size, "uri": f"{bundles_url()}/{bundle.storage_name}"}
         elif not data["pip"]:
             raise serializers.ValidationError({"bundle": ["give a bundle, pip requirements, or both."]})
-        online = [m for m in machine_list() if m.status == Machine.Status.ONLINE]
+        online = [m for m in machine_list() if m.is_schedulable]  # online or busy
         wanted = set(data["machines"])
         chosen = [m for m in online if not wanted or m.name in wanted or str(m.pk) in wanted]
         unknown = wanted - {m.name for m in chosen} - {str(m.pk) for m in chosen}

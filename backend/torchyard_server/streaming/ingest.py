@@ -92,48 +92,39 @@ class Ingest:
     def read_liveness(self) -> int:
         """Apply every heartbeat waiting on the liveness stream: before any event, every step, so a
         backlog of log lines never makes a healthy node look dead."""
-        response: Any = self.redis.xreadgroup(
-            protocol.EVENT_GROUP, CONSUMER, {protocol.LIVENESS_STREAM: ">"}, count=10_000)
-        entries = response[0][1] if response else []
-        if entries:
-            close_old_connections()
-            beats = []
-            for entry_id, fields in entries:
-                try:
-                    beats.append(protocol.decode_event(fields))
-                except (ValueError, TypeError):
-                    log.warning("ingest: dropping undecodable heartbeat %s", entry_id)
-            self.process(beats)
-            ids = [entry_id for entry_id, _ in entries]
-            self.redis.xack(protocol.LIVENESS_STREAM, protocol.EVENT_GROUP, *ids)
-            self.redis.xdel(protocol.LIVENESS_STREAM, *ids)
-        return len(entries)
+        return self._consume(protocol.LIVENESS_STREAM, ">", count=10_000, block=None)
 
     def step(self) -> int:
         self.read_liveness()
-        start_id = "0" if self._backlog else ">"
-        response: Any = self.redis.xreadgroup(
-            protocol.EVENT_GROUP, CONSUMER, {protocol.EVENT_STREAM: start_id},
-            count=self.batch, block=None if self._backlog else self.block_ms,
-        )
-        entries = response[0][1] if response else []
-        if self._backlog and not entries:
+        backlog = self._backlog
+        handled = self._consume(protocol.EVENT_STREAM, "0" if backlog else ">", count=self.batch,
+                                block=None if backlog else self.block_ms)
+        if backlog and not handled:
             self._backlog = False
-        if entries:
-            close_old_connections()
-            events = []
-            for entry_id, fields in entries:
-                try:
-                    events.append(protocol.decode_event(fields))
-                except (ValueError, TypeError):
-                    log.warning("ingest: dropping undecodable entry %s", entry_id)
-            self.process(events)
-            ids = [entry_id for entry_id, _ in entries]
-            self.redis.xack(protocol.EVENT_STREAM, protocol.EVENT_GROUP, *ids)
-            self.redis.xdel(protocol.EVENT_STREAM, *ids)
         if time.monotonic() - self._last_machines > MACHINES_EVERY:
             self._last_machines = time.monotonic()
             self.broadcast_machines()
+        return handled
+
+    def _consume(self, stream: str, start_id: str, *, count: int, block: int | None) -> int:
+        """Read a batch of our group's entries, process them, then acknowledge and delete them: an
+        entry is acknowledged only once what it means is committed."""
+        response: Any = self.redis.xreadgroup(protocol.EVENT_GROUP, CONSUMER, {stream: start_id},
+                                              count=count, block=block)
+        entries = response[0][1] if response else []
+        if not entries:
+            return 0
+        close_old_connections()
+        events = []
+        for entry_id, fields in entries:
+            try:
+                events.append(protocol.decode_event(fields))
+            except (ValueError, TypeError):
+                log.warning("ingest: dropping undecodable entry %s of %s", entry_id, stream)
+        self.process(events)
+        ids = [entry_id for entry_id, _ in entries]
+        self.redis.xack(stream, protocol.EVENT_GROUP, *ids)
+        self.redis.xdel(stream, *ids)
         return len(entries)
 
     # --- one batch ------------------------------------------------------------------------------
