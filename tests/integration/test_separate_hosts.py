@@ -77,6 +77,28 @@ def test_a_two_node_job_runs_across_two_hosts(cluster):
     assert any("rank 1: done at step 30" in e["line"] for e in cluster.stack.logs(job["id"]))
 
 
+def test_a_link_down_for_3_s_is_a_blip_and_the_job_goes_on(cluster):
+    job = cluster.stack.submit(two_node_spec("blip", 200, fault_tolerance={"max_restarts": 1, "heartbeat_timeout": 10}))
+    deadline = time.monotonic() + 120
+    while not any((e.get("step") or 0) >= 20 for e in cluster.stack.events(job["id"], "metric")):
+        assert time.monotonic() < deadline, f"no progress\n{explain(cluster, job['id'])}"
+        time.sleep(0.3)
+    victim = cluster.host_of(cluster.stack.job(job["id"])["plan"]["nodes"][1]["machine_id"])
+    victim.link_down()
+    try:
+        time.sleep(3)  # under heartbeat_timeout and the machine's offline threshold
+    finally:
+        victim.link_up()
+    final = cluster.stack.wait_job(job["id"], FINAL, timeout=120)
+    # Nothing happened: no node lost, no restart; what the supervisor buffered meanwhile arrived.
+    assert final["status"] == "completed" and final["attempt"] == 0, f"{final['status_reason']}\n{explain(cluster, job['id'])}"
+    node_states = [e["status"] for e in cluster.stack.events(job["id"], "state") if e.get("scope") == "node"]
+    assert "lost" not in node_states and "failed" not in node_states, explain(cluster, job["id"])
+    assert any("rank 1: done at step 200" in e["line"] for e in cluster.stack.logs(job["id"]))
+    steps = sorted({e["step"] for e in cluster.stack.events(job["id"], "metric") if e.get("rank") == 1})
+    assert steps[-1] == 200
+
+
 def test_a_host_whose_link_goes_down_for_good_is_replaced_by_the_spare(cluster):
     spec = two_node_spec("partitioned", 300, checkpointing={"every_n_steps": 10},
                          fault_tolerance={"max_restarts": 2, "heartbeat_timeout": 6})
