@@ -54,16 +54,21 @@ class BundleError(ValueError):
 
 class BundleTooLarge(BundleError):
     def __init__(self, total: int, limit: int, biggest: list[tuple[str, int]]) -> None:
-        listed = ", ".join(f"{path} ({_mb(size)})" for path, size in biggest)
+        listed = ", ".join(f"{path} ({size_text(size)})" for path, size in biggest)
         super().__init__(
-            f"the project holds {_mb(total)} of files, over the server's limit of {_mb(limit)}; "
+            f"the project holds {size_text(total)} of files, over the server's limit of {size_text(limit)}; "
             f"biggest: {listed}. Leave files out with .torchyardignore (gitignore syntax)."
         )
         self.biggest = biggest
 
 
-def _mb(size: int) -> str:
-    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB"
+def size_text(size: float) -> str:
+    """A byte count for people: 512 B, 12.3 kB, 4.5 MB, 1.2 GB (the CLI, the supervisor and the
+    server all say sizes this way)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{int(size)} B"
 
 
 @dataclass
@@ -299,13 +304,9 @@ def _safe_name(name: str) -> str:
         raise BundleError("has an empty or NUL-containing name", name or "<empty>")
     if name.startswith("/") or posixpath.isabs(name):
         raise BundleError("has an absolute path", name)
-    parts = name.split("/")
-    if ".." in parts:
+    if ".." in name.split("/"):
         raise BundleError("has a '..' component", name)
-    normalized = posixpath.normpath(name)
-    if normalized == ".":
-        return normalized
-    return normalized
+    return posixpath.normpath(name)
 
 
 class _Checker:
@@ -355,7 +356,7 @@ class _Checker:
         self.regular.add(name)
         self.info.unpacked_size += member.size
         if self.info.unpacked_size > self.max_unpacked_bytes:
-            raise BundleError(f"the bundle unpacks to more than {_mb(self.max_unpacked_bytes)}", member.name)
+            raise BundleError(f"the bundle unpacks to more than {size_text(self.max_unpacked_bytes)}", member.name)
         self.info.files.append({"path": name, "size": member.size, "mode": member.mode & 0o777})
         return name
 
@@ -363,7 +364,7 @@ class _Checker:
         unpacked = self.info.unpacked_size
         if unpacked > RATIO_CHECKED_ABOVE and unpacked > self.max_ratio * max(self.compressed.count, 1):
             raise BundleError(
-                f"unpacks to {_mb(unpacked)} from {_mb(self.compressed.count)}: an implausible compression "
+                f"unpacks to {size_text(unpacked)} from {size_text(self.compressed.count)}: an implausible compression "
                 f"ratio (over {self.max_ratio:g}:1)"
             )
 

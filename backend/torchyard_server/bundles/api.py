@@ -8,7 +8,7 @@ from rest_framework import status
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
-from torchyard.bundles import BundleError
+from torchyard.bundles import BundleError, size_text
 
 from .models import Bundle
 from .serializers import BundleDetailOut, BundleLimitsOut, BundleOut
@@ -53,7 +53,7 @@ class BundleDetailView(APIView):
         length = int(request.META.get("CONTENT_LENGTH") or 0)
         if length > settings.BUNDLE_MAX_BYTES:
             raise ValidationError({"bundle": [
-                f"the archive is {length / 1e6:.1f} MB, over the limit of {settings.BUNDLE_MAX_BYTES / 1e6:.1f} MB."]})
+                f"the archive is {size_text(length)}, over the limit of {size_text(settings.BUNDLE_MAX_BYTES)}."]})
         if not length:
             raise ValidationError({"bundle": ["the request body (the archive) is empty."]})
         try:

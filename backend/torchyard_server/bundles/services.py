@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import FileSystemStorage, Storage
 from django.db import transaction
-from torchyard.bundles import BundleError, inspect_archive
+from torchyard.bundles import BundleError, inspect_archive, size_text
 
 from ..stores import storage_at, store_url
 from .models import Bundle
@@ -51,7 +51,7 @@ def _spool(stream: IO[bytes], directory: str | None, limit: int) -> tuple[Path, 
             while chunk := stream.read(CHUNK):
                 size += len(chunk)
                 if size > limit:
-                    raise BundleError(f"the archive is larger than the limit of {limit / 1e6:.1f} MB")
+                    raise BundleError(f"the archive is larger than the limit of {size_text(limit)}")
                 digest.update(chunk)
                 out.write(chunk)
     except BaseException:

@@ -6,15 +6,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
+from torchyard.bundles import size_text
+
+__all__ = ["say", "size_text"]
+
 
 def say(console: Console, text: str | Text, style: str = "") -> None:
     """Print one line of plain text (or a styled Text) as it is."""
     console.print(text if isinstance(text, Text) else Text(text, style=style), soft_wrap=True)
 
-
-def size_text(size: int) -> str:
-    """A byte count for people: 512 B, 12.3 kB, 4.5 MB, 1.2 GB."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} B"

@@ -153,7 +153,7 @@ def cached_bundle(source: BundleSource, cache_dir: Path, *, wait: Callable[[], N
             with contextlib.suppress(FileNotFoundError):
                 archive.unlink()
         say(f"fetched and unpacked code bundle {sha256[:12]} in {time.monotonic() - started:.2f}s "
-            f"({size / 1e6:.1f} MB fetched and verified in {fetched - started:.2f}s)")
+            f"({bundles.size_text(size)} fetched and verified in {fetched - started:.2f}s)")
 
     once_per_machine(root, sha256, f"code bundle {sha256[:12]}", fetch_and_unpack, wait=wait, say=say)
     return final

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard import protocol
+from torchyard.bundles import size_text
 from torchyard.protocol import NodeLaunch
 
 from . import prepare
@@ -598,8 +599,7 @@ class NodeSupervisor:
             self._publish_supervisor_line(f"could not collect output {failure}")
         if collected:
             total = sum(f["size"] for f in collected)
-            size = f"{total / 1e6:.1f} MB" if total >= 100_000 else f"{total / 1e3:.1f} kB"
-            self._publish_supervisor_line(f"collected {len(collected)} output file(s), {size}")
+            self._publish_supervisor_line(f"collected {len(collected)} output file(s), {size_text(total)}")
 
     def _sweep(self) -> list[int]:
         swept = sweep_job_processes(
