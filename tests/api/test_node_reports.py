@@ -25,3 +25,15 @@ def test_a_failed_node_fails_the_job_quoting_every_line_its_supervisor_kept(owne
     assert job.status_reason.startswith("node 1 (gpu-a): torchrun exited with code 1; rank 1 was killed by SIGABRT")
     assert "[rank 1] terminate called without an active exception" in job.status_reason
     assert job.status_reason.endswith('[rank 1]   File "train.py", line 17 in step')
+
+
+def test_lines_without_a_rank_are_quoted_as_the_nodes(owner):
+    job = Job.objects.create(name="j", owner=owner, status=Job.Status.RUNNING, attempt=0, world_size=1,
+                             spec={"fault_tolerance": {"max_restarts": 0}})
+    node = JobNode.objects.create(job=job, attempt=0, machine_name="gpu-a", host="10.0.0.1", node_rank=1,
+                                  nproc=1, rank_start=1, rank_end=1, status=JobNode.Status.RUNNING)
+    node_report_state(event={"node": node.pk, "status": protocol.NODE_FAILED, "exit_code": 1,
+                             "reason": "node rank 1: installing the requirements failed",
+                             "last_lines": [{"rank": None, "line": "ERROR: No matching distribution"}]})
+    job.refresh_from_db()
+    assert job.status_reason.endswith("[node 1] ERROR: No matching distribution")

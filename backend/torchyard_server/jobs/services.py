@@ -310,14 +310,19 @@ def node_report_state(*, event: dict[str, Any]) -> None:
                 _node_lost_or_failed(job, node, detail, last_lines=event.get("last_lines") or [])
 
 
+def _quote(node: JobNode, line: Any) -> str:
+    """One of a failed node's last lines; torchrun's own and the preparation's have no rank."""
+    if not isinstance(line, dict):
+        return str(line)
+    who = f"rank {line['rank']}" if line.get("rank") is not None else f"node {node.node_rank}"
+    return f"[{who}] {line.get('line')}"
+
+
 def _node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: list[Any]) -> None:
     """One node of the current attempt ended badly: stop the others, then either recover (relaunch
     every node from the last committed checkpoint, up to fault_tolerance.max_restarts times) or
     fail the job with the reason."""
-    tail = "\n".join(
-        f"[rank {line.get('rank')}] {line.get('line')}" if isinstance(line, dict) else str(line)
-        for line in last_lines[-protocol.FAILURE_LOG_LINES :]
-    )
+    tail = "\n".join(_quote(node, line) for line in last_lines[-protocol.FAILURE_LOG_LINES :])
     # The supervisor says "node rank N: ..."; name the machine too, once.
     reason = re.sub(r"^node rank \d+:\s*", "", reason)
     full_reason = reason if reason.startswith(_describe(node)) else f"{_describe(node)}: {reason}"
