@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from ..checkpoints.storage import OutsideJobStore, storage_for
 from ..jobs.models import Job
-from ..web.renderers import DOWNLOAD_RENDERERS
+from ..renderers import DOWNLOAD_RENDERERS
 from .models import Artifact
 from .serializers import ArtifactOut
 

@@ -14,7 +14,7 @@ from ..bundles.models import Bundle
 from ..bundles.services import bundle_storage
 from ..machines.models import Machine
 from ..machines.services import machine_authenticate
-from ..web.renderers import DOWNLOAD_RENDERERS
+from ..renderers import DOWNLOAD_RENDERERS
 from .models import JobNode
 
 GRANT_SALT = "torchyard.bundle-grant"

@@ -16,8 +16,8 @@ from ..checkpoints.models import CheckpointManifest
 from ..checkpoints.selectors import checkpoint_list
 from ..checkpoints.serializers import CheckpointOut
 from ..checkpoints.storage import OutsideJobStore, storage_for
+from ..renderers import DOWNLOAD_RENDERERS
 from ..streaming.selectors import job_events
-from ..web.renderers import DOWNLOAD_RENDERERS
 from .models import Job
 from .selectors import job_get, job_list
 from .serializers import JobDetailOut, JobSummaryOut

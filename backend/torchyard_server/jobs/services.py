@@ -19,10 +19,10 @@ from torchyard import protocol
 from ..bundles.services import bundles_url
 from ..celery import app as celery_app
 from ..checkpoints.selectors import latest_good_manifest_uri
+from ..events import publish_on_commit
 from ..machines.models import Machine
 from ..machines.selectors import machine_candidates
 from ..machines.services import MachineInUse, machine_mark_suspect
-from ..streaming.publish import publish_on_commit
 from .models import Job, JobNode
 from .planner import Candidate, PlanError, plan_job
 from .states import JOB_FINAL, NODE_LIVE, transition_job, transition_node

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.utils import timezone
 from torchyard import protocol
 
-from ..streaming.publish import publish_on_commit
+from ..events import publish_on_commit
 from .models import Job, JobNode
 
 J = Job.Status

@@ -1,5 +1,8 @@
 """Controller-side producer: the controller's own events (job transitions) enter the same Redis
-stream as the supervisors', so the ingest loop stays the single writer of JobEvent rows."""
+stream as the supervisors', so the ingest loop stays the single writer of JobEvent rows.
+
+It knows no models, so it sits below every app: jobs publishes through it without importing
+streaming, which sits above jobs."""
 
 from __future__ import annotations
 
