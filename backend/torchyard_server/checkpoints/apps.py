@@ -4,3 +4,11 @@ from django.apps import AppConfig
 class CheckpointsConfig(AppConfig):
     name = "torchyard_server.checkpoints"
     label = "checkpoints"
+
+    def ready(self) -> None:
+        from ..jobs.registries import register_resume_lookup
+        from .selectors import latest_good_manifest_uri
+
+        # A recovered job's next attempt resumes from the newest good manifest (jobs asks through
+        # its registry: it sits below this app and does not import it).
+        register_resume_lookup(lambda job_id: latest_good_manifest_uri(job_id=job_id))

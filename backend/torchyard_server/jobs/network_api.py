@@ -18,13 +18,13 @@ from ..bundles.services import bundle_for_user, bundles_url
 from ..celery import app as celery_app
 from ..machines.api import MachineDetailView, force_requested
 from ..machines.models import Machine
-from ..machines.selectors import machine_candidates, machine_list
+from ..machines.selectors import machine_list
 from ..machines.serializers import MachineOut
 from ..machines.services import machine_delete
 from .agent_api import bundle_grant
 from .models import Job
 from .planner import order_machines
-from .selectors import job_get
+from .selectors import job_get, machine_candidates
 from .services import job_preview_plan, job_stop, job_submit
 from .spec import JobSpecSerializer, RuntimeSerializer, builtin_recipes
 

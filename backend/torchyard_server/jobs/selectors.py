@@ -2,7 +2,10 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from .models import Job
+from ..machines.selectors import machine_list
+from .models import Job, JobNode
+from .planner import Candidate
+from .states import NODE_LIVE
 
 
 def job_list(*, status: str | None = None) -> QuerySet[Job]:
@@ -14,3 +17,31 @@ def job_list(*, status: str | None = None) -> QuerySet[Job]:
 
 def job_get(*, job_id: int) -> Job | None:
     return Job.objects.select_related("owner").prefetch_related("nodes").filter(pk=job_id).first()
+
+
+def machine_candidates() -> list[Candidate]:
+    """Snapshots for the planner: every machine with what live nodes already hold on it. Here and
+    not in machines, which sits below jobs and knows nothing of nodes."""
+    live = JobNode.objects.filter(status__in=NODE_LIVE, machine__isnull=False).values_list("machine_id", "gpus", "nproc")
+    live_nodes: dict[int, int] = {}
+    busy_procs: dict[int, int] = {}
+    busy_gpus: dict[int, set[int]] = {}
+    for machine_id, gpus, nproc in live:
+        live_nodes[machine_id] = live_nodes.get(machine_id, 0) + 1
+        busy_procs[machine_id] = busy_procs.get(machine_id, 0) + nproc
+        busy_gpus.setdefault(machine_id, set()).update(gpus or [])
+    return [
+        Candidate(
+            id=m.pk,
+            name=m.name,
+            host=m.host,
+            status=m.status,
+            cpu_count=int(m.capabilities.get("cpu_count") or 0),
+            gpus=list(m.capabilities.get("gpus") or []),
+            busy_gpus=busy_gpus.get(m.pk, set()),
+            live_nodes=live_nodes.get(m.pk, 0),
+            busy_procs=busy_procs.get(m.pk, 0),
+            cpu_usage=float(m.current_load.get("cpu_usage") or 0.0),
+        )
+        for m in machine_list()
+    ]

@@ -18,13 +18,13 @@ from torchyard import protocol
 
 from ..bundles.services import bundles_url
 from ..celery import app as celery_app
-from ..checkpoints.selectors import latest_good_manifest_uri
 from ..events import publish_on_commit
 from ..machines.models import Machine
-from ..machines.selectors import machine_candidates
 from ..machines.services import MachineInUse, machine_mark_suspect
 from .models import Job, JobNode
 from .planner import Candidate, PlanError, plan_job
+from .registries import resume_manifest_uri
+from .selectors import machine_candidates
 from .states import JOB_FINAL, NODE_LIVE, transition_job, transition_node
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ def _dispatch(job: Job, plan: dict[str, Any]) -> None:
         )
         for n in plan["nodes"]
     ]
-    resume = latest_good_manifest_uri(job_id=job.pk) if attempt > 0 else ""
+    resume = resume_manifest_uri(job_id=job.pk) if attempt > 0 else ""
     what = f"launching {len(nodes)} node(s), world size {plan['world_size']}"
     if attempt > 0:
         what += f", attempt {attempt}, " + (f"resuming from {resume}" if resume else "from scratch (no checkpoint yet)")
