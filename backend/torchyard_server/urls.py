@@ -5,10 +5,12 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from .accounts import api as accounts
 from .artifacts import api as artifacts
 from .bundles import api as bundles
+from .checkpoints import api as checkpoints
 from .jobs import agent_api
 from .jobs import api as jobs
 from .jobs import network_api as network
 from .machines import api as machines
+from .streaming import api as streaming
 from .web import views as web
 
 api = [
@@ -32,16 +34,16 @@ api = [
     path("api/jobs/plan", jobs.JobPlanView.as_view()),
     path("api/jobs/<int:job_id>", jobs.JobDetailView.as_view()),
     path("api/jobs/<int:job_id>/stop", jobs.JobStopView.as_view()),
-    path("api/jobs/<int:job_id>/summary", jobs.JobSummaryView.as_view()),
-    path("api/jobs/<int:job_id>/logs", jobs.JobLogsView.as_view()),
-    path("api/jobs/<int:job_id>/metrics", jobs.JobMetricsView.as_view()),
-    path("api/jobs/<int:job_id>/events", jobs.JobEventsView.as_view()),
-    path("api/jobs/<int:job_id>/checkpoints", jobs.JobCheckpointsView.as_view()),
+    path("api/jobs/<int:job_id>/summary", checkpoints.JobSummaryView.as_view()),
+    path("api/jobs/<int:job_id>/logs", streaming.JobLogsView.as_view()),
+    path("api/jobs/<int:job_id>/metrics", streaming.JobMetricsView.as_view()),
+    path("api/jobs/<int:job_id>/events", streaming.JobEventsView.as_view()),
+    path("api/jobs/<int:job_id>/checkpoints", checkpoints.JobCheckpointsView.as_view()),
     path("api/jobs/<int:job_id>/artifacts", artifacts.JobArtifactsView.as_view()),
     path("api/jobs/<int:job_id>/artifacts/archive", artifacts.JobArtifactArchiveView.as_view()),
     path("api/jobs/<int:job_id>/artifacts/<int:artifact_id>", artifacts.JobArtifactFileView.as_view()),
-    path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>", jobs.JobCheckpointManifestView.as_view()),
-    path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>/files/<path:path>", jobs.JobCheckpointFileView.as_view()),
+    path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>", checkpoints.JobCheckpointManifestView.as_view()),
+    path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>/files/<path:path>", checkpoints.JobCheckpointFileView.as_view()),
 ]
 
 # Seed 000's TransformerLab routes, as aliases over the same services.

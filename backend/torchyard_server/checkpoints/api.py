@@ -1,0 +1,94 @@
+"""A job's committed checkpoints (listed, their manifests and files read back from the store), and
+the job summary, which counts them: a view that needs both jobs and checkpoints lives in the
+higher of the two apps."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+
+from django.http import FileResponse
+from django.shortcuts import get_object_or_404
+from rest_framework import status
+from rest_framework.exceptions import NotFound
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..jobs.models import Job
+from ..jobs.selectors import job_get
+from ..jobs.serializers import JobDetailOut
+from ..renderers import DOWNLOAD_RENDERERS
+from .models import CheckpointManifest
+from .selectors import checkpoint_list
+from .serializers import CheckpointOut
+from .storage import OutsideJobStore, storage_for
+
+
+class JobSummaryView(APIView):
+    """Steps, throughput and ETA, and how each node is doing (seed 001's job summary)."""
+
+    def get(self, request, job_id: int):
+        job = job_get(job_id=job_id)
+        if job is None:
+            return Response({"detail": "no such job."}, status=status.HTTP_404_NOT_FOUND)
+        data = JobDetailOut(job).data
+        duration = None
+        if job.started_at:
+            end = job.finished_at or None
+            from django.utils import timezone
+
+            duration = ((end or timezone.now()) - job.started_at).total_seconds()
+        return Response({
+            "id": job.pk, "name": job.name, "status": job.status, "status_reason": job.status_reason,
+            "attempt": job.attempt, "world_size": job.world_size, "progress": job.progress,
+            "duration_seconds": duration, "nodes": data["nodes"],
+            "checkpoints": checkpoint_list(job_id=job.pk).count(),
+        })
+
+
+class JobCheckpointManifestView(APIView):
+    """The committed manifest.json itself, read from the store."""
+
+    def get(self, request, job_id: int, checkpoint_id: int):
+        row = get_object_or_404(CheckpointManifest, pk=checkpoint_id, job_id=job_id)
+        storage, key = _checkpoint_storage(row.uri, job_id)
+        try:
+            with storage.open(key, "rb") as handle:
+                return Response(json.loads(handle.read()))
+        except (OSError, ValueError) as exc:
+            return Response({"detail": f"manifest unavailable: {exc}"}, status=status.HTTP_404_NOT_FOUND)
+
+
+class JobCheckpointFileView(APIView):
+    """One file of a committed checkpoint, streamed from the store (local or S3)."""
+
+    renderer_classes = DOWNLOAD_RENDERERS
+
+    def get(self, request, job_id: int, checkpoint_id: int, path: str):
+        row = get_object_or_404(CheckpointManifest, pk=checkpoint_id, job_id=job_id)
+        entry = next((f for f in row.files if f.get("path") == path), None)
+        if entry is None:
+            return Response({"detail": f"{path!r} is not a file of this checkpoint."}, status=status.HTTP_404_NOT_FOUND)
+        storage, manifest_key = _checkpoint_storage(row.uri, job_id)
+        key = posixpath.join(posixpath.dirname(manifest_key), path)
+        try:
+            handle = storage.open(key, "rb")
+        except (OSError, ValueError) as exc:
+            return Response({"detail": f"file unavailable: {exc}"}, status=status.HTTP_404_NOT_FOUND)
+        response = FileResponse(handle, as_attachment=True, filename=posixpath.basename(path),
+                                content_type="application/octet-stream")
+        response["X-Checkpoint-Sha256"] = entry.get("sha256", "")
+        return response
+
+
+def _checkpoint_storage(uri: str, job_id: int):
+    try:
+        return storage_for(uri, job_id)
+    except OutsideJobStore as exc:
+        raise NotFound(str(exc)) from None
+
+
+class JobCheckpointsView(APIView):
+    def get(self, request, job_id: int):
+        get_object_or_404(Job, pk=job_id)
+        return Response(CheckpointOut(checkpoint_list(job_id=job_id), many=True).data)
