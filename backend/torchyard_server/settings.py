@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "torchyard_server.artifacts",
     "torchyard_server.checkpoints",
     "torchyard_server.streaming",
+    "torchyard_server.network",
     "torchyard_server.web",
 ]
 

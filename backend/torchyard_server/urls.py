@@ -8,8 +8,8 @@ from .bundles import api as bundles
 from .checkpoints import api as checkpoints
 from .jobs import agent_api
 from .jobs import api as jobs
-from .jobs import network_api as network
 from .machines import api as machines
+from .network import urls as network_urls
 from .streaming import api as streaming
 from .web import views as web
 
@@ -46,29 +46,10 @@ api = [
     path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>/files/<path:path>", checkpoints.JobCheckpointFileView.as_view()),
 ]
 
-# Seed 000's TransformerLab routes, as aliases over the same services.
-network_aliases = [
-    path("api/network/machines", machines.MachineListView.as_view()),
-    path("api/network/machines/by-name/<str:name>", network.NetworkMachineByNameView.as_view()),
-    path("api/network/machines/<int:machine_id>", network.NetworkMachineView.as_view()),
-    path("api/network/machines/<int:machine_id>/ping", network.NetworkPingView.as_view()),
-    path("api/network/machines/<int:machine_id>/dispatch_job", network.DispatchToMachineView.as_view()),
-    path("api/network/status", network.NetworkStatusView.as_view()),
-    path("api/network/health-check", network.NetworkHealthCheckView.as_view()),
-    path("api/network/capabilities", network.NetworkCapabilitiesView.as_view()),
-    path("api/network/distributed/plan", network.DistributedPlanView.as_view()),
-    path("api/network/distributed/dispatch", network.DistributedDispatchView.as_view()),
-    path("api/network/distributed/status/<int:job_id>", network.DistributedStatusView.as_view()),
-    path("api/network/distributed/stop/<int:job_id>", network.DistributedStopView.as_view()),
-    path("api/network/prepare_dependencies", network.PrepareDependenciesView.as_view()),
-    path("api/network/local_job_output/<int:job_id>", artifacts.LocalJobOutputView.as_view()),
-    path("api/network/local_job_file/<int:job_id>/<path:key>", artifacts.LocalJobFileView.as_view()),
-    path("api/tasks/distributed/suggest_machines", network.SuggestMachinesView.as_view()),
-]
-
 urlpatterns = [
     *api,
-    *network_aliases,
+    # Seed 000's TransformerLab routes, as aliases over the same services.
+    *network_urls.urlpatterns,
     path("admin/", admin.site.urls),
     re_path(r"^assets/(?P<path>.+)$", web.asset),
     # Everything else that is not /api is a dashboard route.

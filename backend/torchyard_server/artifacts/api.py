@@ -71,33 +71,3 @@ class JobArtifactArchiveView(APIView):
         spool.seek(0)
         return FileResponse(spool, as_attachment=True, filename=f"job-{job.pk}-artifacts.zip",
                             content_type="application/zip")
-
-
-# --- seed 000's aliases ---------------------------------------------------------------------------
-class LocalJobFileView(APIView):
-    """`/api/network/local_job_file/{job_id}/{key}`: the output file at path `key` (the newest
-    attempt's, the lowest node rank's when several nodes wrote it)."""
-
-    renderer_classes = DOWNLOAD_RENDERERS
-
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
-    def get(self, request, job_id: int, key: str):
-        job = get_object_or_404(Job, pk=job_id)
-        artifact = job.artifacts.filter(path=key).order_by("-attempt", "node_rank").first()
-        if artifact is None:
-            raise NotFound(f"job {job_id} has no output file {key!r}.")
-        return artifact_response(artifact)
-
-
-class LocalJobOutputView(APIView):
-    """`/api/network/local_job_output/{job_id}`: the job's status, its output files and its last log lines."""
-
-    def get(self, request, job_id: int):
-        job = get_object_or_404(Job, pk=job_id)
-        lines = job.events.filter(type="log").order_by("-id")[:100]
-        return Response({
-            "job_id": job.pk,
-            "status": job.status,
-            "files": ArtifactOut(job.artifacts.all(), many=True).data,
-            "output": [f"[rank {e.rank}] {e.payload.get('line', '')}" for e in reversed(list(lines))],
-        })

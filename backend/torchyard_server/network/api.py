@@ -9,24 +9,29 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiTypes, extend_schema
 from rest_framework import serializers, status
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 from torchyard import protocol
 
+from ..artifacts.api import artifact_response
+from ..artifacts.serializers import ArtifactOut
 from ..bundles.services import bundle_for_user, bundles_url
 from ..celery import app as celery_app
+from ..jobs.agent_api import bundle_grant
+from ..jobs.models import Job
+from ..jobs.planner import order_machines
+from ..jobs.selectors import job_get, machine_candidates
+from ..jobs.services import job_preview_plan, job_stop, job_submit
+from ..jobs.spec import JobSpecSerializer, RuntimeSerializer, builtin_recipes
 from ..machines.api import MachineDetailView, force_requested
 from ..machines.models import Machine
 from ..machines.selectors import machine_list
 from ..machines.serializers import MachineOut
 from ..machines.services import machine_delete
-from .agent_api import bundle_grant
-from .models import Job
-from .planner import order_machines
-from .selectors import job_get, machine_candidates
-from .services import job_preview_plan, job_stop, job_submit
-from .spec import JobSpecSerializer, RuntimeSerializer, builtin_recipes
+from ..renderers import DOWNLOAD_RENDERERS
 
 
 class ResourceRequirements(serializers.Serializer):
@@ -276,3 +281,33 @@ class PrepareDependenciesView(APIView):
                                  queue=protocol.machine_queue(machine.pk))
         return Response({"machines": [{"machine_id": m.pk, "name": m.name, "status": "preparing"} for m in chosen]},
                         status=status.HTTP_202_ACCEPTED)
+
+
+# --- a job's output files (its artifacts) ---------------------------------------------------------
+class LocalJobFileView(APIView):
+    """`/api/network/local_job_file/{job_id}/{key}`: the output file at path `key` (the newest
+    attempt's, the lowest node rank's when several nodes wrote it)."""
+
+    renderer_classes = DOWNLOAD_RENDERERS
+
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+    def get(self, request, job_id: int, key: str):
+        job = get_object_or_404(Job, pk=job_id)
+        artifact = job.artifacts.filter(path=key).order_by("-attempt", "node_rank").first()
+        if artifact is None:
+            raise NotFound(f"job {job_id} has no output file {key!r}.")
+        return artifact_response(artifact)
+
+
+class LocalJobOutputView(APIView):
+    """`/api/network/local_job_output/{job_id}`: the job's status, its output files and its last log lines."""
+
+    def get(self, request, job_id: int):
+        job = get_object_or_404(Job, pk=job_id)
+        lines = job.events.filter(type="log").order_by("-id")[:100]
+        return Response({
+            "job_id": job.pk,
+            "status": job.status,
+            "files": ArtifactOut(job.artifacts.all(), many=True).data,
+            "output": [f"[rank {e.rank}] {e.payload.get('line', '')}" for e in reversed(list(lines))],
+        })
