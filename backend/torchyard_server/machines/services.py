@@ -11,6 +11,7 @@ from django.utils import timezone
 from torchyard import protocol
 
 from .models import Machine
+from .states import MACHINE_UP, drain_status, reported_status, transition_machine, transition_machines
 
 
 def machine_create(*, name: str, host: str, port: int = 8001, labels: dict | None = None) -> tuple[Machine, str]:
@@ -58,27 +59,21 @@ def machine_record_heartbeat(*, event: dict[str, Any]) -> Machine | None:
         "last_heartbeat": now,
         "updated_at": now,
     }
-    # Every heartbeat says what the machine is: draining when the operator said so, busy while its
-    # agent runs nodes, online otherwise (an offline or pending machine is back).
-    if machine.drained:
-        fields["status"] = Machine.Status.DRAINING
-    else:
-        fields["status"] = Machine.Status.BUSY if event.get("running") else Machine.Status.ONLINE
-    Machine.objects.filter(pk=machine.pk).update(**fields)
-    for key, value in fields.items():
-        setattr(machine, key, value)
+    # Every heartbeat says what the machine is (an offline or pending machine is back); the table
+    # allows that from any status, so its capabilities and liveness are always written with it.
+    to = reported_status(drained=machine.drained, running=bool(event.get("running")))
+    transition_machine(machine, to, **fields)
     return machine
 
 
 def machine_mark_stale_offline() -> list[int]:
     """Machines whose agent stopped reporting go offline; returns their ids."""
     cutoff = timezone.now() - timedelta(seconds=settings.MACHINE_OFFLINE_AFTER)
-    stale = Machine.objects.filter(
-        status__in=[Machine.Status.ONLINE, Machine.Status.BUSY, Machine.Status.DRAINING], last_heartbeat__lt=cutoff
-    )
+    stale = Machine.objects.filter(status__in=MACHINE_UP, last_heartbeat__lt=cutoff)
     ids = list(stale.values_list("pk", flat=True))
     if ids:
-        Machine.objects.filter(pk__in=ids, last_heartbeat__lt=cutoff).update(status=Machine.Status.OFFLINE)
+        # The cutoff is checked again in the UPDATE: a heartbeat that lands in between keeps its machine.
+        transition_machines(Machine.objects.filter(pk__in=ids, last_heartbeat__lt=cutoff), Machine.Status.OFFLINE)
     return ids
 
 
@@ -86,21 +81,22 @@ def machine_mark_suspect(*, machine_id: int) -> bool:
     """A node on this machine was lost: take it off the planner's list (offline) until its agent
     heartbeats again, so a relaunch goes to a spare instead of back to a machine that may be gone.
     A live agent's next heartbeat, 2 s later at most, brings it back."""
-    live = [Machine.Status.ONLINE, Machine.Status.BUSY, Machine.Status.DRAINING]
-    return bool(Machine.objects.filter(pk=machine_id, status__in=live).update(status=Machine.Status.OFFLINE))
+    return bool(transition_machines(Machine.objects.filter(pk=machine_id), Machine.Status.OFFLINE))
 
 
 def machine_update(*, machine: Machine, **fields: Any) -> Machine:
-    """Change host, port or labels; `status` "draining" / "online" sets or clears the drain (an
-    offline machine stays offline until its agent reports, then takes the drain into account)."""
+    """Change host, port or labels; `status` "draining" / "online" sets or clears the drain, and moves
+    a machine whose agent reports at once (an offline or pending machine keeps its status until its
+    agent reports, then takes the drain into account)."""
     status = fields.pop("status", None)
     if status is not None:
         fields["drained"] = status == Machine.Status.DRAINING
-        if machine.status != Machine.Status.OFFLINE and machine.status != Machine.Status.PENDING:
-            fields["status"] = Machine.Status.DRAINING if fields["drained"] else Machine.Status.ONLINE
     for key, value in fields.items():
         setattr(machine, key, value)
-    machine.save(update_fields=[*fields, "updated_at"])
+    with transaction.atomic():
+        machine.save(update_fields=[*fields, "updated_at"])
+        if status is not None:
+            transition_machine(machine, drain_status(drained=fields["drained"]), only_from=MACHINE_UP)
     return machine
 
 
