@@ -87,7 +87,25 @@ while True:
     time.sleep(0.2)
 """
 
+# Reports a step every 0.1 s through the SDK; local rank 1 stops itself (SIGSTOP) after step 5, a
+# hang that no exit code or heartbeat shows.
+STALLS = """
+import os, signal, time
+from torchyard import sdk
+
+def train_step(step):
+    time.sleep(0.1)
+
+for step in range(1, 1000):
+    train_step(step)
+    sdk.report(step=step, loss=1.0 / step)
+    if step == 5 and os.environ["LOCAL_RANK"] == "1":
+        print("rank 1 about to hang", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
 SCRIPTS = {
+    "stalls.py": STALLS,
     "allreduce.py": ALLREDUCE,
     "fail_one_rank.py": FAIL_ONE_RANK,
     "sleeper.py": SLEEPER,

@@ -24,6 +24,7 @@ from supervisor_support import (
 )
 from torchyard import protocol
 from torchyard.supervisor.argv import PACKAGE_PARENT
+from torchyard.supervisor.proctree import find_job_processes
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -75,6 +76,13 @@ def test_two_nodes_train_and_complete(supervisors, make_launch):
         assert any(e["rank"] == rank and e["line"] == f"rank {rank} sum 6" for e in logs)
     metrics = sorted((e["rank"], e["step"], e["loss"]) for e in events if e["type"] == protocol.METRIC)
     assert metrics == [(0, 1, 0.5), (1, 1, 1.5), (2, 1, 2.5), (3, 1, 3.5)]
+    # Preflight before torchrun: node 1 reached the master's port, and the master heard node 1.
+    master, other = (next(e for e in events if e["type"] == protocol.PREFLIGHT and e["node_rank"] == r) for r in (0, 1))
+    assert master["ok"] and master["role"] == "master" and list(master["peers"]) == ["1"]
+    assert other["ok"] and other["role"] == "node" and other["master"] == f"127.0.0.1:{port}"
+    assert other["interface"] == "lo" and master["torch"] == other["torch"]
+    first_running = min(i for i, e in enumerate(events) if e["type"] == protocol.STATE and e["node_rank"] == 1)
+    assert events.index(other) < first_running
     assert all(e["node_rank"] == e["rank"] // 2 for e in events if e["type"] == protocol.METRIC)
 
     for _proc, run_dir in started:
@@ -175,7 +183,8 @@ def test_a_busy_master_port_fails_node_zero_at_once(supervisors, make_launch):
         proc, run_dir = supervisors.start(node)
         assert wait_exit(proc, timeout=15) == 1
     final = final_states(supervisors.events(node.job_id), 0)
-    assert [(e["status"], e["reason"]) for e in final] == [("failed", f"master port {port} in use")]
+    assert [(e["status"], e["reason"]) for e in final] == [
+        ("failed", f"node rank 0: master port {port} in use on this host (address already in use); torchrun not started")]
     assert not (run_dir / "torchrun.log").exists()
 
 
@@ -241,3 +250,30 @@ def test_a_run_dir_without_a_launch_fails_with_a_result_file(tmp_path: Path):
     assert done.returncode == 2
     result = result_of(run_dir)
     assert result["state"] == "failed" and "launch.json" in result["reason"]
+
+
+@pytest.mark.parametrize("on_stall", ["report", "recover"])
+def test_a_stopped_rank_is_reported_stalled_with_its_stack(supervisors, make_launch, on_stall):
+    node = make_launch(entrypoint="scripts/stalls.py", nproc_per_node=2, master_port=free_port(),
+                       stall_timeout=2.0, on_stall=on_stall)
+    proc, run_dir = supervisors.start(node)
+    deadline = time.monotonic() + 40
+    while not [e for e in supervisors.events(node.job_id) if e["type"] == protocol.STALLED]:
+        assert time.monotonic() < deadline and proc.poll() is None, supervisors.events(node.job_id)[-5:]
+        time.sleep(0.2)
+    [stalled] = [e for e in supervisors.events(node.job_id) if e["type"] == protocol.STALLED]
+    assert (stalled["rank"], stalled["step"], stalled["process_state"]) == (1, 5, "stopped")
+    assert stalled["stalled_for"] >= 2.0 and stalled["timeout"] == 2.0
+    assert stalled["last_line"] == "rank 1 about to hang"
+    assert "stalls.py" in stalled["stack"] and "train_step" not in stalled["stack"], stalled["stack"]
+    if on_stall == "report":
+        assert proc.poll() is None  # reported, nothing else: rank 0 trains on
+        proc.send_signal(signal.SIGTERM)
+        assert wait_exit(proc) == 143
+        return
+    assert wait_exit(proc) == 1
+    [final] = final_states(supervisors.events(node.job_id), 0)
+    assert final["status"] == "failed"
+    assert "global rank 1 stalled: no new step for" in final["reason"] and "(its process is stopped)" in final["reason"]
+    assert "on_stall: recover" in final["reason"]
+    assert not find_job_processes(node.job_id)

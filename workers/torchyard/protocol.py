@@ -45,9 +45,11 @@ METRIC = "metric"
 RESOURCE = "resource"
 CHECKPOINT = "checkpoint"
 ARTIFACT = "artifact"  # the files a node collected from its output directory when it ended
+PREFLIGHT = "preflight"  # a node's check of the master's address and port and of its versions
+STALLED = "stalled"  # a rank whose step stopped advancing, with its Python stack
 HEARTBEAT = "heartbeat"  # node liveness, never persisted
 MACHINE_HEARTBEAT = "machine_heartbeat"  # agent capabilities + load, never persisted
-EVENT_TYPES = (STATE, LOG, METRIC, RESOURCE, CHECKPOINT, ARTIFACT, HEARTBEAT, MACHINE_HEARTBEAT)
+EVENT_TYPES = (STATE, LOG, METRIC, RESOURCE, CHECKPOINT, ARTIFACT, PREFLIGHT, STALLED, HEARTBEAT, MACHINE_HEARTBEAT)
 
 # Node states a supervisor reports (the controller validates every transition).
 NODE_PREPARING = "preparing"  # fetching the code bundle, building the environment
@@ -138,6 +140,10 @@ class NodeLaunch:
     resume_manifest: str = ""
     backend: str = "gloo"
     heartbeat_interval: float = 2.0
+    # fault_tolerance.stall_timeout (None: 10x the median step time, at least 60 s) and on_stall
+    # ("report": a `stalled` event; "recover": also fail the node, so the job recovers).
+    stall_timeout: float | None = None
+    on_stall: str = "report"
     # Filled in by the agent from its own settings: where the event stream lives, how to fetch a
     # bundle from the server, the Python the ranks run with, and the machine's cache folder.
     redis_url: str = ""

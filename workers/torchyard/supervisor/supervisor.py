@@ -26,6 +26,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from torchyard import protocol
 from torchyard.bundles import size_text
 from torchyard.protocol import NodeLaunch
@@ -48,8 +50,10 @@ from .argv import (
 from .event_socket import EventSocket
 from .network import interface_env
 from .outputs import collect_outputs
+from .preflight import MasterListener, PreflightError, reach_master, training_versions
 from .proctree import TreeSampler, kill_processes, process_tree, sweep_job_processes
 from .publisher import EventPublisher
+from .stall import StallWatch, process_state, python_stack
 from .tail import FileTail, RankLogTailer
 
 log = logging.getLogger(__name__)
@@ -70,7 +74,8 @@ class SupervisorState(StrEnum):
     """Where one supervisor is in its life.
 
     INIT       reading the launch, checking the entrypoint and the master port; torchrun not started.
-    PREPARING  fetching the user's code bundle and building its environment (jobs with code only).
+    PREPARING  fetching the user's code bundle and building its environment (jobs with code), or a
+               preflight that waits (for the master, or for the other nodes) longer than a moment.
     RUNNING    torchrun started; tailing, publishing, heart-beating.
     STOPPING   a stop was requested or the watchdog fired: torchrun's group got SIGTERM (or SIGKILL
                from the watchdog), SIGKILL follows after the grace period.
@@ -154,18 +159,6 @@ class _Outcome:
     reason: str
 
 
-def master_port_in_use(port: int) -> bool:
-    """True when something already listens on (or holds) this TCP port on every address of this host."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        # SO_REUSEADDR ignores TIME_WAIT leftovers, which do not stop torchrun's store either.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("", port))
-        except OSError:
-            return True
-    return False
-
-
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that a reader sees the old file or the whole new one, never half of it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -227,6 +220,12 @@ class NodeSupervisor:
         self._first_failure: tuple[int, int] | None = None  # (exit code, local rank) as torchrun names it
         self._watchdog_fired = False
         self._sampler = TreeSampler()
+        self._listener: MasterListener | None = None  # node 0 holds the master port until torchrun takes it
+        self._interface_env: dict[str, str] = {}
+        self._preflight_since = 0.0
+        self._stalls = StallWatch(launch.stall_timeout)
+        self._stall_failure = ""
+        self._last_line: dict[int, str] = {}  # global rank -> its newest log line
         # Where torchrun runs and with which Python: the run directory and the agent's Python for
         # the built-in recipes; a fresh copy of the bundle and its cached environment otherwise.
         self.workdir = self.run_dir
@@ -301,17 +300,20 @@ class NodeSupervisor:
     def _supervise(self) -> _Outcome:
         node = f"node rank {self.launch.node_rank}"
         try:
+            if self.launch.node_rank == 0:
+                # At once, before preparing: the other nodes' preflight handshakes complete against it
+                # meanwhile, and a taken port fails the node before any work.
+                self._listener = MasterListener(self.launch.master_port)
             self._prepare()
-        except prepare.PrepareError as exc:
+            script = None if self.launch.module else resolve_entrypoint(self.launch.entrypoint, self.code_root)
+            self._preflight()
+        except (prepare.PrepareError, EntrypointError, PreflightError) as exc:
             return _Outcome(SupervisorState.FAILED, None, f"{node}: {exc}; torchrun not started")
         except _StopRequested:
-            return _Outcome(SupervisorState.STOPPED, None, "stop requested while preparing")
-        try:
-            script = None if self.launch.module else resolve_entrypoint(self.launch.entrypoint, self.code_root)
-        except EntrypointError as exc:
-            return _Outcome(SupervisorState.FAILED, None, f"{node}: {exc}; torchrun not started")
-        if self.launch.node_rank == 0 and master_port_in_use(self.launch.master_port):
-            return _Outcome(SupervisorState.FAILED, None, f"master port {self.launch.master_port} in use")
+            return _Outcome(SupervisorState.STOPPED, None, f"stop requested while {self.state.value}")
+        finally:
+            if self._listener is not None:
+                self._listener.close()  # torchrun's store binds the port next
         if self._stop_signal is not None:
             return _Outcome(SupervisorState.STOPPED, None, "stop requested before torchrun started")
         try:
@@ -320,6 +322,55 @@ class NodeSupervisor:
             return _Outcome(SupervisorState.FAILED, None, f"{node}: cannot start torchrun: {exc}")
         exit_code = self._monitor()
         return self._outcome(exit_code)
+
+    # --- preflight (preflight.py) ------------------------------------------------------------------
+    def _preflight(self) -> None:
+        """Every node of a multi-node job reaches the master's address and port and agrees with it on
+        Python and torch, before any rank starts; raises PreflightError naming the cause."""
+        launch = self.launch
+        self._interface_env = interface_env(launch.master_addr, launch.backend, build_env(launch, self.run_dir, os.environ))
+        if launch.nnodes < 2:
+            return
+        self._preflight_since = time.monotonic()
+        interface = self._interface_env.get("GLOO_SOCKET_IFNAME", "")
+        try:
+            versions = training_versions(self.python)
+            if self._listener is not None:
+                peers = self._listener.serve(job_id=launch.job_id, attempt=launch.attempt,
+                                             peers=set(range(1, launch.nnodes)), versions=versions,
+                                             tick=self._preflight_tick)
+                result: dict[str, Any] = {"role": "master", "peers": {
+                    str(rank): {k: hello.get(k) for k in ("hostname", "address", "interface")}
+                    for rank, hello in sorted(peers.items())}}
+            else:
+                hello = {"job": launch.job_id, "attempt": launch.attempt, "node_rank": launch.node_rank,
+                         "hostname": socket.gethostname(), "interface": interface,
+                         "python": versions.python, "torch": versions.torch}
+                reached = reach_master(launch.master_addr, launch.master_port, hello, self._preflight_tick)
+                result = {"role": "node", **reached.to_dict()}
+        except PreflightError as exc:
+            self.publisher.emit(protocol.PREFLIGHT, ok=False, error=str(exc), interface=interface,
+                                hostname=socket.gethostname())
+            raise PreflightError(f"preflight: {exc}") from exc
+        self.publisher.emit(protocol.PREFLIGHT, ok=True, interface=interface, hostname=socket.gethostname(),
+                            python=versions.python, torch=versions.torch,
+                            seconds=round(time.monotonic() - self._preflight_since, 2), **result)
+        where = f" through {interface}" if interface else ""
+        self._publish_supervisor_line(
+            f"preflight passed in {time.monotonic() - self._preflight_since:.2f} s: master "
+            f"{launch.master_addr}:{launch.master_port}{where}, {versions.describe()} on every node"
+            if result["role"] == "master" else
+            f"preflight passed: reached the master {result['master']} from {result['local_address']}{where} "
+            f"in {result['connect_ms']:.1f} ms, {versions.describe()} like the master")
+
+    def _preflight_tick(self, phase: str) -> None:
+        """Heartbeats and stop checks while preflight waits; past a moment the node says what it waits
+        for (and stays clear of the controller's launch timeout, which only pending nodes are under)."""
+        if self.state is SupervisorState.INIT and time.monotonic() - self._preflight_since > 2.0:
+            self.state = SupervisorState.PREPARING
+            self.publisher.emit(protocol.STATE, status=protocol.NODE_PREPARING, reason=f"preflight: {phase}",
+                                supervisor_pid=os.getpid(), hostname=socket.gethostname())
+        self._prep_tick()
 
     # --- preparing (the user's code) ---------------------------------------------------------------
     def _prepare(self) -> None:
@@ -400,12 +451,11 @@ class NodeSupervisor:
         self._tailer = RankLogTailer(self.run_dir / TORCHRUN_LOG_DIR, self.launch.nproc_per_node)
         torchrun_log = self.run_dir / TORCHRUN_LOG_FILE
         env = build_env(self.launch, self.run_dir, os.environ, workdir=self.workdir)
-        chosen = interface_env(self.launch.master_addr, self.launch.backend, env)
-        if chosen:
-            env.update(chosen)
+        if self._interface_env:
+            env.update(self._interface_env)
             self._publish_supervisor_line(
                 f"ranks reach the master {self.launch.master_addr} through "
-                + ", ".join(f"{k}={v}" for k, v in sorted(chosen.items())))
+                + ", ".join(f"{k}={v}" for k, v in sorted(self._interface_env.items())))
         with open(torchrun_log, "wb") as output:  # truncated: the tail reads it from the start
             self._proc = subprocess.Popen(
                 build_torchrun_argv(self.launch, self.run_dir, script, python=self.python),
@@ -453,6 +503,8 @@ class NodeSupervisor:
                 self._kill_at = None  # once: a process SIGKILL cannot end is not retried every loop
                 self._kill_torchrun_now()
             self._check_watchdog(now, exit_code)
+            if exit_code is None and self.state is SupervisorState.RUNNING:
+                self._check_stalls(now)
             if now >= next_beat and exit_code is None:
                 self._beat()
                 next_beat = now + max(self.launch.heartbeat_interval, self.settings.poll_interval_s)
@@ -469,6 +521,10 @@ class NodeSupervisor:
             f"stop requested ({_signal_name(self._stop_signal)}); sending SIGTERM to torchrun"
         )
         self._signal_group(signal.SIGTERM)
+        # A stopped process (SIGSTOP, a debugger let go) only acts on SIGTERM once continued.
+        for proc in process_tree(self._proc.pid) if self._proc else []:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(signal.SIGCONT)
 
     def _check_watchdog(self, now: float, exit_code: int | None) -> None:
         if (
@@ -494,6 +550,7 @@ class NodeSupervisor:
             uptime_s=round(time.time() - (self._torchrun_started_at or time.time()), 1),
             pending_events=self.publisher.pending,
             dropped_events=sum(self.publisher.dropped.values()),
+            steps=self._stalls.snapshot(time.monotonic()),
         )
         self.publisher.emit(protocol.RESOURCE, **self._sampler.sample(self._proc.pid))
 
@@ -503,6 +560,7 @@ class NodeSupervisor:
             for item in self._tailer.poll(final=final):
                 rank = self.launch.rank_start + item.local_rank
                 self._recent[item.stream].append({"rank": rank, "stream": item.stream, "line": item.line})
+                self._last_line[rank] = item.line
                 self.publisher.emit(
                     protocol.LOG,
                     rank=rank,
@@ -535,13 +593,49 @@ class NodeSupervisor:
             log.warning("ignoring an SDK event of type %r", event_type)
             return
         rank = event.pop("rank", None)
+        rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
         ts = event.pop("ts", None)
+        step = event.get("step")
+        if event_type == protocol.METRIC and rank is not None and isinstance(step, int) and not isinstance(step, bool):
+            self._stalls.step(rank, step, time.monotonic())
         self.publisher.emit(
             event_type,
-            rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+            rank=rank,
             ts=ts if isinstance(ts, int | float) and not isinstance(ts, bool) else None,
             **event,
         )
+
+    def _check_stalls(self, now: float) -> None:
+        """Report each rank whose step stopped advancing (stall.py), with its stack; under
+        `on_stall: recover` end the node as failed so the job recovers from its last checkpoint."""
+        for stall in self._stalls.stalled(now):
+            pid = self._rank_pid(stall.rank)
+            status = process_state(pid) if pid else "gone"
+            stack = python_stack(pid) if pid else "(no stack: the rank's process is gone)"
+            summary = (f"global rank {stall.rank} stalled: no new step for {stall.stalled_for:g} s after step "
+                       f"{stall.step} (its process is {status})")
+            self.publisher.emit(protocol.STALLED, rank=stall.rank, step=stall.step, stalled_for=stall.stalled_for,
+                                timeout=stall.timeout, process_state=status, pid=pid, stack=stack,
+                                last_line=self._last_line.get(stall.rank, ""), hostname=socket.gethostname(),
+                                on_stall=self.launch.on_stall)
+            self._publish_supervisor_line(f"{summary}; its Python stack (py-spy):")
+            for line in stack.splitlines()[:60]:
+                self._publish_supervisor_line(f"  {line}")
+            if self.launch.on_stall == "recover" and not self._stall_failure:
+                self._stall_failure = f"{summary}; treated as a failure (on_stall: recover)"
+                self.state = SupervisorState.STOPPING
+                self._kill_torchrun_now()
+
+    def _rank_pid(self, rank: int) -> int | None:
+        """The pid of one of this node's ranks: torchrun's child whose RANK is `rank`."""
+        assert self._proc is not None
+        for proc in process_tree(self._proc.pid)[1:]:
+            try:
+                if proc.environ().get("RANK") == str(rank):
+                    return proc.pid
+            except (psutil.Error, OSError):
+                continue
+        return None
 
     def _publish_supervisor_line(self, line: str) -> None:
         log.info(line)
@@ -622,6 +716,8 @@ class NodeSupervisor:
                 f"; first failure: global rank {self.launch.rank_start + local_rank} (local rank {local_rank}) "
                 f"{_describe_exit(worker_code)}"
             )
+        if self._stall_failure:
+            return _Outcome(SupervisorState.FAILED, exit_code, f"{node}: {self._stall_failure}")
         if self._watchdog_fired:
             return _Outcome(
                 SupervisorState.FAILED,

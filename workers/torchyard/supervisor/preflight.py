@@ -1,0 +1,281 @@
+"""Preflight: before torchrun starts, every node proves it can reach the master and trains with the
+same Python and torch.
+
+Without it a node that cannot reach the master's address (a wrong registered address, a firewall,
+a route missing) or that runs another torch makes torchrun's rendezvous hang for minutes and then
+fail with a timeout that names nothing. Here the failure names the node, the address and the cause
+within seconds.
+
+The check uses the very address and port torchrun will use: the master node's supervisor listens on
+the master port from the moment it starts (the kernel completes a peer's TCP handshake even while
+the master is still preparing its code), every other node connects, which proves the path, and
+sends one line saying who it is and what it runs. The master answers each line once it is itself
+ready, then closes the port and hands it to torchrun's store. The exchange is a probe, not a
+transport: one JSON line each way, before any rank exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import selectors
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+PROTOCOL = "torchyard-preflight/1"
+# No route, host unreachable, timed out: the master's address cannot be reached from here.
+UNREACHABLE_AFTER_S = 10.0
+# Connection refused: the address answers but nothing listens. The master's supervisor may start a
+# little after this one (its agent received the launch later), so this gets longer.
+NOTHING_LISTENS_AFTER_S = 30.0
+MAX_LINE_BYTES = 4096
+
+# Runs in the training Python without importing torch (1-2 s): only its installed version.
+_VERSIONS_PROBE = (
+    "import importlib.metadata as m, json, sys\n"
+    "try:\n    torch = m.version('torch')\nexcept m.PackageNotFoundError:\n    torch = ''\n"
+    "print(json.dumps({'python': '.'.join(map(str, sys.version_info[:3])), 'torch': torch}))\n"
+)
+
+
+class PreflightError(Exception):
+    """The node must not start torchrun; the message says why in a user's words."""
+
+
+@dataclass(frozen=True)
+class Versions:
+    python: str
+    torch: str
+
+    def describe(self) -> str:
+        return f"torch {self.torch or '(not installed)'} on Python {self.python}"
+
+
+def training_versions(python: str, timeout: float = 60.0) -> Versions:
+    """The Python and torch versions of the interpreter the ranks will run with."""
+    try:
+        done = subprocess.run([python, "-c", _VERSIONS_PROBE], capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PreflightError(f"cannot run the training Python {python}: {exc}") from exc
+    if done.returncode != 0:
+        raise PreflightError(f"the training Python {python} failed: {done.stderr.strip()[-500:]}")
+    data = json.loads(done.stdout.strip().splitlines()[-1])
+    return Versions(python=str(data["python"]), torch=str(data["torch"]))
+
+
+def disagreement(master: Versions, peer: Versions) -> str:
+    """Why two nodes cannot train together ("" when they can): torch must match exactly (its
+    collectives and checkpoint formats are only promised within one release), Python by minor."""
+    if master.torch != peer.torch or master.python.split(".")[:2] != peer.python.split(".")[:2]:
+        return f"the master has {master.describe()}, this node {peer.describe()}"
+    return ""
+
+
+def _cause(exc: BaseException) -> str:
+    """The reason in the words `ip` and the kernel use: "no route to host", "connection refused"."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
+@dataclass
+class Reached:
+    """What a node that is not the master learnt: how long the handshake took and through what."""
+
+    master: str
+    local_address: str
+    connect_ms: float
+    waited_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# `tick(phase)` is the supervisor's: heartbeats, stop checks (it raises to abort), status updates.
+Tick = Callable[[str], None]
+
+
+def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
+                 *, unreachable_after: float = UNREACHABLE_AFTER_S,
+                 nothing_listens_after: float = NOTHING_LISTENS_AFTER_S) -> Reached:
+    """Connect to the master's preflight listener, introduce this node, wait for its answer.
+
+    Raises PreflightError naming the address and the cause when the master cannot be reached in
+    time or refuses this node (another job on that port, other versions)."""
+    target = f"{address}:{port}"
+    started = time.monotonic()
+    last_error: BaseException | None = None
+    sock: socket.socket | None = None
+    while sock is None:
+        elapsed = time.monotonic() - started
+        refused = isinstance(last_error, ConnectionRefusedError)
+        limit = nothing_listens_after if refused else unreachable_after
+        if last_error is not None and elapsed >= limit:
+            raise PreflightError(f"cannot reach the master at {target}: {_cause(last_error)} "
+                                 f"(tried for {elapsed:.0f} s)")
+        tick("reaching the master")
+        attempt_started = time.monotonic()
+        try:
+            sock = socket.create_connection((address, port), timeout=min(2.0, max(0.2, limit - elapsed)))
+        except OSError as exc:
+            last_error = exc
+            # A refusal answers at once: do not spin. A timeout already waited.
+            time.sleep(max(0.0, 0.2 - (time.monotonic() - attempt_started)))
+    connect_ms = (time.monotonic() - attempt_started) * 1000
+    local_address = sock.getsockname()[0]
+    try:
+        sock.sendall((json.dumps({"protocol": PROTOCOL, **hello}) + "\n").encode())
+        sock.setblocking(False)
+        answer = _read_line(sock, tick, "waiting for the master to be ready")
+    except OSError as exc:
+        answer, closed = None, f" ({_cause(exc)})"
+    else:
+        closed = ""
+    finally:
+        sock.close()
+    if answer is None:
+        raise PreflightError(f"the master at {target} closed the preflight connection without an answer"
+                             f"{closed}: is something else listening on that port?")
+    if not answer.get("ok"):
+        raise PreflightError(str(answer.get("error") or f"the master at {target} refused this node"))
+    return Reached(master=target, local_address=local_address, connect_ms=round(connect_ms, 1),
+                   waited_s=round(time.monotonic() - started, 2))
+
+
+def _read_line(sock: socket.socket, tick: Tick, phase: str) -> dict[str, Any] | None:
+    """One JSON line from a non-blocking socket, ticking meanwhile; None when the peer closed first."""
+    buffer = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(sock, selectors.EVENT_READ)
+        while b"\n" not in buffer:
+            tick(phase)
+            if not selector.select(timeout=0.1):
+                continue
+            chunk = sock.recv(MAX_LINE_BYTES)
+            if not chunk:
+                return None
+            buffer += chunk
+            if len(buffer) > MAX_LINE_BYTES:
+                raise PreflightError("preflight answer too long")
+    line = buffer.split(b"\n", 1)[0]
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class MasterListener:
+    """The master node's side: listen on the master port at once, answer every peer once ready."""
+
+    def __init__(self, port: int) -> None:
+        """Binds now; raises PreflightError when the port is taken (torchrun's store could not bind it)."""
+        self.port = port
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # SO_REUSEADDR ignores TIME_WAIT leftovers, which do not stop torchrun's store either.
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind(("", port))
+            self._sock.listen(256)
+        except OSError as exc:
+            self._sock.close()
+            raise PreflightError(f"master port {port} in use on this host ({_cause(exc)})") from exc
+        self._sock.setblocking(False)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def serve(self, *, job_id: int, attempt: int, peers: set[int], versions: Versions,
+              tick: Tick) -> dict[int, dict[str, Any]]:
+        """Answer peers until every node rank in `peers` has checked in; returns their hellos.
+
+        A peer of another job or attempt is told so and ignored (it is not one of ours). A peer
+        whose versions differ is told why and the preflight fails here too: neither may start."""
+        waiting = set(peers)
+        seen: dict[int, dict[str, Any]] = {}
+        buffers: dict[socket.socket, bytes] = {}
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._sock, selectors.EVENT_READ)
+            try:
+                while waiting:
+                    tick(f"waiting for node(s) {', '.join(map(str, sorted(waiting)))} to reach the master")
+                    for key, _ in selector.select(timeout=0.1):
+                        sock = key.fileobj
+                        assert isinstance(sock, socket.socket)
+                        if sock is self._sock:
+                            with contextlib.suppress(BlockingIOError, InterruptedError):
+                                conn, _ = self._sock.accept()
+                                conn.setblocking(False)
+                                buffers[conn] = b""
+                                selector.register(conn, selectors.EVENT_READ)
+                            continue
+                        hello = self._read_hello(sock, buffers, selector)
+                        if hello is None:
+                            continue
+                        rank = self._answer(sock, hello, job_id=job_id, attempt=attempt, versions=versions)
+                        selector.unregister(sock)
+                        buffers.pop(sock, None)
+                        sock.close()
+                        if rank is not None and rank in waiting:
+                            waiting.discard(rank)
+                            seen[rank] = hello
+            finally:
+                for conn in list(buffers):
+                    conn.close()
+        return seen
+
+    @staticmethod
+    def _read_hello(sock: socket.socket, buffers: dict[socket.socket, bytes],
+                    selector: selectors.BaseSelector) -> dict[str, Any] | None:
+        try:
+            chunk = sock.recv(MAX_LINE_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            chunk = b""
+        data = buffers.get(sock, b"") + chunk
+        if not chunk or len(data) > MAX_LINE_BYTES:  # closed, or not a preflight client
+            selector.unregister(sock)
+            buffers.pop(sock, None)
+            sock.close()
+            return None
+        if b"\n" not in data:
+            buffers[sock] = data
+            return None
+        try:
+            hello = json.loads(data.split(b"\n", 1)[0])
+        except ValueError:
+            hello = None
+        return hello if isinstance(hello, dict) else {}
+
+    @staticmethod
+    def _answer(sock: socket.socket, hello: dict[str, Any], *, job_id: int, attempt: int,
+                versions: Versions) -> int | None:
+        """Reply to one hello; the node rank it accounts for, or None. Raises on a version mismatch."""
+        def reply(**answer: Any) -> None:
+            with contextlib.suppress(OSError):
+                sock.setblocking(True)
+                sock.settimeout(2.0)
+                sock.sendall((json.dumps(answer) + "\n").encode())
+
+        if hello.get("protocol") != PROTOCOL or hello.get("job") != job_id or hello.get("attempt") != attempt:
+            reply(ok=False, error=f"this master port serves job {job_id} attempt {attempt}, not "
+                                  f"job {hello.get('job')} attempt {hello.get('attempt')}")
+            return None
+        rank = hello.get("node_rank")
+        theirs = Versions(python=str(hello.get("python") or "?"), torch=str(hello.get("torch") or ""))
+        problem = disagreement(versions, theirs)
+        if problem:
+            who = f"node {rank} ({hello.get('hostname') or 'unknown host'})"
+            reply(ok=False, error=f"versions disagree: {problem}")
+            raise PreflightError(f"versions disagree: this node (the master) has {versions.describe()}, "
+                                 f"{who} has {theirs.describe()}")
+        reply(ok=True)
+        return rank if isinstance(rank, int) else None
