@@ -62,6 +62,7 @@ browser:
 lint: install $(NPM_STAMP)
 	$(BIN)/ruff check backend workers tests
 	$(BIN)/mypy backend/torchyard_server workers/torchyard
+	$(BIN)/lint-imports
 	cd backend && DATABASE_URL=sqlite:///:memory: ../$(BIN)/python manage.py makemigrations --check --dry-run
 	npm run lint
 
