@@ -26,7 +26,8 @@ def test_it_accepts_a_good_spec_and_queues_the_job(api, two_machines):
     body = response.json()
     assert body["status"] == "queued"
     assert body["spec"]["resources"] == {"nodes": 2, "procs_per_node": 2, "gpus_per_node": 0, "min_gpu_memory": 0}
-    assert body["spec"]["fault_tolerance"] == {"max_restarts": 3, "heartbeat_timeout": 10.0}
+    assert body["spec"]["fault_tolerance"] == {"max_restarts": 3, "heartbeat_timeout": 10.0, "stall_timeout": None,
+                                               "on_stall": "report"}
     assert Job.objects.get(pk=body["id"]).owner.username == "alice"
 
 
@@ -160,3 +161,11 @@ def test_the_recipe_list_is_what_the_spec_accepts_with_each_summary(api, two_mac
     assert recipes[2]["summary"].startswith("mlp_ddp's model and data trained with FSDP2 (fully_shard)")
     for recipe in recipes:
         assert api.post("/api/jobs/plan", spec(entrypoint=recipe["entrypoint"]), format="json").status_code == 200
+
+
+def test_it_refuses_a_stall_timeout_under_two_seconds_and_an_unknown_on_stall(api, two_machines):
+    bad = spec(fault_tolerance={"stall_timeout": 0.5, "on_stall": "ignore"})
+    response = api.post("/api/jobs", bad, format="json")
+    assert response.status_code == 400
+    errors = response.json()["fault_tolerance"]
+    assert "stall_timeout" in errors and "on_stall" in errors

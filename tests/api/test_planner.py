@@ -125,3 +125,34 @@ def test_two_jobs_scheduled_at_once_never_get_the_same_gpu(owner):
     assert statuses == ["dispatching", "queued"]
     assert JobNode.objects.filter(gpus=[0]).count() == 1
     assert "waiting for 1 machines with free GPUs" in Job.objects.get(status="queued").status_reason
+
+
+def versioned(id_: int, name: str, torch: str, python: str = "3.11.7") -> Candidate:
+    return Candidate(id_, name, f"h{id_}", "online", cpu_count=8, torch_version=torch, python_version=python)
+
+
+def test_it_picks_machines_whose_torch_and_python_agree_and_shows_them():
+    machines = [versioned(1, "old", "2.4.1"), versioned(2, "a", "2.13.0"), versioned(3, "b", "2.13.0", "3.11.2")]
+    p = plan(spec(nodes=2), machines)
+    assert sorted(names(p)) == ["a", "b"]
+    assert p["preflight"]["versions"] == {"a": "torch 2.13.0 on Python 3.11.7", "b": "torch 2.13.0 on Python 3.11.2"}
+    assert p["preflight"]["master"] == f"{p['master_addr']}:29500"
+
+
+def test_machines_that_do_not_say_their_versions_go_with_any():
+    machines = [versioned(1, "quiet", ""), versioned(2, "a", "2.13.0")]
+    machines[0].python_version = ""
+    assert sorted(names(plan(spec(nodes=2), machines))) == ["a", "quiet"]
+
+
+def test_machines_that_disagree_are_refused_naming_each_version():
+    machines = [versioned(1, "a", "2.13.0"), versioned(2, "b", "2.13.0", "3.12.1")]
+    with pytest.raises(PlanError) as auto:
+        plan(spec(nodes=2), machines)
+    assert auto.value.kind == "capacity"
+    assert "a torch 2.13.0 on Python 3.11.7, b torch 2.13.0 on Python 3.12.1" in auto.value.reason
+    manual = spec(nodes=2)
+    manual["placement"]["machines"] = ["a", "b"]
+    with pytest.raises(PlanError) as chosen:
+        plan(manual, machines)
+    assert chosen.value.kind == "invalid"

@@ -39,6 +39,17 @@ class Candidate:
     live_nodes: int = 0
     busy_procs: int = 0  # processes of live nodes already placed here
     cpu_usage: float = 0.0
+    # The training Python's versions as the agent reports them ("" from an agent too old to say).
+    python_version: str = ""
+    torch_version: str = ""
+
+    @property
+    def versions(self) -> tuple[str, str]:
+        """What nodes must share to train together: torch exactly, Python by minor version."""
+        return self.torch_version, ".".join(self.python_version.split(".")[:2])
+
+    def describe_versions(self) -> str:
+        return f"torch {self.torch_version or '?'} on Python {self.python_version or '?'}"
 
     @property
     def schedulable(self) -> bool:
@@ -151,7 +162,7 @@ def plan_job(
         what = "free GPUs" if need.gpus else f"room for {need.procs} more processes"
         raise PlanError(f"waiting for {nodes} machines with {what}: {len(ready)} now", kind="busy")
 
-    chosen = ready[:nodes]
+    chosen = _agreeing(ready, nodes, manual=manual is not None)
     procs, gpus_per_node, min_gpu_memory = need.procs, need.gpus, need.min_gpu_memory
     world_size = nodes * procs
     backend = spec["distributed"]["backend"]
@@ -161,6 +172,7 @@ def plan_job(
         f"{m.name} has {m.cpu_count} CPUs for {procs} processes"
         for m in chosen if m.cpu_count and procs > m.cpu_count and gpus_per_node == 0
     ]
+    port = pick_port(chosen[0])
     plan_nodes = []
     for node_rank, machine in enumerate(chosen):
         plan_nodes.append(
@@ -180,9 +192,32 @@ def plan_job(
         "nnodes": nodes,
         "procs_per_node": procs,
         "master_addr": chosen[0].host,
-        "master_port": pick_port(chosen[0]),
+        "master_port": port,
         "backend": backend,
         "nodes": plan_nodes,
         "hyperparameters": adjust_hyperparameters(spec["hyperparameters"], spec["scaling"], world_size),
         "warnings": warnings,
+        # What the nodes' preflight will check before any rank starts (the job's preflight events
+        # say how it went): every node reaches the master's address and port, and the versions agree.
+        "preflight": {
+            "master": f"{chosen[0].host}:{port}",
+            "versions": {m.name: m.describe_versions() for m in chosen},
+        },
     }
+
+
+def _agreeing(ready: list[Candidate], nodes: int, *, manual: bool) -> list[Candidate]:
+    """The first `nodes` ready machines (in policy order) whose training Pythons agree with each
+    other, so no node's preflight has to refuse the job at launch. A machine whose agent does not
+    report versions goes with any."""
+    groups: dict[tuple[str, str], list[Candidate]] = {}
+    for machine in ready:
+        if machine.versions != ("", ""):
+            groups.setdefault(machine.versions, [])
+    for key, members in (groups.items() if groups else [(("", ""), [])]):
+        members.extend(m for m in ready if m.versions in (key, ("", "")))
+        if len(members) >= nodes:
+            return members[:nodes]
+    found = ", ".join(f"{m.name} {m.describe_versions()}" for m in ready)
+    raise PlanError(f"needs {nodes} machines with the same torch and Python (minor) version; {found}",
+                    kind="invalid" if manual else "capacity")

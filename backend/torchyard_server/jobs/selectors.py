@@ -42,6 +42,8 @@ def machine_candidates() -> list[Candidate]:
             live_nodes=live_nodes.get(m.pk, 0),
             busy_procs=busy_procs.get(m.pk, 0),
             cpu_usage=float(m.current_load.get("cpu_usage") or 0.0),
+            python_version=str(m.capabilities.get("python_version") or ""),
+            torch_version=str(m.capabilities.get("torch_version") or ""),
         )
         for m in machine_list()
     ]

@@ -25,6 +25,7 @@ from .models import Job, JobNode
 from .planner import Candidate, PlanError, plan_job
 from .registries import resume_manifest_uri
 from .selectors import machine_candidates
+from .stalls import clear_moved_ranks
 from .states import JOB_FINAL, NODE_LIVE, transition_job, transition_node
 
 log = logging.getLogger(__name__)
@@ -164,8 +165,9 @@ def _dispatch(job: Job, plan: dict[str, Any]) -> None:
         job, J.DISPATCHING, what,
         plan=plan, world_size=plan["world_size"], master_addr=plan["master_addr"],
         master_port=plan["master_port"], attempt=attempt,
-        # A new attempt may have other ranks: throughput restarts from its own reports.
-        progress={**(job.progress or {}), "throughput_by_rank": {}, "throughput": None},
+        # A new attempt may have other ranks: throughput and the ranks' steps restart from its own reports.
+        progress={**{k: v for k, v in (job.progress or {}).items() if k != "stall"},
+                  "throughput_by_rank": {}, "throughput": None, "step_by_rank": {}},
     )
     for node in nodes:
         transition_node(node, N.LAUNCHING, f"sent to {node.machine_name}")
@@ -207,6 +209,8 @@ def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manife
         resume_manifest=resume_manifest,
         backend=plan["backend"],
         heartbeat_interval=max(0.5, min(2.0, timeout / 4)),
+        stall_timeout=spec["fault_tolerance"].get("stall_timeout"),
+        on_stall=spec["fault_tolerance"].get("on_stall", "report"),
     ).to_dict()
 
 
@@ -398,6 +402,13 @@ def job_record_progress(*, job_id: int, metrics: list[dict[str, Any]]) -> None:
     if by_rank:
         progress["throughput_by_rank"] = by_rank
         progress["throughput"] = sum(by_rank.values())
+    # Every rank's last step: stall verdicts compare a stalled rank with the others (stalls.py).
+    steps: dict[str, int] = dict(progress.get("step_by_rank") or {})
+    for m in metrics:
+        if isinstance(m.get("step"), int) and m.get("rank") is not None:
+            steps[str(m["rank"])] = m["step"]
+    progress["step_by_rank"] = steps
+    clear_moved_ranks(progress, steps)
     total, step, rate = progress.get("total_steps"), progress.get("step"), None
     if job.started_at and step:
         elapsed = (timezone.now() - job.started_at).total_seconds()

@@ -132,6 +132,14 @@ class CheckpointingSerializer(serializers.Serializer):
 class FaultToleranceSerializer(serializers.Serializer):
     max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=3)
     heartbeat_timeout = serializers.FloatField(min_value=2, max_value=3600, default=10)
+    stall_timeout = serializers.FloatField(
+        min_value=2, max_value=7 * 24 * 3600, required=False, allow_null=True, default=None,
+        help_text="seconds a rank's step may stand still before it is reported stalled "
+                  "(default: 10x the job's median step time, at least 60)")
+    on_stall = serializers.ChoiceField(
+        choices=["report", "recover"], default="report",
+        help_text="report: a `stalled` event with the rank's Python stack; recover: also fail its node, "
+                  "so the job resumes from its last checkpoint")
 
 
 class CompressionSerializer(serializers.Serializer):

@@ -27,6 +27,7 @@ from ..checkpoints.services import checkpoint_record
 from ..jobs.models import Job, JobNode
 from ..jobs.serializers import job_summary_data
 from ..jobs.services import job_record_progress, node_record_heartbeats, node_report_state
+from ..jobs.stalls import job_record_stall
 from ..machines.selectors import machine_list
 from ..machines.serializers import MachineOut
 from ..machines.services import machine_record_heartbeat
@@ -34,7 +35,8 @@ from . import groups
 from .models import JobEvent
 
 log = logging.getLogger(__name__)
-PERSISTED = {protocol.STATE, protocol.LOG, protocol.METRIC, protocol.RESOURCE, protocol.CHECKPOINT, protocol.ARTIFACT}
+PERSISTED = {protocol.STATE, protocol.LOG, protocol.METRIC, protocol.RESOURCE, protocol.CHECKPOINT, protocol.ARTIFACT,
+             protocol.PREFLIGHT, protocol.STALLED}
 ENVELOPE = {"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts", "key"}
 CONSUMER = "controller"
 MACHINES_EVERY = 2.0
@@ -191,6 +193,9 @@ class Ingest:
                 metrics[row.job_id].append({**row.payload, "rank": row.rank, "node": row.node_id})
             elif row.type == protocol.CHECKPOINT:
                 checkpoint_record(event={**row.payload, "job": row.job_id, "attempt": row.attempt})
+            elif row.type == protocol.STALLED:
+                job_record_stall(job_id=row.job_id, event_id=row.pk, attempt=row.attempt, node_id=row.node_id,
+                                 rank=row.rank, payload=row.payload)
             elif row.type == protocol.ARTIFACT:
                 artifacts_record(event={**row.payload, "job": row.job_id, "attempt": row.attempt,
                                         "node_rank": row.node_rank})
@@ -204,7 +209,7 @@ class Ingest:
             by_job[row.job_id].append(row)
         for job_id, items in by_job.items():
             self._send(groups.job_group(job_id), {"type": "job.events", "events": [r.as_message() for r in items]})
-            changed = any(r.type == protocol.STATE for r in items)
+            changed = any(r.type in (protocol.STATE, protocol.STALLED) for r in items)
             now = time.monotonic()
             due = any(r.type == protocol.METRIC for r in items) and (
                 now - self._last_refresh.get(job_id, 0.0) >= JOB_REFRESH_EVERY

@@ -16,6 +16,9 @@ class JobEvent(models.Model):
         METRIC = "metric"
         RESOURCE = "resource"
         CHECKPOINT = "checkpoint"
+        ARTIFACT = "artifact"
+        PREFLIGHT = "preflight"
+        STALLED = "stalled"
 
     job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="events")
     node = models.ForeignKey("jobs.JobNode", on_delete=models.SET_NULL, null=True, blank=True, related_name="events")
@@ -38,8 +41,16 @@ class JobEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.type} #{self.pk} job {self.job_id}"
 
+    @property
+    def seq(self) -> int | None:
+        """The supervisor's own number for this event (1, 2, ... per node, without gaps), from the
+        dedupe key; None for the controller's and agents' events."""
+        node, _, seq = self.dedupe_key.partition(":")
+        return int(seq) if node.startswith("n") and seq.isdigit() else None
+
     def as_message(self) -> dict:
-        """The wire shape: {"id", "job", "node", "node_rank", "rank", "type", "ts", ...payload}."""
+        """The wire shape: {"id", "job", "node", "node_rank", "rank", "seq", "type", "ts", ...payload}.
+        (node, seq) lets a client check that every event of a supervisor arrived, once."""
         return {
             **self.payload,
             "id": self.pk,
@@ -48,6 +59,7 @@ class JobEvent(models.Model):
             "node_rank": self.node_rank,
             "rank": self.rank,
             "attempt": self.attempt,
+            "seq": self.seq,
             "type": self.type,
             "ts": self.ts.isoformat(),
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 import urllib.error
@@ -19,6 +20,7 @@ from celery import Celery
 import torchyard
 from torchyard import protocol
 from torchyard.protocol import NodeLaunch
+from torchyard.supervisor.preflight import PreflightError, training_versions
 from torchyard.supervisor.prepare import BundleSource
 
 from . import capabilities, runs, warm
@@ -62,6 +64,17 @@ class Agent:
         self.redis = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
         self.stop = threading.Event()
         self.app = self._make_app()
+        self.training = self._training_versions()
+
+    def _training_versions(self) -> dict[str, str]:
+        """The training Python's and its torch's versions, read once: the plan shows whether the
+        machines of a job agree, before any node's preflight has to refuse it."""
+        try:
+            found = training_versions(self.python or sys.executable)
+        except PreflightError as exc:
+            log.warning("%s", exc)
+            return {"python_version": "", "torch_version": ""}
+        return {"python_version": found.python, "torch_version": found.torch}
 
     # --- events ---------------------------------------------------------------------------------
     def publish(self, event: dict[str, Any]) -> None:
@@ -78,7 +91,7 @@ class Agent:
                 "token": self.token,
                 "hostname": socket.gethostname(),
                 "agent_version": torchyard.__version__,
-                "capabilities": capabilities.capabilities(str(self.work_dir)),
+                "capabilities": capabilities.capabilities(str(self.work_dir)) | self.training,
                 "cache": warm.cache_summary(self.work_dir / "cache"),
                 "load": capabilities.load(),
                 "running": runs.running_nodes(self.work_dir),
