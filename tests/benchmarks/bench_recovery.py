@@ -1,0 +1,160 @@
+"""Benchmark `recovery`: kill -9 of one rank of a 2 nodes x 2 processes job with checkpoints ->
+first metric of the next attempt on every rank, split into its phases, against a raw launch.
+
+Each round, on a real stack (`torchyard-server run`, two local agents, PostgreSQL, the launcher's
+own Redis): submit examples/mlp_ddp.py (checkpoint every 50 steps, max_restarts 1), wait for its
+first committed checkpoint, SIGKILL global rank 3 (a training process found by its environment:
+TORCHYARD_JOB_ID, TORCHYARD_ATTEMPT, RANK), then read the job's events:
+
+    detect      kill -> job `recovering`
+    stop        -> every node of the failed attempt reported its end (failed / stopped / lost)
+    dispatch    -> job `dispatching` for the next attempt (its launches leave on that commit)
+    first step  -> the last of the four ranks' first metric of the next attempt (rank timestamps)
+
+Baselines in the same run, sides alternating: the raw launch (two torchrun commands by hand, as in
+bench_launch.py, same script arguments) and, for reference, kill -9 of rank 3 of that by-hand pair
+-> both torchrun commands exited on their own. Median of 5.
+Targets (issue 7): detect + stop + dispatch < 1.5 s; the whole < raw launch + 2 s. A missed target
+prints MISSED; the bench fails only when it could not measure.
+
+    make bench BENCH=recovery
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import launch_common as lc  # noqa: E402
+
+ROUNDS = 5
+KILL_RANK = lc.WORLD - 1  # node 1, local rank 1: not the master's node
+STEP_SLEEP = ["--step-sleep", "0.02"]  # ~50 steps/s per rank: a checkpoint about every second
+JOB_ARGS = ["--steps", "1000000", *STEP_SLEEP]
+HAND_ARGS = ["--steps", "60", *STEP_SLEEP]  # the same script and pace; ends by itself
+TARGET_CONTROL_S = 1.5
+TARGET_OVER_RAW_S = 2.0
+FINAL_NODE = {"failed", "stopped", "lost", "completed"}
+
+
+def kill_rank(stack, job_id: int, attempt: int, rank: int) -> float:
+    """SIGKILL the training process of `rank`; returns the time just before the signal."""
+    victims = []
+    for proc in stack.job_processes(job_id):
+        try:
+            environ, cmdline = proc.environ(), " ".join(proc.cmdline())
+        except lc.psutil.Error:
+            continue
+        if (environ.get("TORCHYARD_ATTEMPT") == str(attempt) and environ.get("RANK") == str(rank)
+                and "torch.distributed.run" not in cmdline):
+            victims.append(proc)
+    assert len(victims) == 1, f"rank {rank} of job {job_id}: {victims}\n{stack.log_tail()}"
+    killed = time.time()
+    victims[0].send_signal(signal.SIGKILL)
+    return killed
+
+
+def wait_checkpoint(stack, job_id: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not stack.api("GET", f"/api/jobs/{job_id}/checkpoints").json():
+        assert time.monotonic() < deadline, f"no checkpoint committed:\n{stack.job_log_tail(job_id)}"
+        time.sleep(0.3)
+
+
+def recovery_round(stack, round_no: int) -> dict[str, float]:
+    job = stack.submit(lc.job_spec(
+        f"bench-recovery-{round_no}", JOB_ARGS,
+        checkpointing={"enabled": True, "every_n_steps": 50, "keep": 2},
+        fault_tolerance={"max_restarts": 1, "heartbeat_timeout": 10},
+    ))
+    reader, _ = lc.first_metrics(stack, job["id"], 0)
+    wait_checkpoint(stack, job["id"])
+    time.sleep(0.5)  # steady training, not right at a checkpoint's commit
+    killed = kill_rank(stack, job["id"], 0, KILL_RANK)
+    reader, first = lc.first_metrics(stack, job["id"], 1, reader=reader)
+    lc.end_job(stack, job["id"])
+    reader.poll()
+    states = reader.job_states()
+
+    def first_state(status: str, attempt: int) -> float:
+        return min(lc.ts(e) for e in states if e["status"] == status and e["attempt"] == attempt and lc.ts(e) >= killed)
+
+    recovering = first_state("recovering", 0)
+    nodes_ended = [e for e in reader.events if e["type"] == "state" and e.get("scope") == "node"
+                   and e["attempt"] == 0 and e["status"] in FINAL_NODE]
+    assert len({e["node_rank"] for e in nodes_ended}) == lc.NODES, f"attempt 0 nodes ended: {nodes_ended}"
+    stopped = max([recovering, *(lc.ts(e) for e in nodes_ended)])
+    dispatching = first_state("dispatching", 1)
+    running = first_state("running", 1)
+    metric = max(first.values())
+    failed_report = min(lc.ts(e) for e in nodes_ended if e["status"] == "failed")
+    return {
+        "detect": recovering - killed,
+        "stop": stopped - recovering,
+        "dispatch": dispatching - stopped,
+        "first step": metric - dispatching,
+        "control": dispatching - killed,
+        "total": metric - killed,
+        # finer, for the analysis
+        "kill -> killed node's `failed` report": failed_report - killed,
+        "`failed` report -> job `recovering`": recovering - failed_report,
+        "dispatching -> nodes running": running - dispatching,
+        "nodes running -> first metric": metric - running,
+    }
+
+
+def main() -> int:
+    work = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
+    try:
+        with lc.bench_stack(work) as stack:
+            lc.hand_launch(work, HAND_ARGS)  # warm-up, not counted
+            raw, teardown, ours = [], [], []
+            for round_no in range(ROUNDS):
+                sides = ("hand", "torchyard") if round_no % 2 == 0 else ("torchyard", "hand")
+                for side in sides:
+                    if side == "hand":
+                        raw.append(lc.hand_launch(work, HAND_ARGS))
+                        teardown.append(lc.hand_kill_teardown(work, JOB_ARGS, kill_rank=KILL_RANK))
+                    else:
+                        ours.append(recovery_round(stack, round_no))
+                o = ours[-1]
+                print(f"round {round_no + 1}/{ROUNDS}: raw launch {raw[-1]:.2f} s, by-hand teardown {teardown[-1]:.2f} s; "
+                      f"recovery {o['total']:.2f} s (detect {o['detect']:.2f}, stop {o['stop']:.2f}, "
+                      f"dispatch {o['dispatch']:.2f}, first step {o['first step']:.2f})", flush=True)
+        raw_s = lc.med(raw)
+        print(f"\nrecovery: kill -9 of rank {KILL_RANK} -> first metric of the next attempt on all {lc.WORLD} ranks, "
+              f"{lc.NODES} nodes x {lc.PROCS} processes of {lc.SCRIPT} (CPU, gloo, checkpoint every 50 steps), "
+              f"{ROUNDS} rounds alternating, {os.cpu_count()} cores; seconds")
+        print(lc.summary_header("phase", width=40))
+        for key in ("detect", "stop", "dispatch", "first step"):
+            print(lc.summary_row(key, [o[key] for o in ours], width=40))
+        print(lc.summary_row("detect + stop + dispatch", [o["control"] for o in ours], width=40))
+        print(lc.summary_row("total: kill -> first metric", [o["total"] for o in ours], raw_s, width=40))
+        print(lc.summary_row("raw launch: 2 x torchrun by hand", raw, raw_s, width=40))
+        print(lc.summary_row("by hand: kill -> both torchruns exited", teardown, width=40))
+        print("\nfiner split (job and node state events)")
+        print(lc.summary_header("step", width=40, ratio=False))
+        for key in ("kill -> killed node's `failed` report", "`failed` report -> job `recovering`",
+                    "dispatching -> nodes running", "nodes running -> first metric"):
+            print(lc.summary_row(key, [o[key] for o in ours], width=40))
+        control = lc.med([o["control"] for o in ours])
+        total = lc.med([o["total"] for o in ours])
+        print()
+        print(f"{'target: detect + stop + dispatch':<40}{control:>9.2f}   < {TARGET_CONTROL_S:.1f}  "
+              f"{'PASS' if control < TARGET_CONTROL_S else 'MISSED'}")
+        print(f"{'target: total < raw launch + 2 s':<40}{total:>9.2f}   < {raw_s + TARGET_OVER_RAW_S:.2f}  "
+              f"{'PASS' if total < raw_s + TARGET_OVER_RAW_S else 'MISSED'}")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
