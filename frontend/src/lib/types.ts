@@ -92,6 +92,15 @@ export interface JobProgress {
   throughput: number | null
   loss: number | null
   eta_seconds: number | null
+  /** The control plane's verdict on the current attempt's stalled ranks (jobs/stalls.py). */
+  stall?: StallVerdict
+}
+
+export interface StallVerdict {
+  attempt: number
+  kind: 'collective' | 'straggler' | 'rank'
+  summary: string
+  ranks: Record<string, { step: number; stalled_for: number; process_state: string; machine: string | null; event: number }>
 }
 
 export interface JobSummary {
@@ -217,7 +226,35 @@ export interface CheckpointEvent extends EventBase {
   uri: string
 }
 
-export type JobEvent = StateEvent | LogEvent | MetricEvent | ResourceEvent | CheckpointEvent
+/** A node's preflight before torchrun: reached the master (or heard every node), versions agree. */
+export interface PreflightEvent extends EventBase {
+  type: 'preflight'
+  ok: boolean
+  error?: string
+  role?: 'master' | 'node'
+  interface?: string
+  hostname?: string
+  master?: string
+  local_address?: string
+  connect_ms?: number
+  python?: string
+  torch?: string
+}
+
+/** A rank whose step stopped advancing, with its Python stack taken from outside (py-spy). */
+export interface StalledEvent extends EventBase {
+  type: 'stalled'
+  step: number
+  stalled_for: number
+  timeout: number
+  process_state: string
+  last_line: string
+  stack: string
+  hostname: string
+  on_stall: 'report' | 'recover'
+}
+
+export type JobEvent = StateEvent | LogEvent | MetricEvent | ResourceEvent | CheckpointEvent | PreflightEvent | StalledEvent
 
 export type JobStreamMessage =
   | { type: 'events'; events: JobEvent[] }

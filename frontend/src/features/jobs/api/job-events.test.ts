@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import type { MetricEvent } from '../../../lib/types'
+import type { JobEvent, MetricEvent } from '../../../lib/types'
 import { emptyJobEvents, mergeJobEvents } from './job-events'
 
 const metric = (id: number, step: number, attempt: number): MetricEvent =>
@@ -16,5 +16,19 @@ describe('mergeJobEvents', () => {
   it('drops events at or below the cursor', () => {
     const state = mergeJobEvents(emptyJobEvents(), [metric(5, 1, 0)])
     expect(mergeJobEvents(state, [metric(5, 1, 0), metric(4, 2, 0)])).toBe(state)
+  })
+})
+
+describe('mergeJobEvents keeps preflight and stall reports', () => {
+  it('files them apart from logs and metrics', () => {
+    const base = { job: 1, node: 1, node_rank: 1, rank: null, attempt: 0, ts: '2026-11-22T00:00:00Z' }
+    const state = mergeJobEvents(emptyJobEvents(), [
+      { ...base, id: 1, type: 'preflight', ok: false, error: 'cannot reach the master at 10.0.0.1:29500: no route to host' },
+      { ...base, id: 2, rank: 1, type: 'stalled', step: 5, stalled_for: 8, timeout: 8, process_state: 'stopped',
+        last_line: 'x', stack: 'Thread 1', hostname: 'h', on_stall: 'recover' },
+    ] as JobEvent[])
+    expect(state.preflight.map((e) => e.error)).toEqual(['cannot reach the master at 10.0.0.1:29500: no route to host'])
+    expect(state.stalls.map((e) => [e.rank, e.step])).toEqual([[1, 5]])
+    expect(state.logs).toEqual([])
   })
 })

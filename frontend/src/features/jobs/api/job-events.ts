@@ -1,5 +1,5 @@
 import { queryOptions, skipToken, useQuery } from '@tanstack/react-query'
-import type { CheckpointEvent, JobEvent, LogEvent, MetricEvent } from '../../../lib/types'
+import type { CheckpointEvent, JobEvent, LogEvent, MetricEvent, PreflightEvent, StalledEvent } from '../../../lib/types'
 
 /** Log lines kept in memory per job; older ones drop off the top. */
 export const LOG_LINE_CAP = 5_000
@@ -15,9 +15,22 @@ export interface JobEventsState {
   logs: LogEvent[]
   metrics: MetricEvent[]
   checkpoints: CheckpointEvent[]
+  /** Every node's preflight result, all attempts (a few per attempt). */
+  preflight: PreflightEvent[]
+  stalls: StalledEvent[]
 }
 
-export const emptyJobEvents = (): JobEventsState => ({ lastId: 0, logs: [], metrics: [], checkpoints: [] })
+export const emptyJobEvents = (): JobEventsState => ({
+  lastId: 0,
+  logs: [],
+  metrics: [],
+  checkpoints: [],
+  preflight: [],
+  stalls: [],
+})
+
+/** Stall reports kept (each carries a stack of up to 16 kB). */
+export const STALL_CAP = 50
 
 export const jobEventsQueryKey = (id: number) => ['jobs', 'events', id] as const
 
@@ -44,12 +57,16 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
   const logs: LogEvent[] = []
   const metrics: MetricEvent[] = []
   const checkpoints: CheckpointEvent[] = []
+  const preflight: PreflightEvent[] = []
+  const stalls: StalledEvent[] = []
   for (const event of events) {
     if (event.id <= lastId) continue
     lastId = event.id
     if (event.type === 'log') logs.push(event)
     else if (event.type === 'metric') metrics.push(event)
     else if (event.type === 'checkpoint') checkpoints.push(event)
+    else if (event.type === 'preflight') preflight.push(event)
+    else if (event.type === 'stalled') stalls.push(event)
   }
   if (lastId === state.lastId) return state
   return {
@@ -57,6 +74,8 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
     logs: logs.length ? capped([...state.logs, ...logs], LOG_LINE_CAP) : state.logs,
     metrics: metrics.length ? capped(supersede([...state.metrics, ...metrics]), METRIC_POINT_CAP) : state.metrics,
     checkpoints: checkpoints.length ? [...state.checkpoints, ...checkpoints] : state.checkpoints,
+    preflight: preflight.length ? [...state.preflight, ...preflight] : state.preflight,
+    stalls: stalls.length ? capped([...state.stalls, ...stalls], STALL_CAP) : state.stalls,
   }
 }
 

@@ -5,6 +5,7 @@ import { useJob } from '../api/get-job'
 import { useJobEvents } from '../api/job-events'
 import { useJobStream } from '../hooks/useJobStream'
 import { ArtifactsPanel } from './ArtifactsPanel'
+import { HealthPanel } from './HealthPanel'
 import { JobHeader } from './JobHeader'
 import { LogViewer } from './LogViewer'
 import { MetricsPanel } from './MetricsPanel'
@@ -47,6 +48,7 @@ function JobDetail({ jobId }: { jobId: number }) {
         </header>
         <NodeCards job={job.data} />
       </section>
+      <HealthPanel job={job.data} preflight={events.preflight} stalls={events.stalls} />
       <MetricsPanel metrics={events.metrics} checkpoints={events.checkpoints} />
       <LogViewer logs={events.logs} />
       <ArtifactsPanel job={job.data} />
