@@ -45,8 +45,9 @@ class Candidate:
 
     @property
     def versions(self) -> tuple[str, str]:
-        """What nodes must share to train together: torch exactly, Python by minor version."""
-        return self.torch_version, ".".join(self.python_version.split(".")[:2])
+        """What nodes must share to train together: the torch release (any build of it), the Python minor
+        version (as the nodes' preflight checks them, workers/torchyard/supervisor/preflight.py)."""
+        return self.torch_version.split("+", 1)[0], ".".join(self.python_version.split(".")[:2])
 
     def describe_versions(self) -> str:
         return f"torch {self.torch_version or '?'} on Python {self.python_version or '?'}"

@@ -68,10 +68,16 @@ def training_versions(python: str, timeout: float = 60.0) -> Versions:
     return Versions(python=str(data["python"]), torch=str(data["torch"]))
 
 
+def release(version: str) -> str:
+    """A version without its local build tag: 2.13.0+cu128 and 2.13.0+cpu are one release."""
+    return version.split("+", 1)[0]
+
+
 def disagreement(master: Versions, peer: Versions) -> str:
-    """Why two nodes cannot train together ("" when they can): torch must match exactly (its
-    collectives and checkpoint formats are only promised within one release), Python by minor."""
-    if master.torch != peer.torch or master.python.split(".")[:2] != peer.python.split(".")[:2]:
+    """Why two nodes cannot train together ("" when they can): torch must be the same release (its
+    collectives and checkpoint formats are only promised within one; CPU and CUDA builds of it may
+    mix under gloo), Python the same minor version."""
+    if release(master.torch) != release(peer.torch) or master.python.split(".")[:2] != peer.python.split(".")[:2]:
         return f"the master has {master.describe()}, this node {peer.describe()}"
     return ""
 
