@@ -118,6 +118,8 @@ def test_a_failing_rank_fails_its_node_and_leaves_no_process(supervisors, make_l
     assert failed["exit_code"] == 1  # torchrun's; the worker's own code is in the reason
     assert "node rank 1" in failed["reason"]
     assert "global rank 1 (local rank 0) exited with code 3" in failed["reason"]
+    # Reported as soon as torchrun's workers were gone, not after its own second-long teardown.
+    assert "torchrun failed, ended once its workers were gone" in failed["reason"]
     assert {"rank": 1, "stream": "stderr", "line": "rank 1 giving up"} in failed["last_lines"]
     assert wait_exit(proc1) == 1
     assert result_of(run1)["state"] == "failed"

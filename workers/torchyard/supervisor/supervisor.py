@@ -51,7 +51,7 @@ from .event_socket import EventSocket
 from .network import interface_env
 from .outputs import collect_outputs
 from .preflight import MasterListener, PreflightError, reach_master, training_versions
-from .proctree import TreeSampler, kill_processes, process_tree, sweep_job_processes
+from .proctree import TreeSampler, is_alive, kill_processes, process_tree, sweep_job_processes
 from .publisher import EventPublisher
 from .stall import StallWatch, process_state, python_stack
 from .tail import FileTail, RankLogTailer
@@ -219,6 +219,7 @@ class NodeSupervisor:
         self._worker_failed_at: float | None = None
         self._first_failure: tuple[int, int] | None = None  # (exit code, local rank) as torchrun names it
         self._watchdog_fired = False
+        self._torchrun_cut = False  # ended by us once its workers were gone (see _cut_torchrun_short)
         self._sampler = TreeSampler()
         self._listener: MasterListener | None = None  # node 0 holds the master port until torchrun takes it
         self._interface_env: dict[str, str] = {}
@@ -503,6 +504,8 @@ class NodeSupervisor:
                 self._kill_at = None  # once: a process SIGKILL cannot end is not retried every loop
                 self._kill_torchrun_now()
             self._check_watchdog(now, exit_code)
+            if exit_code is None:
+                self._cut_torchrun_short(now)
             if exit_code is None and self.state is SupervisorState.RUNNING:
                 self._check_stalls(now)
             if now >= next_beat and exit_code is None:
@@ -540,6 +543,26 @@ class NodeSupervisor:
             f"a local worker failed and torchrun has not exited within {self.settings.watchdog_s:g} s; killing it"
         )
         self._kill_torchrun_now()
+
+    def _cut_torchrun_short(self, now: float) -> None:
+        """End torchrun as soon as it has nothing left to do. After its last worker is gone it still
+        takes 0.6-1 s to tear itself down (a Python process with torch loaded), and a job's recovery
+        waits for that twice: on the failed node, and on every node it stops. With --max-restarts 0 a
+        failed worker means torchrun exits non-zero, and a stop means it ends: once its workers are
+        gone (and it has named the first failure, or had half a second to), nothing is lost."""
+        assert self._proc is not None
+        if self._torchrun_cut:
+            return
+        failed = self._worker_failed_at is not None and (
+            self._first_failure is not None or now - self._worker_failed_at > 0.5)
+        if not (failed or self._stop_sent):
+            return
+        if any(is_alive(p) for p in process_tree(self._proc.pid)[1:]):
+            return
+        self._torchrun_cut = True
+        self._signal_group(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=5)
 
     def _beat(self) -> None:
         assert self._proc is not None
@@ -725,6 +748,10 @@ class NodeSupervisor:
                 f"{node}: a worker failed and torchrun did not exit within {self.settings.watchdog_s:g} s; "
                 f"killed its process tree{detail}",
             )
+        if self._torchrun_cut:
+            # The exit code torchrun was about to return (any failed worker makes it exit 1).
+            return _Outcome(SupervisorState.FAILED, 1,
+                            f"{node}: torchrun failed, ended once its workers were gone{detail}")
         if exit_code == 0:
             return _Outcome(SupervisorState.COMPLETED, 0, f"{node}: torchrun exited with code 0")
         return _Outcome(
