@@ -5,10 +5,12 @@
         cluster.hosts[1].link_down()           # a partition (link_up() ends it: a blip)
         cluster.hosts[2].kill_agent()          # kill -9 of that host's agent
         cluster.hosts[0].processes()           # what runs "on" host 0
+        cluster.redis.restart()                # the private Redis, stopped and started again
 
 Each host is a network namespace with a veth pair: the host end is a port of the bridge, the inside
 end (named eth0 in every namespace, as on real hosts) has the host's own address. The web process
-and a private Redis listen on the bridge address; every host registers a machine whose `host` is
+and a private Redis (append-only file on, so a restart keeps streams and queues) listen on the
+bridge address; every host registers a machine whose `host` is
 its namespace address and runs `torchyard agent --server URL --token T` inside its namespace, so
 rendezvous, collectives, heartbeats and events all cross the bridge. The filesystem is shared, so
 the default file:// checkpoint store under the stack's data dir plays the shared filesystem.
@@ -189,6 +191,7 @@ class Cluster:
     gateway: str  # the bridge's address: where the web process and Redis listen
     redis_url: str
     database: str
+    redis: RedisServer | None = None
     by_machine: dict[int, Host] = field(default_factory=dict)
 
     def host_of(self, machine_id: int) -> Host:
@@ -219,31 +222,59 @@ class Cluster:
         return machine
 
 
-def _start_redis(address: str, workdir: Path, timeout: float = 10.0) -> tuple[subprocess.Popen, int]:
+@dataclass
+class RedisServer:
     """A private redis-server on the bridge address. torchyard_server.embedded_redis binds
-    127.0.0.1 only, which the namespaces cannot reach, hence this one."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = _free_port(address)
-    proc = subprocess.Popen(
-        ["redis-server", "--bind", address, "--port", str(port), "--save", "", "--appendonly", "no",
-         "--dir", str(workdir), "--logfile", str(workdir / "redis.log"),
-         # Bound to the bridge alone; protected mode would refuse the namespaces (not loopback).
-         "--protected-mode", "no"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {proc.returncode}; see {workdir / 'redis.log'}")
-        try:
-            with socket.create_connection((address, port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return proc, port
-        except OSError:
+    127.0.0.1 only, which the namespaces cannot reach, hence this one. It keeps an append-only
+    file, so restart() is a Redis restart as production sees one: streams, consumer groups and
+    queued tasks survive it."""
+
+    address: str
+    workdir: Path
+    port: int = 0
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.address}:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or _free_port(self.address)
+        self.proc = subprocess.Popen(
+            ["redis-server", "--bind", self.address, "--port", str(self.port), "--save", "",
+             "--appendonly", "yes", "--appendfsync", "everysec",
+             "--dir", str(self.workdir), "--logfile", str(self.workdir / "redis.log"),
+             # Bound to the bridge alone; protected mode would refuse the namespaces (not loopback).
+             "--protected-mode", "no"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode}; see {self.workdir / 'redis.log'}")
+            try:
+                with socket.create_connection((self.address, self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    # Answers -LOADING while it replays the append-only file.
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
             time.sleep(0.05)
-    _stop(proc)
-    raise RuntimeError(f"redis-server on {address}:{port} did not answer within {timeout:.0f}s")
+        self.stop()
+        raise RuntimeError(f"redis-server on {self.address}:{self.port} did not answer within {timeout:.0f}s")
+
+    def stop(self) -> None:
+        """SIGTERM (Redis flushes its append-only file on the way out), SIGKILL after 10 s."""
+        if self.proc is not None:
+            _stop(self.proc)
+
+    def restart(self, down_s: float = 1.0) -> None:
+        """Stop it, leave it down for `down_s`, start it again on the same port and files."""
+        self.stop()
+        time.sleep(down_s)
+        self.start()
 
 
 def _free_port(address: str) -> int:
@@ -304,9 +335,10 @@ def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = No
         ip("addr", "add", f"{gateway}/24", "dev", bridge)
         ip("link", "set", bridge, "up")
 
-        redis_proc, redis_port = _start_redis(gateway, tmp / "redis")
-        cleanup.callback(_stop, redis_proc)
-        redis_url = f"redis://{gateway}:{redis_port}/0"
+        redis_server = RedisServer(gateway, tmp / "redis")
+        redis_server.start()
+        cleanup.callback(redis_server.stop)  # the current process, also after restarts
+        redis_url = redis_server.url
 
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{database}"')
@@ -327,7 +359,7 @@ def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = No
         cleanup.callback(stack.stop)
 
         cluster = Cluster(stack=stack, hosts=[], bridge=bridge, gateway=gateway, redis_url=redis_url,
-                          database=database)
+                          database=database, redis=redis_server)
         for index in range(hosts):
             host = _add_host(index, tag, subnet, bridge, stack.base, stack.data_dir, cleanup)
             cluster.hosts.append(host)

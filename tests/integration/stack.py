@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,13 @@ from torchyard import protocol
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = str(Path(sys.executable).with_name("torchyard-server"))
 ADMIN = ("admin", "correct-horse-battery")
+# The launcher's children (launcher.plan_children), told apart by words of their command lines.
+LAUNCHER_CHILDREN = {
+    "web": ("daphne",),
+    "controller": ("worker", "control"),
+    "beat": ("beat",),
+    "ingest": ("ingest_events",),
+}
 
 
 @dataclass
@@ -103,6 +111,41 @@ class Stack:
             time.sleep(0.3)
             left = self.job_processes(job_id)
         return left
+
+    def child(self, name: str) -> psutil.Process:
+        """The launcher's child `name` ("web", "controller", "beat" or "ingest"), as it runs now."""
+        wanted = LAUNCHER_CHILDREN[name]
+        for proc in psutil.Process(self.process.pid).children():
+            with contextlib.suppress(psutil.Error):
+                if set(wanted) <= set(proc.cmdline()) and proc.status() != psutil.STATUS_ZOMBIE:
+                    return proc
+        raise LookupError(f"the launcher runs no {name} child now")
+
+    def kill_child(self, name: str, *, meanwhile: Callable[[], object] | None = None,
+                   timeout: float = 60.0) -> psutil.Process:
+        """kill -9 of the launcher's child `name` (and `meanwhile()` right after, while it is down);
+        returns its successor once the launcher has started it again (and, for the web process,
+        once it answers)."""
+        victim = self.child(name)
+        victim.kill()
+        victim.wait(timeout=10)
+        if meanwhile is not None:
+            meanwhile()
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(LookupError, psutil.Error):
+                successor = self.child(name)
+                if successor.pid != victim.pid and (name != "web" or self._answers()):
+                    return successor
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the launcher did not restart {name} within {timeout:.0f}s:\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def _answers(self) -> bool:
+        try:
+            return requests.get(self.base + "/api/health", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
 
     # --- lifecycle ------------------------------------------------------------------------------
     def wait_ready(self, machines: int, timeout: float = 90.0) -> None:

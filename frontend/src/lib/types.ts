@@ -179,13 +179,15 @@ export interface JobDetail extends JobSummary {
   nodes: JobNode[]
 }
 
-// Events (DESIGN.md section 6). `id` is per job and increasing: the resume cursor.
+// Events (DESIGN.md section 6). `id` is increasing (shared by all jobs): the resume cursor.
 interface EventBase {
   id: number
   job: number
   node: number | null
   node_rank: number | null
   rank: number | null
+  /** The node supervisor's own number for the event (1, 2, ... per node); null for the controller's. */
+  seq?: number | null
   /** 0 for the first launch, +1 per recovery relaunch. */
   attempt?: number
   ts: ISODateTime
