@@ -44,7 +44,7 @@ export function HealthPanel({
           <details key={e.id} className="stall">
             <summary>
               attempt {e.attempt ?? 0}, rank {e.rank} on {e.hostname}: no new step for {e.stalled_for} s after step {e.step}{' '}
-              (process {e.process_state}){e.on_stall === 'recover' ? ', node failed to recover' : ''}
+              (process {e.process_state}){e.on_stall === 'recover' ? '; on_stall: recover ended its node' : ''}
             </summary>
             {e.last_line && (
               <p className="muted">
