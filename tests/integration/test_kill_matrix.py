@@ -513,3 +513,56 @@ def test_a_job_whose_every_attempt_fails_ends_failed_with_each_reason_kept(clust
     for attempt, reason in reasons.items():
         assert "ZeroDivisionError" in reason, f"attempt {attempt}: {reason}"
     assert "ZeroDivisionError" in outcome.job["status_reason"]
+
+
+def test_a_sigstopped_rank_is_reported_stalled_with_its_stack_and_recovered(cluster):
+    run = start(cluster, "sigstop", steps=80, fault_tolerance={
+        "max_restarts": 2, "heartbeat_timeout": 10, "stall_timeout": 3, "on_stall": "recover"})
+    run.wait_checkpoint()
+    run.rank_process(1).suspend()  # SIGSTOP: alive, heart-beating, and going nowhere
+    outcome = assert_sound(run)
+    assert outcome.job["attempt"] == 1, run.explain()
+    stalled = [e for e in outcome.events if e["type"] == "stalled" and e["attempt"] == 0]
+    stopped = next((e for e in stalled if e["rank"] == 1), None)
+    assert stopped is not None, run.explain()
+    # Named: the rank, where it runs, what it last printed, and its Python stack read from outside.
+    assert stopped["process_state"] == "stopped" and stopped["stalled_for"] >= 3, stopped
+    assert stopped["hostname"] and stopped["node_rank"] == 1 and stopped["last_line"], stopped
+    assert "mlp_ddp.py" in stopped["stack"] and "train" in stopped["stack"], stopped["stack"]
+    # Its peer waits in the collective: both stop at one step, which is what the verdict said.
+    steps = {e["rank"]: e["step"] for e in stalled}
+    assert steps.get(0) == steps[1], stalled
+    failed = next(e for e in outcome.states("node") if e["status"] == "failed" and e["attempt"] == 0)
+    assert "stalled: no new step for" in failed["reason"] and "on_stall: recover" in failed["reason"], failed
+
+
+def test_a_master_the_other_node_cannot_reach_fails_at_preflight_naming_address_and_cause(cluster):
+    master, other = cluster.hosts[0], cluster.hosts[1]
+    # A wrong registered address: inside the test's own subnet, held by no host (nothing answers ARP).
+    wrong = master.address.rsplit(".", 1)[0] + ".250"
+    assert cluster.stack.api("PATCH", f"/api/machines/{master.machine_id}", json={"host": wrong}).status_code == 200
+    try:
+        run = start(cluster, "unreachable-master", steps=20, max_restarts=0,
+                    placement={"policy": "pack", "machines": [master.machine_name, other.machine_name]})
+        outcome = assert_sound(run, status="failed", steps=None, timeout=60)
+    finally:
+        cluster.stack.api("PATCH", f"/api/machines/{master.machine_id}", json={"host": master.address})
+    port = outcome.job["plan"]["master_port"]
+    reason = outcome.job["status_reason"]
+    assert f"node 1 ({other.machine_name})" in reason, reason
+    # The kernel's word for it: "no route to host" once ARP gives up, or a timeout where it stays silent.
+    assert re.search(rf"cannot reach the master at {re.escape(wrong)}:{port}: (no route to host|timed out)", reason), reason
+    # Within the preflight's 10 s, not a rendezvous timeout minutes later; no rank ever started.
+    states = outcome.states("job")
+    dispatched = next(e for e in states if e["status"] == "dispatching")
+    ended = next(e for e in states if e["status"] == "failed")
+    assert seconds_between(dispatched["ts"], ended["ts"]) < 15, states
+    assert not [e for e in outcome.events if e["type"] == "metric"]
+    [failed_check] = [e for e in outcome.events if e["type"] == "preflight" and not e["ok"]]
+    assert failed_check["node_rank"] == 1 and failed_check["interface"] == "eth0", failed_check
+
+
+def seconds_between(start: str, end: str) -> float:
+    from datetime import datetime
+
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()

@@ -17,7 +17,9 @@ transport: one JSON line each way, before any rank exists.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import selectors
 import socket
 import subprocess
@@ -126,10 +128,9 @@ def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
         if last_error is not None and elapsed >= limit:
             raise PreflightError(f"cannot reach the master at {target}: {_cause(last_error)} "
                                  f"(tried for {elapsed:.0f} s)")
-        tick("reaching the master")
         attempt_started = time.monotonic()
         try:
-            sock = socket.create_connection((address, port), timeout=min(2.0, max(0.2, limit - elapsed)))
+            sock = _connect(address, port, deadline=started + limit, tick=tick)
         except OSError as exc:
             last_error = exc
             # A refusal answers at once: do not spin. A timeout already waited.
@@ -153,6 +154,30 @@ def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
         raise PreflightError(str(answer.get("error") or f"the master at {target} refused this node"))
     return Reached(master=target, local_address=local_address, connect_ms=round(connect_ms, 1),
                    waited_s=round(time.monotonic() - started, 2))
+
+
+def _connect(address: str, port: int, *, deadline: float, tick: Tick) -> socket.socket:
+    """A TCP connection, ticking while it is under way; raises the kernel's own error (no route to
+    host after ARP gave up, refused, unreachable), or TimeoutError at the deadline."""
+    infos = socket.getaddrinfo(address, port, socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        code = sock.connect_ex(infos[0][4])
+        with selectors.DefaultSelector() as selector:
+            selector.register(sock, selectors.EVENT_WRITE)
+            while code in (errno.EINPROGRESS, errno.EALREADY, errno.EWOULDBLOCK):
+                tick("reaching the master")
+                if time.monotonic() >= deadline:
+                    raise TimeoutError("timed out")
+                if selector.select(timeout=0.1):
+                    code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if code:
+            raise OSError(code, os.strerror(code))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _read_line(sock: socket.socket, tick: Tick, phase: str) -> dict[str, Any] | None:
