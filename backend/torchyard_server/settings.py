@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "channels",
+    "torchyard_server.projects",
     "torchyard_server.accounts",
     "torchyard_server.machines",
     "torchyard_server.bundles",

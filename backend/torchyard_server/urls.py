@@ -10,6 +10,7 @@ from .jobs import agent_api
 from .jobs import api as jobs
 from .machines import api as machines
 from .network import urls as network_urls
+from .projects import api as projects
 from .streaming import api as streaming
 from .web import views as web
 
@@ -29,6 +30,10 @@ api = [
     path("api/bundles/<str:sha256>", bundles.BundleDetailView.as_view()),
     path("api/machines", machines.MachineListView.as_view()),
     path("api/machines/<int:machine_id>", machines.MachineDetailView.as_view()),
+    path("api/projects", projects.ProjectListView.as_view()),
+    path("api/projects/<str:name>", projects.ProjectDetailView.as_view()),
+    path("api/projects/<str:name>/members", projects.ProjectMembersView.as_view()),
+    path("api/projects/<str:name>/members/<str:username>", projects.ProjectMemberView.as_view()),
     path("api/recipes", jobs.RecipeListView.as_view()),
     path("api/jobs", jobs.JobListView.as_view()),
     path("api/jobs/plan", jobs.JobPlanView.as_view()),

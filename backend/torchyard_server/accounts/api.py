@@ -13,6 +13,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ..projects.permissions import submittable_projects
+
 
 class CredentialsIn(serializers.Serializer):
     username = serializers.CharField(max_length=150)
@@ -27,7 +29,9 @@ def _authenticate(request):
 
 
 def _me(user) -> dict:
-    return {"username": user.username, "is_staff": user.is_staff}
+    """Who is signed in, and the projects they may submit to (the dashboard's project picker)."""
+    projects = submittable_projects(user).order_by("name").values_list("name", flat=True)
+    return {"username": user.username, "is_staff": user.is_staff, "projects": list(projects)}
 
 
 @method_decorator(ensure_csrf_cookie, name="dispatch")

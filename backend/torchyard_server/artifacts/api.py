@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..checkpoints.storage import OutsideJobStore, storage_for
-from ..jobs.models import Job
+from ..jobs.selectors import job_visible_or_404
 from ..renderers import DOWNLOAD_RENDERERS
 from .models import Artifact
 from .serializers import ArtifactOut
@@ -37,7 +37,7 @@ def artifact_response(artifact: Artifact) -> FileResponse:
 class JobArtifactsView(APIView):
     @extend_schema(responses=ArtifactOut(many=True))
     def get(self, request, job_id: int):
-        job = get_object_or_404(Job, pk=job_id)
+        job = job_visible_or_404(user=request.user, job_id=job_id)
         return Response(ArtifactOut(job.artifacts.all(), many=True).data)
 
 
@@ -45,7 +45,8 @@ class JobArtifactFileView(APIView):
     renderer_classes = DOWNLOAD_RENDERERS
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
     def get(self, request, job_id: int, artifact_id: int):
-        return artifact_response(get_object_or_404(Artifact, pk=artifact_id, job_id=job_id))
+        job = job_visible_or_404(user=request.user, job_id=job_id)
+        return artifact_response(get_object_or_404(Artifact, pk=artifact_id, job_id=job.pk))
 
 
 class JobArtifactArchiveView(APIView):
@@ -55,7 +56,7 @@ class JobArtifactArchiveView(APIView):
 
     @extend_schema(responses={(200, "application/zip"): OpenApiTypes.BINARY})
     def get(self, request, job_id: int):
-        job = get_object_or_404(Job, pk=job_id)
+        job = job_visible_or_404(user=request.user, job_id=job_id)
         spool = tempfile.SpooledTemporaryFile(max_size=32 << 20)  # noqa: SIM115 - FileResponse closes it
         with zipfile.ZipFile(spool, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
             for artifact in job.artifacts.all():

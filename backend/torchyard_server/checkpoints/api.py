@@ -14,8 +14,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..jobs.models import Job
-from ..jobs.selectors import job_get
+from ..jobs.selectors import job_visible_or_404
 from ..jobs.serializers import JobDetailOut
 from ..renderers import DOWNLOAD_RENDERERS
 from .models import CheckpointManifest
@@ -28,9 +27,7 @@ class JobSummaryView(APIView):
     """Steps, throughput and ETA, and how each node is doing (seed 001's job summary)."""
 
     def get(self, request, job_id: int):
-        job = job_get(job_id=job_id)
-        if job is None:
-            return Response({"detail": "no such job."}, status=status.HTTP_404_NOT_FOUND)
+        job = job_visible_or_404(user=request.user, job_id=job_id)
         data = JobDetailOut(job).data
         duration = None
         if job.started_at:
@@ -50,7 +47,7 @@ class JobCheckpointManifestView(APIView):
     """The committed manifest.json itself, read from the store."""
 
     def get(self, request, job_id: int, checkpoint_id: int):
-        row = get_object_or_404(CheckpointManifest, pk=checkpoint_id, job_id=job_id)
+        row = _checkpoint_or_404(request, job_id, checkpoint_id)
         storage, key = _checkpoint_storage(row.uri, job_id)
         try:
             with storage.open(key, "rb") as handle:
@@ -65,7 +62,7 @@ class JobCheckpointFileView(APIView):
     renderer_classes = DOWNLOAD_RENDERERS
 
     def get(self, request, job_id: int, checkpoint_id: int, path: str):
-        row = get_object_or_404(CheckpointManifest, pk=checkpoint_id, job_id=job_id)
+        row = _checkpoint_or_404(request, job_id, checkpoint_id)
         entry = next((f for f in row.files if f.get("path") == path), None)
         if entry is None:
             return Response({"detail": f"{path!r} is not a file of this checkpoint."}, status=status.HTTP_404_NOT_FOUND)
@@ -81,6 +78,11 @@ class JobCheckpointFileView(APIView):
         return response
 
 
+def _checkpoint_or_404(request, job_id: int, checkpoint_id: int) -> CheckpointManifest:
+    job = job_visible_or_404(user=request.user, job_id=job_id)
+    return get_object_or_404(CheckpointManifest, pk=checkpoint_id, job_id=job.pk)
+
+
 def _checkpoint_storage(uri: str, job_id: int):
     try:
         return storage_for(uri, job_id)
@@ -90,5 +92,5 @@ def _checkpoint_storage(uri: str, job_id: int):
 
 class JobCheckpointsView(APIView):
     def get(self, request, job_id: int):
-        get_object_or_404(Job, pk=job_id)
-        return Response(CheckpointOut(checkpoint_list(job_id=job_id), many=True).data)
+        job = job_visible_or_404(user=request.user, job_id=job_id)
+        return Response(CheckpointOut(checkpoint_list(job_id=job.pk), many=True).data)

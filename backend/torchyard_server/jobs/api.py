@@ -1,14 +1,13 @@
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..params import int_param
-from .models import Job
-from .selectors import job_get, job_list
+from ..projects.permissions import require_job_control
+from .selectors import job_get, job_list, job_visible_or_404
 from .serializers import JobDetailOut, JobSummaryOut
 from .services import job_preview_plan, job_stop, job_submit
 from .spec import JobSpecSerializer, recipe_catalog
@@ -29,10 +28,13 @@ class RecipeListView(APIView):
 
 
 class JobListView(APIView):
-    @extend_schema(responses=JobSummaryOut(many=True), parameters=[OpenApiParameter("status", str)])
+    @extend_schema(responses=JobSummaryOut(many=True), parameters=[OpenApiParameter("status", str), OpenApiParameter("project", str)])
     def get(self, request):
         limit = int_param(request, "limit", 200, maximum=1000)
-        jobs = job_list(status=request.query_params.get("status"))[:limit]
+        jobs = job_list(status=request.query_params.get("status"), user=request.user)
+        if request.query_params.get("project"):
+            jobs = jobs.filter(project__name=request.query_params["project"])
+        jobs = jobs[:limit]
         return Response(JobSummaryOut(jobs, many=True).data)
 
     @extend_schema(request=JobSpecSerializer, responses={201: JobDetailOut})
@@ -52,14 +54,12 @@ class JobPlanView(APIView):
 class JobDetailView(APIView):
     @extend_schema(responses=JobDetailOut)
     def get(self, request, job_id: int):
-        job = job_get(job_id=job_id)
-        if job is None:
-            return Response({"detail": "no such job."}, status=status.HTTP_404_NOT_FOUND)
-        return Response(JobDetailOut(job).data)
+        return Response(JobDetailOut(job_visible_or_404(user=request.user, job_id=job_id)).data)
 
     def delete(self, request, job_id: int):
         """Cancel a live job (as stop); delete a finished one with its events and records."""
-        job = get_object_or_404(Job, pk=job_id)
+        job = job_visible_or_404(user=request.user, job_id=job_id)
+        require_job_control(request.user, job)
         if job.status in JOB_LIVE:
             job_stop(job_id=job.pk, reason=f"cancelled by {request.user.username}")
             return Response(JobDetailOut(job_get(job_id=job.pk)).data, status=status.HTTP_202_ACCEPTED)
@@ -70,7 +70,8 @@ class JobDetailView(APIView):
 class JobStopView(APIView):
     @extend_schema(request=None, responses={202: JobDetailOut})
     def post(self, request, job_id: int):
-        job = get_object_or_404(Job, pk=job_id)
+        job = job_visible_or_404(user=request.user, job_id=job_id)
+        require_job_control(request.user, job)
         job_stop(job_id=job.pk, reason=f"stopped by {request.user.username}")
         return Response(JobDetailOut(job_get(job_id=job.pk)).data, status=status.HTTP_202_ACCEPTED)
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from ..projects.models import default_project_pk
+
 
 class Job(models.Model):
     """A distributed training job. Its `spec` is a validated JobSpec; `plan` is the current attempt's."""
@@ -34,6 +36,8 @@ class Job(models.Model):
     # step, total_steps, throughput, loss, eta_seconds: the latest known, for lists and summaries.
     progress = models.JSONField(default=dict, blank=True)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    project = models.ForeignKey("projects.Project", on_delete=models.PROTECT, related_name="jobs",
+                                default=default_project_pk)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -1,22 +1,38 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import QuerySet
 
 from ..machines.selectors import machine_list
+from ..projects.permissions import scope_to_user, visible_or_404
 from .models import Job, JobNode
 from .planner import Candidate
 from .states import NODE_LIVE
 
 
-def job_list(*, status: str | None = None) -> QuerySet[Job]:
-    qs = Job.objects.select_related("owner").order_by("-id")
+def job_list(*, status: str | None = None, user: Any = None) -> QuerySet[Job]:
+    """Every job, or (given a user) only those of the projects they may see."""
+    qs = Job.objects.select_related("owner", "project").order_by("-id")
+    if user is not None:
+        qs = scope_to_user(qs, user)
     if status:
         qs = qs.filter(status=status)
     return qs
 
 
+def jobs_visible_to(user: Any) -> QuerySet[Job]:
+    return scope_to_user(Job.objects.select_related("owner", "project"), user)
+
+
+def job_visible_or_404(*, user: Any, job_id: int) -> Job:
+    """The job, if this user may see it (projects.permissions); else 404, whether or not it exists."""
+    return visible_or_404(Job.objects.select_related("owner", "project").prefetch_related("nodes"), user,
+                          what="job", pk=job_id)
+
+
 def job_get(*, job_id: int) -> Job | None:
-    return Job.objects.select_related("owner").prefetch_related("nodes").filter(pk=job_id).first()
+    return Job.objects.select_related("owner", "project").prefetch_related("nodes").filter(pk=job_id).first()
 
 
 def machine_candidates() -> list[Candidate]:

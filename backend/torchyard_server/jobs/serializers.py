@@ -7,12 +7,13 @@ from .models import Job, JobNode
 
 class JobSummaryOut(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
+    project = serializers.CharField(source="project.name")
 
     class Meta:
         model = Job
         fields = [
             "id", "name", "status", "status_reason", "world_size", "attempt", "restarts", "progress",
-            "created_at", "started_at", "finished_at", "owner",
+            "created_at", "started_at", "finished_at", "owner", "project",
         ]
 
 

@@ -21,6 +21,8 @@ from ..celery import app as celery_app
 from ..events import publish_on_commit
 from ..machines.models import Machine
 from ..machines.services import MachineInUse, machine_mark_suspect
+from ..projects.models import DEFAULT_PROJECT
+from ..projects.selectors import project_by_name
 from .models import Job, JobNode
 from .planner import Candidate, PlanError, plan_job
 from .registries import resume_manifest_uri
@@ -74,8 +76,9 @@ def job_submit(*, spec: dict[str, Any], owner) -> Job:
         if exc.kind != "busy":
             raise
     with transaction.atomic():
+        project = project_by_name(spec.get("project") or DEFAULT_PROJECT)
         job = Job.objects.create(
-            name=spec["name"], spec=spec, owner=owner, progress=_initial_progress(spec)
+            name=spec["name"], spec=spec, owner=owner, project=project, progress=_initial_progress(spec)
         )
         publish_on_commit(
             {"type": protocol.STATE, "job": job.pk, "attempt": 0, "scope": "job",

@@ -15,6 +15,9 @@ from rest_framework import serializers
 from torchyard.sdk.scaling import adjust_hyperparameters
 
 from ..bundles.services import bundle_for_user
+from ..projects.models import DEFAULT_PROJECT
+from ..projects.permissions import projects_visible_to, require_submit
+from ..projects.selectors import project_by_name
 
 RECIPES_DIR = Path(torchyard.__file__).resolve().parent / "examples"
 # DistroML's `model` names, mapped to the built-in recipe that trains them.
@@ -25,7 +28,7 @@ RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"
 MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 TOP_LEVEL_KEYS = {
     "name", "entrypoint", "module", "code", "runtime", "args", "env", "resources", "placement", "distributed", "hyperparameters",
-    "scaling", "checkpointing", "fault_tolerance", "compression", "framework", "model", "dataset",
+    "scaling", "checkpointing", "fault_tolerance", "compression", "framework", "model", "dataset", "project",
 }
 
 
@@ -149,6 +152,8 @@ class CompressionSerializer(serializers.Serializer):
 
 class JobSpecSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
+    project = serializers.CharField(max_length=63, default=DEFAULT_PROJECT, help_text=(
+        "the project the job belongs to; its submitter must be a member or admin of it"))
     entrypoint = serializers.CharField(max_length=500, required=False)
     module = serializers.RegexField(
         MODULE_NAME, max_length=200, required=False,
@@ -186,6 +191,17 @@ class JobSpecSerializer(serializers.Serializer):
 
     def validate_entrypoint(self, value: str) -> str:
         return validate_entrypoint(value)
+
+    def validate_project(self, value: str) -> str:
+        """Unknown, or not one of the submitter's: 400; one they only view: 403 (PermissionDenied)."""
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        project = project_by_name(value)
+        if project is None or (user is not None and not projects_visible_to(user).filter(pk=project.pk).exists()):
+            raise serializers.ValidationError(f"no project named {value!r} that you belong to.")
+        if user is not None:
+            require_submit(user, project)
+        return value
 
     def validate_env(self, value: dict[str, str]) -> dict[str, str]:
         for key in value:

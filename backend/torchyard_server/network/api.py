@@ -23,7 +23,7 @@ from ..celery import app as celery_app
 from ..jobs.agent_api import bundle_grant
 from ..jobs.models import Job
 from ..jobs.planner import order_machines
-from ..jobs.selectors import job_get, machine_candidates
+from ..jobs.selectors import job_visible_or_404, machine_candidates
 from ..jobs.services import job_preview_plan, job_stop, job_submit
 from ..jobs.spec import JobSpecSerializer, RuntimeSerializer, builtin_recipes
 from ..machines.api import MachineDetailView, force_requested
@@ -31,6 +31,7 @@ from ..machines.models import Machine
 from ..machines.selectors import machine_list
 from ..machines.serializers import MachineOut
 from ..machines.services import machine_delete
+from ..projects.permissions import CanSubmitSomewhere, IsStaff, require_job_control
 from ..renderers import DOWNLOAD_RENDERERS
 
 
@@ -57,7 +58,7 @@ class DistributedTrainingConfig(serializers.Serializer):
         return attrs
 
 
-def _spec_from_seed(data: dict) -> dict:
+def _spec_from_seed(data: dict, request) -> dict:
     """Translate the seed's request into a JobSpec and validate it like any other."""
     plugin = data["plugin_name"]
     entrypoint = plugin if plugin.endswith(".py") else f"examples/{plugin}.py"
@@ -73,7 +74,7 @@ def _spec_from_seed(data: dict) -> dict:
     }
     if entrypoint not in builtin_recipes():
         raise serializers.ValidationError({"plugin_name": [f"unknown plugin {plugin!r}; built-in: {', '.join(builtin_recipes())}."]})
-    validated = JobSpecSerializer(data=spec)
+    validated = JobSpecSerializer(data=spec, context={"request": request})
     validated.is_valid(raise_exception=True)
     return validated.validated_data
 
@@ -81,7 +82,7 @@ def _spec_from_seed(data: dict) -> dict:
 def _seed_body(request) -> dict:
     body = DistributedTrainingConfig(data=request.data)
     body.is_valid(raise_exception=True)
-    return _spec_from_seed(body.validated_data)
+    return _spec_from_seed(body.validated_data, request)
 
 
 def _status(job: Job) -> dict:
@@ -121,6 +122,8 @@ class NetworkMachineView(MachineDetailView):
 
 
 class NetworkMachineByNameView(APIView):
+    permission_classes = [IsStaff]
+
     def delete(self, request, name: str):
         machine_delete(machine=get_object_or_404(Machine, name=name), force=force_requested(request))
         return Response({"message": f"machine {name} removed"})
@@ -193,15 +196,12 @@ class DistributedDispatchView(APIView):
 
 class DistributedStatusView(APIView):
     def get(self, request, job_id: int):
-        job = job_get(job_id=job_id)
-        if job is None:
-            return Response({"detail": "no such job."}, status=status.HTTP_404_NOT_FOUND)
-        return Response(_status(job))
+        return Response(_status(job_visible_or_404(user=request.user, job_id=job_id)))
 
 
 class DistributedStopView(APIView):
     def post(self, request, job_id: int):
-        get_object_or_404(Job, pk=job_id)
+        require_job_control(request.user, job_visible_or_404(user=request.user, job_id=job_id))
         job_stop(job_id=job_id, reason=f"stopped by {request.user.username}")
         return Response(_status(Job.objects.get(pk=job_id)))
 
@@ -257,6 +257,8 @@ class PrepareDependenciesView(APIView):
     environment of its requirements and `pip`) before a job needs them. Asynchronous: each
     machine's heartbeat lists what its cache holds (`capabilities.cache`)."""
 
+    permission_classes = [CanSubmitSomewhere]
+
     def post(self, request):
         body = PrepareDependenciesIn(data=request.data)
         body.is_valid(raise_exception=True)
@@ -292,7 +294,7 @@ class LocalJobFileView(APIView):
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
     def get(self, request, job_id: int, key: str):
-        job = get_object_or_404(Job, pk=job_id)
+        job = job_visible_or_404(user=request.user, job_id=job_id)
         artifact = job.artifacts.filter(path=key).order_by("-attempt", "node_rank").first()
         if artifact is None:
             raise NotFound(f"job {job_id} has no output file {key!r}.")
@@ -303,7 +305,7 @@ class LocalJobOutputView(APIView):
     """`/api/network/local_job_output/{job_id}`: the job's status, its output files and its last log lines."""
 
     def get(self, request, job_id: int):
-        job = get_object_or_404(Job, pk=job_id)
+        job = job_visible_or_404(user=request.user, job_id=job_id)
         lines = job.events.filter(type="log").order_by("-id")[:100]
         return Response({
             "job_id": job.pk,

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..jobs.models import Job
+from ..jobs.selectors import job_visible_or_404
 from ..params import int_param
 from .selectors import job_events
 
 
 def _events_response(request, job_id: int, types: list[str] | None):
-    get_object_or_404(Job, pk=job_id)
+    job_visible_or_404(user=request.user, job_id=job_id)
     after = int_param(request, "after", 0)
     limit = int_param(request, "limit", 1000, maximum=10_000)
     rank = int_param(request, "rank", None)

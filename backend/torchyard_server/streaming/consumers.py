@@ -9,11 +9,11 @@ from __future__ import annotations
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from ..jobs.models import Job
-from ..jobs.selectors import job_list
+from ..jobs.selectors import job_list, jobs_visible_to
 from ..jobs.serializers import job_detail_data, job_summary_data
 from ..machines.selectors import machine_list
 from ..machines.serializers import MachineOut
+from ..projects.permissions import projects_visible_to
 from . import groups
 from .selectors import job_events
 
@@ -73,12 +73,14 @@ class JobStreamConsumer(AsyncJsonWebsocketConsumer):
 
     async def job_changed(self, message):
         detail = await self._detail()
-        if detail is not None:
-            await self.send_json({"type": "job", "job": detail})
+        if detail is None:  # deleted, or the user left its project
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        await self.send_json({"type": "job", "job": detail})
 
     @database_sync_to_async
     def _detail(self):
-        job = Job.objects.select_related("owner").prefetch_related("nodes").filter(pk=self.job_id).first()
+        job = jobs_visible_to(self.scope["user"]).prefetch_related("nodes").filter(pk=self.job_id).first()
         return job_detail_data(job) if job else None
 
     @database_sync_to_async
@@ -105,10 +107,16 @@ class ClusterStreamConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "machines", "machines": message["machines"]})
 
     async def cluster_job(self, message):
-        await self.send_json({"type": "job", "job": message["job"]})
+        # The group carries every job; each user gets only those of their projects.
+        if await self._may_see(message["job"].get("project")):
+            await self.send_json({"type": "job", "job": message["job"]})
+
+    @database_sync_to_async
+    def _may_see(self, project: str | None) -> bool:
+        return projects_visible_to(self.scope["user"]).filter(name=project).exists()
 
     @database_sync_to_async
     def _snapshot(self):
         machines = MachineOut(machine_list(), many=True).data
-        jobs = [job_summary_data(j) for j in job_list()[:200]]
+        jobs = [job_summary_data(j) for j in job_list(user=self.scope["user"])[:200]]
         return machines, jobs

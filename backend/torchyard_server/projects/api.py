@@ -1,0 +1,100 @@
+"""Projects and their members: list mine, create (staff), add, re-role and remove members
+(the project's admins and staff)."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .models import Membership
+from .permissions import (
+    is_staff,
+    project_visible_or_404,
+    projects_visible_to,
+    require_project_admin,
+)
+from .serializers import MembershipIn, MembershipOut, ProjectIn, ProjectOut, RoleIn
+from .services import membership_remove, membership_set, project_create
+
+
+def _roles(user) -> dict[int, str]:
+    if is_staff(user):
+        return {pk: str(Membership.Role.ADMIN) for pk in projects_visible_to(user).values_list("pk", flat=True)}
+    return dict(Membership.objects.filter(user_id=user.pk).values_list("project_id", "role"))
+
+
+class ProjectListView(APIView):
+    """The projects you belong to, with your role in each (staff: every project)."""
+
+    @extend_schema(responses=ProjectOut(many=True))
+    def get(self, request):
+        return Response(ProjectOut(projects_visible_to(request.user), many=True,
+                                   context={"roles": _roles(request.user)}).data)
+
+    @extend_schema(request=ProjectIn, responses={201: ProjectOut})
+    def post(self, request):
+        if not is_staff(request.user):
+            raise PermissionDenied("only staff create projects.")
+        data = ProjectIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        project = project_create(**data.validated_data)
+        return Response(ProjectOut(project, context={"roles": _roles(request.user)}).data, status=status.HTTP_201_CREATED)
+
+
+class ProjectDetailView(APIView):
+    @extend_schema(responses=ProjectOut)
+    def get(self, request, name: str):
+        project = project_visible_or_404(request.user, name)
+        return Response(ProjectOut(project, context={"roles": _roles(request.user)}).data)
+
+
+def _user_or_400(username: str):
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise ValidationError({"username": [f"no user named {username!r}."]})
+    return user
+
+
+class ProjectMembersView(APIView):
+    @extend_schema(responses=MembershipOut(many=True))
+    def get(self, request, name: str):
+        project = project_visible_or_404(request.user, name)
+        return Response(MembershipOut(project.memberships.select_related("user").order_by("user__username"), many=True).data)
+
+    @extend_schema(request=MembershipIn, responses={201: MembershipOut, 200: MembershipOut})
+    def post(self, request, name: str):
+        """Add a user to the project (or change the role of one already in it)."""
+        project = project_visible_or_404(request.user, name)
+        require_project_admin(request.user, project)
+        data = MembershipIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        membership, created = membership_set(project=project, user=_user_or_400(data.validated_data["username"]),
+                                             role=data.validated_data["role"])
+        return Response(MembershipOut(membership).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class ProjectMemberView(APIView):
+    def _membership(self, request, name: str, username: str) -> Membership:
+        project = project_visible_or_404(request.user, name)
+        require_project_admin(request.user, project)
+        membership = project.memberships.select_related("user").filter(user__username=username).first()
+        if membership is None:
+            raise NotFound(f"{username!r} is not in project {project.name!r}.")
+        return membership
+
+    @extend_schema(request=RoleIn, responses=MembershipOut)
+    def patch(self, request, name: str, username: str):
+        membership = self._membership(request, name, username)
+        data = RoleIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        membership, _ = membership_set(project=membership.project, user=membership.user, role=data.validated_data["role"])
+        return Response(MembershipOut(membership).data)
+
+    def delete(self, request, name: str, username: str):
+        membership = self._membership(request, name, username)
+        membership_remove(project=membership.project, user=membership.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

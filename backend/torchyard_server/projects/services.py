@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from .models import Membership, Project, default_project_pk
+
+
+def default_project() -> Project:
+    return Project.objects.get(pk=default_project_pk())
+
+
+def user_joined(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    """post_save of a user: a new user joins the default project (staff as its admin), so a single
+    user, or a team that never makes a project, never meets projects at all."""
+    if created and not raw:
+        role = Membership.Role.ADMIN if instance.is_staff else Membership.Role.MEMBER
+        Membership.objects.get_or_create(project=default_project(), user=instance, defaults={"role": role})
+
+
+def project_create(*, name: str, description: str = "", admin: Any = None) -> Project:
+    with transaction.atomic():
+        project = Project.objects.create(name=name, description=description)
+        if admin is not None:
+            Membership.objects.create(project=project, user=admin, role=Membership.Role.ADMIN)
+    return project
+
+
+def membership_set(*, project: Project, user: Any, role: str) -> tuple[Membership, bool]:
+    membership, created = Membership.objects.update_or_create(project=project, user=user, defaults={"role": role})
+    return membership, created
+
+
+def membership_remove(*, project: Project, user: Any) -> bool:
+    deleted, _ = Membership.objects.filter(project=project, user=user).delete()
+    return bool(deleted)
