@@ -8,6 +8,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ..projects.permissions import StaffWritesOthersRead
 from .models import Machine
 from .selectors import machine_list
 from .serializers import MachineIn, MachineOut, MachinePatch
@@ -19,6 +20,8 @@ def force_requested(request) -> bool:
 
 
 class MachineListView(APIView):
+    permission_classes = [StaffWritesOthersRead]
+
     @extend_schema(responses=MachineOut(many=True))
     def get(self, request):
         return Response(MachineOut(machine_list(), many=True).data)
@@ -36,6 +39,8 @@ class MachineListView(APIView):
 
 
 class MachineDetailView(APIView):
+    permission_classes = [StaffWritesOthersRead]
+
     @extend_schema(responses=MachineOut)
     def get(self, request, machine_id: int):
         return Response(MachineOut(get_object_or_404(Machine, pk=machine_id)).data)
