@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+from cryptography.fernet import Fernet
 
-from .env import env_bool, env_float, env_int, env_list, env_str
+from .env import ConfigError, env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BASE_DIR.parent.parent
@@ -128,6 +129,19 @@ STOP_TIMEOUT = env_float("TORCHYARD_STOP_TIMEOUT", 30.0)
 # The most bytes of files a code bundle may hold (and the most its archive may take).
 BUNDLE_MAX_BYTES = env_int("TORCHYARD_BUNDLE_MAX_BYTES", 200 * 1024 * 1024)
 MASTER_PORT_RANGE = (env_int("TORCHYARD_MASTER_PORT_MIN", 29500), env_int("TORCHYARD_MASTER_PORT_MAX", 29999))
+# Environment variables a job may set although they are refused by default (loader and interpreter
+# hooks, Torchyard's own: jobs/spec.py REFUSED_ENV): names, or prefixes ending in `*` (`LD_*`).
+ALLOWED_JOB_ENV = env_list("TORCHYARD_ALLOWED_JOB_ENV", [])
+# Fernet keys that seal job secrets (JobSpec secret_env) in the database, comma-separated: the first
+# seals, all open (rotation). Default: a key derived from SECRET_KEY (secretbox.py).
+SECRET_ENV_KEYS = [key.strip() for key in env_str("TORCHYARD_SECRET_ENV_KEY").split(",") if key.strip()]
+for _key in SECRET_ENV_KEYS:
+    try:
+        Fernet(_key)
+    except ValueError:
+        raise ConfigError("TORCHYARD_SECRET_ENV_KEY: not a Fernet key (32 url-safe base64-encoded bytes; "
+                          "make one with `python -c 'from cryptography.fernet import Fernet; "
+                          "print(Fernet.generate_key().decode())'`)") from None
 
 # --- Static files and the built dashboard --------------------------------------------------------
 STATIC_URL = "static/"

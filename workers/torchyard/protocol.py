@@ -135,6 +135,9 @@ class NodeLaunch:
     code: dict[str, Any] = field(default_factory=dict)
     pip: list[str] = field(default_factory=list)  # runtime.pip, installed with the bundle's requirements
     env: dict[str, str] = field(default_factory=dict)
+    # JobSpec secret_env, in clear: given to the ranks like env, never logged, and every value is
+    # replaced by *** in the log lines the node publishes. Not in repr(); launch.json holding it is 0600.
+    secret_env: dict[str, str] = field(default_factory=dict, repr=False)
     config: dict[str, Any] = field(default_factory=dict)
     checkpoint_url: str = ""
     resume_manifest: str = ""

@@ -3,6 +3,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from .models import Job, JobNode
+from .spec import public_spec
 
 
 class JobSummaryOut(serializers.ModelSerializer):
@@ -36,6 +37,12 @@ class JobDetailOut(JobSummaryOut):
 
     class Meta(JobSummaryOut.Meta):
         fields = [*JobSummaryOut.Meta.fields, "spec", "plan", "master_addr", "master_port", "nodes"]
+
+    def to_representation(self, job: Job) -> dict:
+        # Every route and stream that shows a job's spec comes through here: secrets as ***.
+        data = super().to_representation(job)
+        data["spec"] = public_spec(data["spec"] or {})
+        return data
 
     def get_nodes(self, job: Job) -> list[dict]:
         # The current attempt's nodes; earlier attempts are in /api/jobs/{id}/nodes?attempt=N.

@@ -16,6 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 from torchyard import protocol
 
+from .. import secretbox
 from ..bundles.services import bundles_url
 from ..celery import app as celery_app
 from ..events import publish_on_commit
@@ -205,6 +206,8 @@ def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manife
         pip=list((spec.get("runtime") or {}).get("pip") or []),
         args=list(spec.get("args") or []),
         env=env,
+        # Opened only here: the payload crosses Redis to the agent, which gives them to the ranks.
+        secret_env={name: secretbox.unseal(sealed) for name, sealed in (spec.get("secret_env") or {}).items()},
         config={key: spec.get(key) for key in (
             "hyperparameters", "scaling", "distributed", "checkpointing", "compression", "resources")}
         | {"backend": plan["backend"], "job_name": job.name},

@@ -4,6 +4,7 @@ accepted spec normalized to one canonical shape (DistroML's `workers` form inclu
 from __future__ import annotations
 
 import ast
+import fnmatch
 import posixpath
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ from django.conf import settings
 from rest_framework import serializers
 from torchyard.sdk.scaling import adjust_hyperparameters
 
+from .. import secretbox
 from ..bundles.services import bundle_for_user
 from ..projects.models import DEFAULT_PROJECT
 from ..projects.permissions import projects_visible_to, require_submit
@@ -25,10 +27,33 @@ MODEL_RECIPES = {"mlp": "examples/mlp_ddp.py", "char_gpt": "examples/char_gpt.py
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by torchrun and Torchyard for every rank; a user value would silently break the launch.
 RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"}
+# Refused unless staff allow them (TORCHYARD_ALLOWED_JOB_ENV): variables that reach past the job's
+# own script. They act on every process of the node (torchrun, Torchyard's SDK, pip's helpers), and
+# make them load code or data from paths on the machine outside the job's code and environment
+# (another job's /tmp, a shared folder), where a reader of the spec sees no code at all; a job runs
+# its own code anyway, from its bundle. Names match upper-cased, `*` as a prefix. PYTHONPATH stays
+# allowed: the job's code and the SDK come before it (supervisor/argv.py build_env).
+REFUSED_ENV = {
+    "LD_*": "is read by the dynamic loader (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT load libraries into every process)",
+    "DYLD_*": "is read by the macOS dynamic loader",
+    "GCONV_PATH": "makes glibc load iconv modules from a path",
+    "GLIBC_TUNABLES": "changes glibc's allocator and loader in every process",
+    "LOCPATH": "makes glibc load locale data from a path",
+    "PYTHONSTARTUP": "runs a file in every interactive Python",
+    "PYTHONINSPECT": "leaves every Python of the job at an interactive prompt after its script",
+    "PYTHONHOME": "replaces the Python standard library",
+    "PYTHONPLATLIBDIR": "moves the Python standard library",
+    "PYTHONEXECUTABLE": "changes the interpreter Python reports (sys.executable)",
+    "PYTHONUSERBASE": "loads user site-packages (whose .pth files run code) from a path",
+    "PYTHONPYCACHEPREFIX": "writes bytecode outside the job's folders",
+    "TORCHYARD_*": "is Torchyard's own (it tells the job's processes apart and the SDK where to report)",
+    "TORCHELASTIC_*": "is torchrun's own (it identifies and configures its workers)",
+}
 MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 TOP_LEVEL_KEYS = {
     "name", "entrypoint", "module", "code", "runtime", "args", "env", "resources", "placement", "distributed", "hyperparameters",
     "scaling", "checkpointing", "fault_tolerance", "compression", "framework", "model", "dataset", "project",
+    "secret_env",
 }
 
 
@@ -164,6 +189,11 @@ class JobSpecSerializer(serializers.Serializer):
     runtime = RuntimeSerializer(required=False)
     args = serializers.ListField(child=serializers.CharField(max_length=4096, allow_blank=True), default=list, max_length=256)
     env = serializers.DictField(child=serializers.CharField(max_length=8192, allow_blank=True), default=dict)
+    secret_env = serializers.DictField(
+        child=serializers.CharField(max_length=8192, trim_whitespace=False), required=False,
+        help_text="variables given to the ranks like env, for API keys and passwords: stored encrypted, "
+                  "never returned (the API shows {NAME: \"***\"}), masked as *** in the job's logs",
+    )
     resources = ResourcesSerializer(required=False)
     placement = PlacementSerializer(required=False)
     distributed = DistributedSerializer(required=False)
@@ -204,12 +234,11 @@ class JobSpecSerializer(serializers.Serializer):
         return value
 
     def validate_env(self, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not ENV_NAME.match(key):
-                raise serializers.ValidationError(f"{key!r} is not a valid environment variable name.")
-            if key in RESERVED_ENV or key.startswith("TORCHYARD_"):
-                raise serializers.ValidationError(f"{key} is set by Torchyard and torchrun; it cannot be overridden.")
-        return value
+        return validate_env_names(value)
+
+    def validate_secret_env(self, value: dict[str, str]) -> dict[str, str]:
+        # Sealed here, so the validated spec (stored, planned, logged on error) never holds a value.
+        return {key: secretbox.seal(secret) for key, secret in validate_env_names(value).items()}
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         model = attrs.pop("model", None)
@@ -221,6 +250,9 @@ class JobSpecSerializer(serializers.Serializer):
                 raise serializers.ValidationError({"model": ["give either model or entrypoint, not both."]})
             attrs["entrypoint"] = recipe
             attrs["model"] = model
+        both = sorted(set(attrs.get("secret_env") or {}) & set(attrs["env"]))
+        if both:
+            raise serializers.ValidationError({"secret_env": [f"{', '.join(both)}: also in env; give it once."]})
         self._validate_code(attrs)
         resources = attrs["resources"]
         gpus = resources.get("gpus_per_worker", 0) if "workers" in resources else resources.get("gpus_per_node", 0)
@@ -274,6 +306,33 @@ class JobSpecSerializer(serializers.Serializer):
         if entrypoint and not bundle.has_file(entrypoint):
             raise serializers.ValidationError({"entrypoint": [f"{entrypoint!r} is not a file of bundle {bundle}."]})
         attrs["code"] = {"bundle": bundle.sha256, "size": bundle.size}
+
+
+def validate_env_names(value: dict[str, str]) -> dict[str, str]:
+    """Names a job may set: valid, not torchrun's rank variables, not refused (REFUSED_ENV) unless
+    settings.ALLOWED_JOB_ENV allows them; every refused name is named in the error."""
+    errors = []
+    allowed = [pattern.upper() for pattern in settings.ALLOWED_JOB_ENV]
+    for key in value:
+        if not ENV_NAME.match(key):
+            errors.append(f"{key!r} is not a valid environment variable name.")
+        elif key in RESERVED_ENV:
+            errors.append(f"{key} is set by torchrun for every rank; it cannot be overridden.")
+        elif not any(fnmatch.fnmatchcase(key.upper(), pattern) for pattern in allowed):
+            why = next((why for pattern, why in REFUSED_ENV.items() if fnmatch.fnmatchcase(key.upper(), pattern)), None)
+            if why is not None:
+                errors.append(f"{key} {why}; a job may not set it unless the server allows it "
+                              f"(TORCHYARD_ALLOWED_JOB_ENV).")
+    if errors:
+        raise serializers.ValidationError(errors)
+    return value
+
+
+def public_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as the API shows it: secret_env's names, each value (sealed) as ***."""
+    if "secret_env" not in spec:
+        return spec
+    return {**spec, "secret_env": secretbox.masked(spec["secret_env"])}
 
 
 def world_size_of(spec: dict[str, Any]) -> int:

@@ -144,7 +144,8 @@ def build_torchrun_argv(launch: NodeLaunch, run_dir: Path, script: Path | None, 
 
 def build_env(launch: NodeLaunch, run_dir: Path, base_env: Mapping[str, str],
               workdir: Path | None = None) -> dict[str, str]:
-    """The environment of torchrun and its workers: base_env, then launch.env, then Torchyard's own.
+    """The environment of torchrun and its workers: base_env, then launch.env and launch.secret_env,
+    then Torchyard's own.
 
     Torchyard's variables win over the user's: the job/attempt/node-rank triple is how strays are
     found and killed, so a launch must not be able to mask it. `workdir` is where the ranks run
@@ -153,6 +154,7 @@ def build_env(launch: NodeLaunch, run_dir: Path, base_env: Mapping[str, str],
     """
     env = dict(base_env)
     env.update({str(k): str(v) for k, v in launch.env.items()})
+    env.update({str(k): str(v) for k, v in launch.secret_env.items()})
     # A rank that dies of a signal (SIGSEGV, SIGABRT from C++) then prints every thread's Python
     # stack to its stderr, which the failure reason quotes. A launch may turn it off ("").
     env.setdefault("PYTHONFAULTHANDLER", "1")
