@@ -60,8 +60,12 @@ def launch_node(work_dir: Path, launch: NodeLaunch, publish) -> dict[str, Any]:
         if pid is not None or (directory / "result.json").exists():
             return {"started": False, "pid": pid, "reason": "already launched"}
         directory.mkdir(parents=True, exist_ok=True)
-        # It holds the machine token (to fetch code bundles): readable by the agent's user only.
+        # The agent's user only: the ranks' own log files in it hold what they printed, secrets
+        # unmasked, and launch.json holds the machine token (to fetch code bundles) and the
+        # job's secret_env (even if an earlier try left the file with another mode).
+        directory.chmod(0o700)
         fd = os.open(directory / "launch.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(json.dumps(launch.to_dict(), indent=2))
         with open(directory / "supervisor.log", "ab") as log:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -166,6 +166,21 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+SECRET_MASK = "***"
+
+
+def secret_masker(secrets: Mapping[str, str]) -> Callable[[str], str]:
+    """A function that replaces every secret value in a line with ***: each line of a multi-line
+    value too (logs arrive line by line), and its stripped form; the longest first, so a secret
+    that holds another is masked whole."""
+    values = {piece for value in secrets.values() for line in [value, *value.splitlines()]
+              for piece in (line, line.strip()) if piece.strip()}
+    if not values:
+        return lambda line: line
+    pattern = re.compile("|".join(re.escape(v) for v in sorted(values, key=len, reverse=True)))
+    return lambda line: pattern.sub(SECRET_MASK, line)
+
+
 def _signal_name(signum: int | None) -> str:
     if signum is None:
         return "no signal"
@@ -227,6 +242,9 @@ class NodeSupervisor:
         self._stalls = StallWatch(launch.stall_timeout)
         self._stall_failure = ""
         self._last_line: dict[int, str] = {}  # global rank -> its newest log line
+        # Every line and text the node publishes goes through it: a script that prints a secret
+        # (JobSpec secret_env) shows ***. The per-rank files in the run directory keep what it wrote.
+        self._mask = secret_masker(launch.secret_env)
         # Where torchrun runs and with which Python: the run directory and the agent's Python for
         # the built-in recipes; a fresh copy of the bundle and its cached environment otherwise.
         self.workdir = self.run_dir
@@ -265,6 +283,7 @@ class NodeSupervisor:
                 SupervisorState.FAILED, None, f"node rank {self.launch.node_rank}: supervisor error: {exc!r}"
             )
         swept = self._wind_down()
+        outcome = _Outcome(outcome.state, outcome.exit_code, self._mask(outcome.reason))
         self.state = outcome.state
         last_lines = self._last_lines() if outcome.state is SupervisorState.FAILED else []
         self._emit_final_state(outcome, last_lines)
@@ -440,6 +459,7 @@ class NodeSupervisor:
             raise _StopRequested()
 
     def _publish_prepare_line(self, line: str, source: str = "prepare") -> None:
+        line = self._mask(line)
         self._recent["prepare"].append({"rank": None, "stream": "stdout", "line": line})
         self.publisher.emit(protocol.LOG, stream="stdout", line=line, source=source)
 
@@ -582,18 +602,19 @@ class NodeSupervisor:
         if self._tailer is not None:
             for item in self._tailer.poll(final=final):
                 rank = self.launch.rank_start + item.local_rank
-                self._recent[item.stream].append({"rank": rank, "stream": item.stream, "line": item.line})
-                self._last_line[rank] = item.line
+                line = self._mask(item.line)
+                self._recent[item.stream].append({"rank": rank, "stream": item.stream, "line": line})
+                self._last_line[rank] = line
                 self.publisher.emit(
                     protocol.LOG,
                     rank=rank,
                     stream=item.stream,
-                    line=item.line,
+                    line=line,
                     local_rank=item.local_rank,
                     source="worker",
                 )
         if self._torchrun_tail is not None:
-            for line in self._torchrun_tail.read_lines(final=final):
+            for line in map(self._mask, self._torchrun_tail.read_lines(final=final)):
                 self._note_torchrun_line(line)
                 self.publisher.emit(protocol.LOG, stream="stderr", line=line, source="torchrun")
         if self._socket is not None:
@@ -634,7 +655,7 @@ class NodeSupervisor:
         for stall in self._stalls.stalled(now):
             pid = self._rank_pid(stall.rank)
             status = process_state(pid) if pid else "gone"
-            stack = python_stack(pid) if pid else "(no stack: the rank's process is gone)"
+            stack = self._mask(python_stack(pid)) if pid else "(no stack: the rank's process is gone)"
             summary = (f"global rank {stall.rank} stalled: no new step for {stall.stalled_for:g} s after step "
                        f"{stall.step} (its process is {status})")
             self.publisher.emit(protocol.STALLED, rank=stall.rank, step=stall.step, stalled_for=stall.stalled_for,
@@ -661,6 +682,7 @@ class NodeSupervisor:
         return None
 
     def _publish_supervisor_line(self, line: str) -> None:
+        line = self._mask(line)
         log.info(line)
         self.publisher.emit(protocol.LOG, stream="stderr", line=line, source="supervisor")
 
