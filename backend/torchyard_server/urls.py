@@ -30,6 +30,7 @@ api = [
     path("api/bundles/<str:sha256>", bundles.BundleDetailView.as_view()),
     path("api/machines", machines.MachineListView.as_view()),
     path("api/machines/<int:machine_id>", machines.MachineDetailView.as_view()),
+    path("api/machines/<int:machine_id>/rotate-token", machines.MachineRotateTokenView.as_view()),
     path("api/projects", projects.ProjectListView.as_view()),
     path("api/projects/<str:name>", projects.ProjectDetailView.as_view()),
     path("api/projects/<str:name>/members", projects.ProjectMembersView.as_view()),

@@ -124,3 +124,51 @@ def test_ping_reaches_the_agents_themselves(pg_stack):
         assert reply["reachable"] is True, reply
     health = pg_stack.api("POST", "/api/network/health-check").json()
     assert health["healthy"] == health["total"] == 2
+
+
+def agent_credentials(stack, machine_name: str) -> tuple[str, str]:
+    """The machine token and Redis URL an agent of the stack runs with, from its command line."""
+    import psutil
+
+    for proc in psutil.Process(stack.process.pid).children():
+        argv = proc.cmdline()
+        if "agent" in argv and any(a.endswith(f"/agents/{machine_name}") for a in argv):
+            return argv[argv.index("--token") + 1], argv[argv.index("--redis-url") + 1]
+    raise LookupError(f"no agent of {machine_name}")
+
+
+def test_an_agent_forging_events_for_another_machines_node_is_dropped_and_logged(pg_stack):
+    import redis
+    from torchyard import protocol
+
+    job = pg_stack.submit(dict(SPEC, name="forged", args=["--steps", "80", "--step-sleep", "0.05"],
+                               resources={"nodes": 2, "procs_per_node": 1}))
+    running = pg_stack.wait_job(job["id"], {"running"}, timeout=90)
+    victim = next(n for n in running["nodes"] if n["machine"]["name"] == "local-1")
+    token, redis_url = agent_credentials(pg_stack, "local-0")
+    forger_id, _ = protocol.parse_machine_token(token)
+    # Asking the server as that agent would: its own Redis URL (and credentials, where Redis has them).
+    config = pg_stack.session.get(pg_stack.base + "/api/agent/config",
+                                  headers={"Authorization": f"Machine {token}"}).json()
+    assert config["machine"]["id"] == forger_id
+    client = redis.Redis.from_url(config.get("redis_url") or redis_url)
+    envelope = {"job": job["id"], "attempt": victim["attempt"], "node": victim["id"], "node_rank": victim["node_rank"],
+                "rank": victim["rank_start"], "ts": time.time()}
+    stream = protocol.machine_event_stream(forger_id)
+    client.xadd(stream, protocol.encode_event({**envelope, "type": "state", "seq": 900_001,
+                                               "status": "failed", "exit_code": 1, "reason": "forged"}))
+    client.xadd(stream, protocol.encode_event({**envelope, "type": "metric", "seq": 900_002, "step": 999_999,
+                                               "loss": 0.0}))
+    client.close()
+
+    final = pg_stack.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=120)
+    assert final["status"] == "completed", final["status_reason"]
+    assert final["restarts"] == 0 and final["progress"]["step"] == 80
+    assert all(n["status"] == "completed" for n in final["nodes"])
+    events = pg_stack.events(job["id"])
+    assert not [e for e in events if e.get("reason") == "forged" or e.get("step") == 999_999]
+    deadline = time.monotonic() + 10
+    expected = f"from machine {forger_id}'s stream claiming node {victim['id']} of job {job['id']}"
+    while expected not in pg_stack.log_tail(100_000):
+        assert time.monotonic() < deadline, "the dropped events were not logged"
+        time.sleep(0.5)

@@ -18,6 +18,8 @@ CONTROL_QUEUE = "control"
 TASK_LAUNCH_NODE = "torchyard.agent.launch_node"
 TASK_STOP_NODE = "torchyard.agent.stop_node"
 TASK_WARM_CACHES = "torchyard.agent.warm_caches"
+# Sent to a machine's queue when the machine is deleted: its agent stops its worker and exits.
+TASK_SHUTDOWN = "torchyard.agent.shutdown"
 
 
 def machine_queue(machine_id: int | str) -> str:
@@ -26,9 +28,11 @@ def machine_queue(machine_id: int | str) -> str:
 
 
 # --- Redis event stream ---------------------------------------------------------------------------
-# Producers (supervisors, agents, the controller's own transitions) XADD one JSON document per entry
-# under the field "e"; the controller's ingest loop is the only consumer group and the only writer of
-# JobEvent rows, so event ids are assigned in one order.
+# Producers XADD one JSON document per entry under the field "e"; the controller's ingest loop is the
+# only consumer group and the only writer of JobEvent rows, so event ids are assigned in one order.
+# The controller's own transitions go to EVENT_STREAM; each machine's agent and node supervisors
+# write only to that machine's streams (machine_event_stream, machine_liveness_stream), and ingest
+# accepts from them only what concerns that machine and the nodes placed on it.
 EVENT_STREAM = "torchyard:events"
 EVENT_GROUP = "ingest"
 EVENT_FIELD = "e"
@@ -38,6 +42,26 @@ EVENT_STREAM_MAXLEN = 1_000_000
 # lines in the event stream. Only the newest beat matters, so this stream stays short.
 LIVENESS_STREAM = "torchyard:liveness"
 LIVENESS_STREAM_MAXLEN = 10_000
+MACHINE_STREAM_PREFIX = "m"
+
+
+def machine_event_stream(machine_id: int | str) -> str:
+    """The event stream only one machine's agent and supervisors write: `torchyard:events:m<id>`."""
+    return f"{EVENT_STREAM}:{MACHINE_STREAM_PREFIX}{machine_id}"
+
+
+def machine_liveness_stream(machine_id: int | str) -> str:
+    """The heartbeats of one machine's agent and supervisors: `torchyard:liveness:m<id>`."""
+    return f"{LIVENESS_STREAM}:{MACHINE_STREAM_PREFIX}{machine_id}"
+
+
+def stream_machine(stream: str | bytes) -> int | None:
+    """The machine a per-machine stream belongs to; None for the controller's shared streams."""
+    name = stream.decode() if isinstance(stream, bytes) else stream
+    _, sep, tail = name.rpartition(":" + MACHINE_STREAM_PREFIX)
+    if not sep or not tail.isdigit() or _ not in (EVENT_STREAM, LIVENESS_STREAM):
+        return None
+    return int(tail)
 
 STATE = "state"
 LOG = "log"

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
-from rest_framework.permissions import AllowAny
+from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -12,7 +12,13 @@ from ..projects.permissions import StaffWritesOthersRead
 from .models import Machine
 from .selectors import machine_list
 from .serializers import MachineIn, MachineOut, MachinePatch
-from .services import machine_authenticate, machine_create, machine_delete, machine_update
+from .services import (
+    machine_authenticate,
+    machine_create,
+    machine_delete,
+    machine_rotate_token,
+    machine_update,
+)
 
 
 def force_requested(request) -> bool:
@@ -57,6 +63,25 @@ class MachineDetailView(APIView):
         """Remove a machine; 409 while nodes of live jobs run there, unless `?force=true`."""
         machine_delete(machine=get_object_or_404(Machine, pk=machine_id), force=force_requested(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MachineRotateTokenView(APIView):
+    """A new token for the machine; the old one is refused at once. The machine keeps its id,
+    history and jobs; its agent must be restarted with the new token."""
+
+    # Staff only: kept on this view whatever the API's default permission becomes.
+    permission_classes = [IsAdminUser]
+
+    @extend_schema(request=None, responses={200: MachineOut})
+    def post(self, request, machine_id: int):
+        machine = get_object_or_404(Machine, pk=machine_id)
+        token = machine_rotate_token(machine=machine)
+        machine.refresh_from_db()
+        body = MachineOut(machine).data | {
+            "token": token,
+            "agent_command": f"torchyard agent --server {request.build_absolute_uri('/').rstrip('/')} --token {token}",
+        }
+        return Response(body)
 
 
 class AgentConfigView(APIView):

@@ -10,6 +10,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 from torchyard import protocol
 
+from ..celery import app as celery_app
 from .models import Machine
 from .states import MACHINE_UP, drain_status, reported_status, transition_machine, transition_machines
 
@@ -25,8 +26,10 @@ def machine_create(*, name: str, host: str, port: int = 8001, labels: dict | Non
 
 
 def machine_rotate_token(*, machine: Machine) -> str:
+    """A new token for the same machine (its id, history and jobs stay); the old one is refused from
+    now on, so an agent still running with it must be restarted with the new one."""
     secret = secrets.token_urlsafe(32)
-    Machine.objects.filter(pk=machine.pk).update(token_hash=Machine.hash_secret(secret))
+    Machine.objects.filter(pk=machine.pk).update(token_hash=Machine.hash_secret(secret), updated_at=timezone.now())
     return protocol.make_machine_token(machine.pk, secret)
 
 
@@ -116,5 +119,13 @@ machine_deleting = Signal()
 
 
 def machine_delete(*, machine: Machine, force: bool = False) -> None:
-    machine_deleting.send(sender=Machine, machine=machine, force=force)
-    machine.delete()
+    """Remove a machine: its token stops authenticating with the row, the ingest loop drops what its
+    streams still carry, and its agent is told to stop (after the stops of its nodes, which the
+    jobs app queues first on the same queue)."""
+    machine_id = machine.pk
+    with transaction.atomic():
+        machine_deleting.send(sender=Machine, machine=machine, force=force)
+        machine.delete()
+        transaction.on_commit(lambda: celery_app.send_task(
+            protocol.TASK_SHUTDOWN, kwargs={"reason": f"machine {machine_id} was removed from the control plane"},
+            queue=protocol.machine_queue(machine_id)))

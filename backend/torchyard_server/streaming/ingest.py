@@ -5,6 +5,13 @@ events mean (node reports, heartbeats, progress, checkpoint commits) through the
 fans each batch out to the job's WebSocket group. A batch is stored and applied in one transaction
 and acknowledged only after it commits, so every stored event is applied exactly once: a restart,
 or a batch that failed, re-reads the unacknowledged entries, and dedupe keys make that safe.
+
+A machine acts only as itself: its agent and supervisors write only to its own streams
+(protocol.machine_event_stream / machine_liveness_stream), and from those this loop accepts a node's
+events only while the node is placed on that machine, and agent heartbeats only for that machine;
+anything else is dropped with a warning. The controller's own events come on the shared stream. The
+machines' streams are found from the machine table (every DISCOVER_EVERY), so a new machine needs
+no restart; a removed machine's streams are no longer read, and deleted.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from ..jobs.models import Job, JobNode
 from ..jobs.serializers import job_summary_data
 from ..jobs.services import job_record_progress, node_record_heartbeats, node_report_state
 from ..jobs.stalls import job_record_stall
+from ..machines.models import Machine
 from ..machines.selectors import machine_list
 from ..machines.serializers import MachineOut
 from ..machines.services import machine_record_heartbeat
@@ -42,6 +50,15 @@ CONSUMER = "controller"
 MACHINES_EVERY = 2.0
 # Metrics move progress and node liveness on the job page; refresh its snapshot this often at most.
 JOB_REFRESH_EVERY = 2.0
+# How often the machine table is read for machines whose streams are not read yet.
+DISCOVER_EVERY = 1.0
+
+
+def _entry_order(entry_id: Any) -> tuple[int, int]:
+    """Redis entry ids are `<ms>-<seq>` from one server clock: merging streams by them keeps the
+    order in which the events were added."""
+    ms, _, seq = (entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)).partition("-")
+    return int(ms), int(seq or 0)
 
 
 def _dedupe_key(event: dict[str, Any]) -> str | None:
@@ -61,18 +78,50 @@ class Ingest:
         self._last_machines = 0.0
         self._last_refresh: dict[int, float] = {}
         self._backlog = True  # re-read our own unacknowledged entries first
+        # Streams read, each with the machine it belongs to (None: the controller's shared streams).
+        self.event_streams: dict[str, int | None] = {}
+        self.liveness_streams: dict[str, int | None] = {}
+        self._last_discover = 0.0
 
     def ensure_group(self) -> None:
-        for stream in (protocol.EVENT_STREAM, protocol.LIVENESS_STREAM):
+        """Create our consumer group on the shared streams and on every machine's."""
+        self.event_streams = {protocol.EVENT_STREAM: None}
+        self.liveness_streams = {protocol.LIVENESS_STREAM: None}
+        self._create_groups([protocol.EVENT_STREAM, protocol.LIVENESS_STREAM])
+        self.discover_machines()
+
+    def _create_groups(self, streams: list[str]) -> None:
+        for stream in streams:
             try:
+                # From id 0: what an agent added before its machine was discovered is read too.
                 self.redis.xgroup_create(stream, protocol.EVENT_GROUP, id="0", mkstream=True)
             except redis.ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
 
+    def discover_machines(self) -> None:
+        """Start reading the streams of machines added since, stop reading (and delete) those of
+        machines removed."""
+        self._last_discover = time.monotonic()
+        close_old_connections()
+        machines = set(Machine.objects.values_list("pk", flat=True))
+        known = {m for m in self.event_streams.values() if m is not None}
+        for machine_id in machines - known:
+            events, beats = protocol.machine_event_stream(machine_id), protocol.machine_liveness_stream(machine_id)
+            self._create_groups([events, beats])
+            self.event_streams[events] = machine_id
+            self.liveness_streams[beats] = machine_id
+        for machine_id in known - machines:
+            events, beats = protocol.machine_event_stream(machine_id), protocol.machine_liveness_stream(machine_id)
+            self.event_streams.pop(events, None)
+            self.liveness_streams.pop(beats, None)
+            # What a removed machine's streams still hold is dropped with them.
+            self.redis.delete(events, beats)
+            log.info("ingest: machine %s removed; its streams are no longer read", machine_id)
+
     def run(self, stop: threading.Event) -> None:
         self.ensure_group()
-        log.info("ingest: reading %s", protocol.EVENT_STREAM)
+        log.info("ingest: reading %s and %d machines' streams", protocol.EVENT_STREAM, len(self.event_streams) - 1)
         while not stop.is_set():
             self.step_or_retry()
 
@@ -94,12 +143,16 @@ class Ingest:
     def read_liveness(self) -> int:
         """Apply every heartbeat waiting on the liveness stream: before any event, every step, so a
         backlog of log lines never makes a healthy node look dead."""
-        return self._consume(protocol.LIVENESS_STREAM, ">", count=10_000, block=None)
+        return self._consume(self.liveness_streams, ">", count=10_000, block=None)
 
     def step(self) -> int:
+        if not self.event_streams:
+            self.ensure_group()
+        elif time.monotonic() - self._last_discover > DISCOVER_EVERY:
+            self.discover_machines()
         self.read_liveness()
         backlog = self._backlog
-        handled = self._consume(protocol.EVENT_STREAM, "0" if backlog else ">", count=self.batch,
+        handled = self._consume(self.event_streams, "0" if backlog else ">", count=self.batch,
                                 block=None if backlog else self.block_ms)
         if backlog and not handled:
             self._backlog = False
@@ -108,26 +161,75 @@ class Ingest:
             self.broadcast_machines()
         return handled
 
-    def _consume(self, stream: str, start_id: str, *, count: int, block: int | None) -> int:
-        """Read a batch of our group's entries, process them, then acknowledge and delete them: an
-        entry is acknowledged only once what it means is committed."""
-        response: Any = self.redis.xreadgroup(protocol.EVENT_GROUP, CONSUMER, {stream: start_id},
-                                              count=count, block=block)
-        entries = response[0][1] if response else []
+    def _consume(self, streams: dict[str, int | None], start_id: str, *, count: int, block: int | None) -> int:
+        """Read a batch of our group's entries from every stream, process them (merged in the order
+        they were added), then acknowledge and delete them: an entry is acknowledged only once what
+        it means is committed."""
+        try:
+            response: Any = self.redis.xreadgroup(protocol.EVENT_GROUP, CONSUMER,
+                                                  dict.fromkeys(streams, start_id), count=count, block=block)
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # A stream (and its group) vanished: a Redis that lost its data, a stream deleted.
+            log.warning("ingest: %s; creating the consumer groups again", exc)
+            self._create_groups(list(streams))
+            return 0
+        entries: list[tuple[str, Any, Any]] = []
+        for raw_stream, items in response or []:
+            stream = raw_stream.decode() if isinstance(raw_stream, bytes) else raw_stream
+            entries.extend((stream, entry_id, fields) for entry_id, fields in items)
         if not entries:
             return 0
+        entries.sort(key=lambda entry: _entry_order(entry[1]))
         close_old_connections()
-        events = []
-        for entry_id, fields in entries:
+        decoded = []
+        for stream, entry_id, fields in entries:
             try:
-                events.append(protocol.decode_event(fields))
+                decoded.append((streams.get(stream), protocol.decode_event(fields)))
             except (ValueError, TypeError):
                 log.warning("ingest: dropping undecodable entry %s of %s", entry_id, stream)
-        self.process(events)
-        ids = [entry_id for entry_id, _ in entries]
-        self.redis.xack(stream, protocol.EVENT_GROUP, *ids)
-        self.redis.xdel(stream, *ids)
+        self.process(self.authorize(decoded))
+        by_stream: dict[str, list[Any]] = defaultdict(list)
+        for stream, entry_id, _ in entries:
+            by_stream[stream].append(entry_id)
+        pipe = self.redis.pipeline(transaction=False)
+        for stream, ids in by_stream.items():
+            pipe.xack(stream, protocol.EVENT_GROUP, *ids)
+            pipe.xdel(stream, *ids)
+        pipe.execute()
         return len(entries)
+
+    def authorize(self, decoded: list[tuple[int | None, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Keep the controller's events (shared stream) and, from a machine's stream, only its own
+        heartbeats and events of nodes placed on it (of the job and attempt they claim)."""
+        node_ids = {e.get("node") for m, e in decoded if m is not None and e.get("type") != protocol.MACHINE_HEARTBEAT}
+        placed = {pk: (machine_id, job_id, attempt) for pk, machine_id, job_id, attempt in
+                  JobNode.objects.filter(pk__in={n for n in node_ids if isinstance(n, int)})
+                  .values_list("pk", "machine_id", "job_id", "attempt")}
+        kept: list[dict[str, Any]] = []
+        dropped: dict[tuple[Any, ...], int] = defaultdict(int)
+        for machine_id, event in decoded:
+            if machine_id is None or self._own(machine_id, event, placed):
+                kept.append(event)
+            else:
+                dropped[(machine_id, event.get("type"), event.get("machine"), event.get("node"), event.get("job"))] += 1
+        for (machine_id, kind, machine, node, job), n in dropped.items():
+            claim = f"machine {machine}" if kind == protocol.MACHINE_HEARTBEAT else f"node {node} of job {job}"
+            log.warning("ingest: dropped %d %s event(s) from machine %s's stream claiming %s, which is not "
+                        "on that machine", n, kind, machine_id, claim)
+        return kept
+
+    @staticmethod
+    def _own(machine_id: int, event: dict[str, Any], placed: dict[int, tuple[int | None, int, int]]) -> bool:
+        if event.get("type") == protocol.MACHINE_HEARTBEAT:
+            return str(event.get("machine")) == str(machine_id)
+        node = placed.get(event.get("node"))  # type: ignore[arg-type]
+        if node is None or node[0] != machine_id:
+            return False
+        if event.get("job") is not None and event["job"] != node[1]:
+            return False
+        return event.get("attempt") is None or event["attempt"] == node[2]
 
     # --- one batch ------------------------------------------------------------------------------
     def process(self, events: list[dict[str, Any]]) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import socket
 import sys
 import threading
@@ -61,6 +63,11 @@ class Agent:
         self.work_dir = work_dir
         self.concurrency = concurrency
         self.queue = protocol.machine_queue(self.machine_id)
+        # This machine's own streams: the control plane accepts nothing about another machine's
+        # nodes from them.
+        self.event_stream = protocol.machine_event_stream(self.machine_id)
+        self.liveness_stream = protocol.machine_liveness_stream(self.machine_id)
+        self.shutdown_reason = ""
         self.redis = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
         self.stop = threading.Event()
         self.app = self._make_app()
@@ -79,12 +86,12 @@ class Agent:
     # --- events ---------------------------------------------------------------------------------
     def publish(self, event: dict[str, Any]) -> None:
         event.setdefault("key", uuid.uuid4().hex)
-        self.redis.xadd(protocol.EVENT_STREAM, protocol.encode_event(event),
+        self.redis.xadd(self.event_stream, protocol.encode_event(event),
                         maxlen=protocol.EVENT_STREAM_MAXLEN, approximate=True)
 
     def heartbeat_once(self) -> None:
         self.redis.xadd(
-            protocol.LIVENESS_STREAM,
+            self.liveness_stream,
             protocol.encode_event({
                 "type": protocol.MACHINE_HEARTBEAT,
                 "machine": self.machine_id,
@@ -144,6 +151,15 @@ class Agent:
             log.info("prepared dependencies of bundle %s: %s", str(code.get("bundle"))[:12], result)
             return result
 
+        @app.task(name=protocol.TASK_SHUTDOWN)
+        def shutdown(reason: str = "") -> None:
+            # The machine is gone from the control plane: serve nothing more. SIGTERM is Celery's
+            # warm shutdown (the tasks already running finish); run() then exits.
+            self.shutdown_reason = reason or "the machine was removed from the control plane"
+            log.warning("shutdown requested by the control plane: %s", self.shutdown_reason)
+            self.stop.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+
         return app
 
     def run(self) -> None:
@@ -162,3 +178,7 @@ class Agent:
             ])
         finally:
             self.stop.set()
+            if self.shutdown_reason:
+                # A restarted agent is refused anyway: the token no longer authenticates.
+                log.error("agent of machine %s stopped: %s; its token is no longer valid",
+                          self.machine_id, self.shutdown_reason)

@@ -1,4 +1,4 @@
-"""Publish events of one node to the Redis event stream, batched, buffered while Redis is away.
+"""Publish events of one node to its machine's Redis event stream, batched, buffered while Redis is away.
 
 Every event gets the envelope `{"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts"}`;
 `seq` counts from 1 per supervisor run and is never reused, so the controller's ingest (idempotent by
@@ -40,6 +40,17 @@ _SHED_ORDER = (
 )
 
 
+def streams_of(launch: NodeLaunch) -> tuple[str, str]:
+    """The (event, liveness) streams a node publishes to: its machine's own, named by the machine
+    token. A launch without one (a supervisor run by hand, the workers' tests) uses the shared
+    streams, which only the controller may write where Redis has per-agent users."""
+    try:
+        machine_id, _ = protocol.parse_machine_token(launch.machine_token)
+    except ValueError:
+        return protocol.EVENT_STREAM, protocol.LIVENESS_STREAM
+    return protocol.machine_event_stream(machine_id), protocol.machine_liveness_stream(machine_id)
+
+
 def connect(redis_url: str) -> redis.Redis:
     """A client that fails fast instead of retrying: the publisher does its own retries."""
     return redis.Redis.from_url(
@@ -52,8 +63,8 @@ def connect(redis_url: str) -> redis.Redis:
 
 
 class EventPublisher:
-    """Builds events for one node and XADDs them to protocol.EVENT_STREAM in pipelined batches; its
-    newest heartbeat to protocol.LIVENESS_STREAM, ahead of them."""
+    """Builds events for one node and XADDs them to its machine's event stream in pipelined batches;
+    its newest heartbeat to the machine's liveness stream, ahead of them (streams_of)."""
 
     def __init__(
         self,
@@ -65,6 +76,7 @@ class EventPublisher:
     ) -> None:
         self.launch = launch
         self.client = client
+        self.event_stream, self.liveness_stream = streams_of(launch)
         self.max_buffer = max_buffer
         self.batch_size = batch_size
         self.published = 0
@@ -138,7 +150,7 @@ class EventPublisher:
             return False
         if self._beat is not None:
             try:
-                self.client.xadd(protocol.LIVENESS_STREAM, protocol.encode_event(self._beat),
+                self.client.xadd(self.liveness_stream, protocol.encode_event(self._beat),
                                  maxlen=protocol.LIVENESS_STREAM_MAXLEN, approximate=True)
             except (redis.RedisError, OSError) as exc:
                 self._on_failure(exc)
@@ -153,7 +165,7 @@ class EventPublisher:
                 for event in batch:
                     fields: dict[Any, Any] = protocol.encode_event(event)
                     pipe.xadd(
-                        protocol.EVENT_STREAM,
+                        self.event_stream,
                         fields,
                         maxlen=protocol.EVENT_STREAM_MAXLEN,
                         approximate=True,
