@@ -51,6 +51,7 @@ class DistributedTrainingConfig(serializers.Serializer):
     machine_selection = serializers.ChoiceField(choices=["auto", "manual"], default="auto")
     selected_machines = serializers.ListField(child=serializers.CharField(max_length=100), default=list)
     args = serializers.ListField(child=serializers.CharField(max_length=4096), default=list)
+    project = serializers.CharField(max_length=63, default="default", help_text="Torchyard's: the job's project")
 
     def validate(self, attrs):
         if attrs["machine_selection"] == "manual" and not attrs["selected_machines"]:
@@ -65,6 +66,7 @@ def _spec_from_seed(data: dict, request) -> dict:
     req = data["resource_requirements"]
     spec = {
         "name": plugin.rsplit("/", 1)[-1].removesuffix(".py"),
+        "project": data["project"],
         "entrypoint": entrypoint,
         "args": data["args"],
         "hyperparameters": data["config"],

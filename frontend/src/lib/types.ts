@@ -6,6 +6,8 @@ export type ISODateTime = string
 export interface Me {
   username: string
   is_staff: boolean
+  /** The projects this user may submit jobs to. */
+  projects?: string[]
 }
 
 export type MachineStatus = 'pending' | 'online' | 'busy' | 'draining' | 'offline'
@@ -115,9 +117,11 @@ export interface JobSummary {
   started_at: ISODateTime | null
   finished_at: ISODateTime | null
   owner: string
+  project: string
 }
 
 export interface JobSpec {
+  project?: string
   name: string
   /** A script path inside the code bundle, or a built-in recipe (absent when `module` is given). */
   entrypoint?: string

@@ -37,6 +37,7 @@ export function jobSummary(overrides: Partial<JobSummary> = {}): JobSummary {
     started_at: '2025-01-01T10:00:05Z',
     finished_at: null,
     owner: 'ada',
+    project: 'default',
     ...overrides,
   }
 }

@@ -16,6 +16,7 @@ import { emptyJobEvents, jobEventsQueryKey, mergeJobEvents, type JobEventsState 
 const summaryOf = (job: JobSummary): JobSummary => ({
   id: job.id,
   name: job.name,
+  project: job.project,
   status: job.status,
   status_reason: job.status_reason,
   world_size: job.world_size,

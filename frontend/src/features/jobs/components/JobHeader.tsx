@@ -59,6 +59,10 @@ export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus:
           </dd>
         </div>
         <div>
+          <dt>Project</dt>
+          <dd>{job.project}</dd>
+        </div>
+        <div>
           <dt>Owner</dt>
           <dd>{job.owner}</dd>
         </div>

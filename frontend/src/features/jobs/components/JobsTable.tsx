@@ -14,6 +14,7 @@ export function JobsTable({ jobs }: { jobs: JobSummary[] }) {
         <tr>
           <th className="num">ID</th>
           <th>Name</th>
+          <th>Project</th>
           <th>Status</th>
           <th className="num">World</th>
           <th className="num">Attempt</th>
@@ -35,6 +36,7 @@ export function JobsTable({ jobs }: { jobs: JobSummary[] }) {
                 {job.name}
               </Link>
             </td>
+            <td className="muted">{job.project}</td>
             <td>
               <StatusBadge status={job.status} title={job.status_reason || undefined} />
             </td>

@@ -1,4 +1,5 @@
 import { useState, type FormEvent } from 'react'
+import { useMe } from '../../auth/api/get-me'
 import { Field } from '../../../components/Field'
 import { FieldErrors } from '../../../components/FieldErrors'
 import { isApiError } from '../../../lib/api'
@@ -17,6 +18,8 @@ const DEFAULT_ENTRYPOINT = 'examples/mlp_ddp.py'
 export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
   const create = useCreateJob()
   const recipes = useRecipes()
+  // A picker only for someone in several projects; everyone else submits to their one (or "default").
+  const projects = useMe().data?.projects ?? []
   const [form, setForm] = useState({
     name: '',
     entrypoint: DEFAULT_ENTRYPOINT,
@@ -24,10 +27,12 @@ export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
     procs_per_node: '1',
     steps: '500',
     max_restarts: '3',
+    project: '',
   })
   // Until the list arrives (or if it cannot), the chosen entrypoint is the only option.
   const choices = recipes.data ?? [{ entrypoint: form.entrypoint, summary: '' }]
   const summary = choices.find((r) => r.entrypoint === form.entrypoint)?.summary
+  const chosenProject = form.project || (projects.includes('default') ? 'default' : (projects[0] ?? ''))
   const set = (key: keyof typeof form) => (e: { target: { value: string } }) =>
     setForm((f) => ({ ...f, [key]: e.target.value }))
 
@@ -42,6 +47,7 @@ export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
     const spec: JobSpecInput = {
       name: form.name.trim(),
       entrypoint: form.entrypoint,
+      ...(projects.length > 1 ? { project: chosenProject } : {}),
       args: ['--steps', form.steps.trim()],
       resources: { nodes: Number(form.nodes), procs_per_node: Number(form.procs_per_node) },
       fault_tolerance: { max_restarts: Number(form.max_restarts) },
@@ -60,6 +66,17 @@ export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
       <Field label="Name" errors={errors.name}>
         <input name="name" required value={form.name} onChange={set('name')} placeholder="mnist-ddp" />
       </Field>
+      {projects.length > 1 && (
+        <Field label="Project" errors={errors.project}>
+          <select name="project" value={chosenProject} onChange={set('project')}>
+            {projects.map((p) => (
+              <option key={p} value={p}>
+                {p}
+              </option>
+            ))}
+          </select>
+        </Field>
+      )}
       <Field label="Entrypoint" errors={errors.entrypoint}>
         <select name="entrypoint" value={form.entrypoint} onChange={set('entrypoint')}>
           {choices.map((r) => (

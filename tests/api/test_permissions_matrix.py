@@ -1,0 +1,278 @@
+"""One assertion per route, method and role, generated from the URL configuration: a route under
+/api/ that is not listed in POLICY fails the suite, and so does one whose view lets a role do more
+(or less) than its policy says. The rules themselves live in torchyard_server.projects.permissions.
+
+Sample objects: project `lab` (admin ada, member mia, viewer vic) holds the job every job route is
+asked about, owned by ada (so mia, a member, may see it but not stop it); the outsider oz is a
+member of project `other` only. None of them is in the default project here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+from torchyard_server.artifacts.services import artifacts_record
+from torchyard_server.bundles.models import Bundle
+from torchyard_server.checkpoints.models import CheckpointManifest
+from torchyard_server.jobs.models import Job
+from torchyard_server.machines.services import machine_create, machine_delete
+from torchyard_server.projects.models import Membership, Project
+
+pytestmark = pytest.mark.django_db
+
+ROLES = ["staff", "admin", "member", "viewer", "outsider", "anonymous", "machine", "revoked_machine"]
+USERS = ["staff", "admin", "member", "viewer", "outsider"]
+
+# Expectations: what each role gets.
+OK, DENIED, HIDDEN, UNAUTH, BAD = "ok", "403", "404", "unauthenticated", "400"
+ADMITTED = "admitted"  # past authentication; the object may still be none of its business (404)
+
+
+def everyone_signed_in(role: str) -> str:
+    return OK if role in USERS else UNAUTH
+
+
+def staff_only(role: str) -> str:
+    return OK if role == "staff" else DENIED if role in USERS else UNAUTH
+
+
+def job_read(role: str) -> str:
+    return OK if role in ("staff", "admin", "member", "viewer") else HIDDEN if role == "outsider" else UNAUTH
+
+
+def job_control(role: str) -> str:
+    # The job is ada's: mia (a member) may stop only her own.
+    return {"staff": OK, "admin": OK, "member": DENIED, "viewer": DENIED, "outsider": HIDDEN}.get(role, UNAUTH)
+
+
+def submit(role: str) -> str:
+    # Into project lab: a viewer is refused (403), an outsider does not see lab at all (400).
+    return {"staff": OK, "admin": OK, "member": OK, "viewer": DENIED, "outsider": BAD}.get(role, UNAUTH)
+
+
+def submits_somewhere(role: str) -> str:
+    return DENIED if role == "viewer" else everyone_signed_in(role)
+
+
+def project_read(role: str) -> str:
+    return job_read(role)
+
+
+def project_admin(role: str) -> str:
+    return {"staff": OK, "admin": OK, "member": DENIED, "viewer": DENIED, "outsider": HIDDEN}.get(role, UNAUTH)
+
+
+def public(role: str) -> str:
+    return OK
+
+
+def agent(role: str) -> str:
+    # A machine token only; a user's token or a removed machine's is refused.
+    return ADMITTED if role == "machine" else UNAUTH
+
+
+READ_WRITE_STAFF = {"get": everyone_signed_in, "post": staff_only, "patch": staff_only, "delete": staff_only}
+
+POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
+    "api/health": public,
+    "api/schema/": everyone_signed_in,
+    "api/docs/": everyone_signed_in,
+    "api/auth/csrf": public,
+    "api/auth/login": public,
+    "api/auth/logout": public,
+    "api/auth/me": everyone_signed_in,
+    "api/auth/token": public,
+    "api/agent/config": agent,
+    "api/agent/bundles/<str:sha256>": agent,
+    "api/bundles": everyone_signed_in,
+    "api/bundles/limits": everyone_signed_in,
+    "api/bundles/<str:sha256>": everyone_signed_in,  # per uploader: someone else's bundle is a 404
+    "api/machines": READ_WRITE_STAFF,
+    "api/machines/<int:machine_id>": READ_WRITE_STAFF,
+    "api/machines/<int:machine_id>/rotate-token": staff_only,
+    "api/projects": {"get": everyone_signed_in, "post": staff_only},
+    "api/projects/<str:name>": project_read,
+    "api/projects/<str:name>/members": {"get": project_read, "post": project_admin},
+    "api/projects/<str:name>/members/<str:username>": project_admin,
+    "api/recipes": everyone_signed_in,
+    "api/jobs": {"get": everyone_signed_in, "post": submit},
+    "api/jobs/plan": submit,
+    "api/jobs/<int:job_id>": {"get": job_read, "delete": job_control},
+    "api/jobs/<int:job_id>/stop": job_control,
+    "api/jobs/<int:job_id>/summary": job_read,
+    "api/jobs/<int:job_id>/logs": job_read,
+    "api/jobs/<int:job_id>/metrics": job_read,
+    "api/jobs/<int:job_id>/events": job_read,
+    "api/jobs/<int:job_id>/checkpoints": job_read,
+    "api/jobs/<int:job_id>/artifacts": job_read,
+    "api/jobs/<int:job_id>/artifacts/archive": job_read,
+    "api/jobs/<int:job_id>/artifacts/<int:artifact_id>": job_read,
+    "api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>": job_read,
+    "api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>/files/<path:path>": job_read,
+    "api/network/machines": READ_WRITE_STAFF,
+    "api/network/machines/by-name/<str:name>": staff_only,
+    "api/network/machines/<int:machine_id>": READ_WRITE_STAFF,
+    "api/network/machines/<int:machine_id>/ping": everyone_signed_in,
+    "api/network/machines/<int:machine_id>/dispatch_job": submit,
+    "api/network/status": everyone_signed_in,
+    "api/network/health-check": everyone_signed_in,
+    "api/network/capabilities": everyone_signed_in,
+    "api/network/distributed/plan": submit,
+    "api/network/distributed/dispatch": submit,
+    "api/network/distributed/status/<int:job_id>": job_read,
+    "api/network/distributed/stop/<int:job_id>": job_control,
+    "api/network/prepare_dependencies": submits_somewhere,
+    "api/network/local_job_output/<int:job_id>": job_read,
+    "api/network/local_job_file/<int:job_id>/<path:key>": job_read,
+    "api/tasks/distributed/suggest_machines": everyone_signed_in,
+}
+
+SPEC = {"name": "m", "project": "lab", "entrypoint": "examples/mlp_ddp.py", "args": ["--steps", "2"],
+        "distributed": {"backend": "gloo"}}
+BODIES = {
+    "api/jobs": SPEC,
+    "api/jobs/plan": SPEC,
+    "api/network/machines/<int:machine_id>/dispatch_job": SPEC,
+    "api/network/distributed/plan": {"plugin_name": "mlp_ddp", "project": "lab", "resource_requirements": {"num_machines": 1}},
+    "api/network/distributed/dispatch": {"plugin_name": "mlp_ddp", "project": "lab", "resource_requirements": {"num_machines": 1}},
+    "api/network/prepare_dependencies": {"pip": ["six"]},
+    "api/projects": {"name": "new-one"},
+    "api/projects/<str:name>/members": {"username": "oz", "role": "viewer"},
+    "api/projects/<str:name>/members/<str:username>": {"role": "admin"},
+    "api/machines": {"name": "new-machine", "host": "10.0.0.9"},
+    "api/machines/<int:machine_id>": {"status": "draining"},
+    "api/network/machines/<int:machine_id>": {"status": "draining"},
+    "api/auth/login": {"username": "nobody", "password": "x"},
+    "api/auth/token": {"username": "nobody", "password": "x"},
+}
+
+
+def api_routes() -> list[tuple[str, str, type]]:
+    """(route, method, view class) for every /api/ route of the URL configuration."""
+    found = []
+
+    def walk(patterns, prefix=""):
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                walk(p.url_patterns, prefix + str(p.pattern))
+            elif isinstance(p, URLPattern):
+                route = prefix + str(p.pattern)
+                if not route.startswith("api/"):
+                    continue
+                view = getattr(p.callback, "view_class", None) or getattr(p.callback, "cls", None)
+                methods = [m for m in ("get", "post", "put", "patch", "delete") if view is None or hasattr(view, m)]
+                found.extend((route, m, view) for m in methods)
+
+    walk(get_resolver().url_patterns)
+    return found
+
+
+ROUTES = api_routes()
+
+
+def test_every_api_route_has_a_policy():
+    unlisted = sorted({route for route, _, _ in ROUTES} - set(POLICY))
+    assert not unlisted, f"routes without a permission policy in this test (add one): {unlisted}"
+
+
+@pytest.fixture
+def world(settings, tmp_path, django_user_model):
+    settings.STORAGE_URL = (tmp_path / "store").as_uri()
+    users = {
+        "staff": django_user_model.objects.create_user("sid", is_staff=True),
+        "admin": django_user_model.objects.create_user("ada"),
+        "member": django_user_model.objects.create_user("mia"),
+        "viewer": django_user_model.objects.create_user("vic"),
+        "outsider": django_user_model.objects.create_user("oz"),
+    }
+    Membership.objects.filter(project__name="default").delete()
+    lab, other = Project.objects.create(name="lab"), Project.objects.create(name="other")
+    for role in ("admin", "member", "viewer"):
+        Membership.objects.create(project=lab, user=users[role], role=role)
+    Membership.objects.create(project=other, user=users["outsider"], role="member")
+
+    machine, token = machine_create(name="gpu-a", host="10.0.0.1")
+    gone, revoked = machine_create(name="gone", host="10.0.0.2")
+    machine_delete(machine=gone)
+    job = Job.objects.create(name="labs", spec={}, owner=users["admin"], project=lab, status=Job.Status.COMPLETED)
+
+    root = tmp_path / "store" / f"job-{job.pk}"
+    (root / "checkpoints" / "step-1").mkdir(parents=True)
+    weights = b"w" * 8
+    (root / "checkpoints" / "step-1" / "w.bin").write_bytes(weights)
+    files = [{"path": "w.bin", "size": 8, "sha256": hashlib.sha256(weights).hexdigest()}]
+    (root / "checkpoints" / "step-1" / "manifest.json").write_text(json.dumps({"files": files}))
+    checkpoint = CheckpointManifest.objects.create(
+        job=job, step=1, uri=(root / "checkpoints" / "step-1" / "manifest.json").as_uri(), files=files,
+        committed_at=timezone.now())
+    out = root / "artifacts" / "attempt-0" / "node-0"
+    out.mkdir(parents=True)
+    (out / "model.txt").write_bytes(b"m\n")
+    artifacts_record(event={"job": job.pk, "attempt": 0, "node_rank": 0, "files": [
+        {"path": "model.txt", "size": 2, "sha256": hashlib.sha256(b"m\n").hexdigest(), "uri": (out / "model.txt").as_uri()}]})
+    bundle = Bundle.objects.create(sha256="a" * 64, size=1, unpacked_size=1)
+    bundle.owners.set(users.values())  # bundles stay per uploader: every user here uploaded this one
+    return {"users": users, "job": job, "machine": machine, "token": token, "revoked": revoked,
+            "checkpoint": checkpoint, "artifact": job.artifacts.get(), "bundle": bundle}
+
+
+def client_for(role: str, world) -> APIClient:
+    client = APIClient()
+    if role in USERS:
+        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=world['users'][role]).key}")
+    elif role == "machine":
+        client.credentials(HTTP_AUTHORIZATION=f"Machine {world['token']}")
+    elif role == "revoked_machine":
+        client.credentials(HTTP_AUTHORIZATION=f"Machine {world['revoked']}")
+    return client
+
+
+def url_for(route: str, world) -> str:
+    values = {
+        "job_id": world["job"].pk, "machine_id": world["machine"].pk, "checkpoint_id": world["checkpoint"].pk,
+        "artifact_id": world["artifact"].pk, "path": "w.bin", "key": "model.txt", "sha256": "a" * 64,
+        "name": "gpu-a" if "by-name" in route else "lab", "username": "vic",
+    }
+    url = route
+    for conv in ("int", "str", "path"):
+        for name, value in values.items():
+            url = url.replace(f"<{conv}:{name}>", str(value))
+    assert "<" not in url, f"no sample value for {url}"
+    return "/" + url
+
+
+def expected(route: str, method: str, role: str) -> str:
+    policy = POLICY[route]
+    rule = policy[method] if isinstance(policy, dict) else policy
+    return rule(role)
+
+
+CASES = [(route, method, role) for route, method, _ in ROUTES if route in POLICY for role in ROLES]
+
+
+@pytest.mark.parametrize(("route", "method", "role"), CASES, ids=[f"{m.upper()} /{r} as {o}" for r, m, o in CASES])
+def test_each_role_gets_what_the_policy_says(world, monkeypatch, route, method, role):
+    from torchyard_server.celery import app as celery_app
+
+    monkeypatch.setattr(celery_app.control, "ping", lambda timeout=1.0: [])
+    monkeypatch.setattr(celery_app, "send_task", lambda *a, **k: None)
+    client = client_for(role, world)
+    body = BODIES.get(route) if method in ("post", "put", "patch") else None
+    response = getattr(client, method)(url_for(route, world), body, format="json", HTTP_ACCEPT="*/*")
+    want = expected(route, method, role)
+    got = response.status_code
+    detail = f"{method.upper()} {url_for(route, world)} as {role}: {got} {getattr(response, 'content', b'')[:300]!r}"
+    if want == OK:
+        assert got < 500 and got not in (401, 403, 404), detail
+    elif want == ADMITTED:
+        assert got < 500 and got not in (401, 403), detail
+    elif want == UNAUTH:
+        assert got in (401, 403), detail
+    else:
+        assert got == int(want), detail
