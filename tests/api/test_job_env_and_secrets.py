@@ -172,3 +172,18 @@ def test_secrets_sealed_under_an_old_key_open_after_a_new_key_is_put_first(setti
     settings.SECRET_ENV_KEYS = [Fernet.generate_key().decode()]
     with pytest.raises(secretbox.SecretUnreadable):
         secretbox.unseal(sealed)
+
+
+def test_a_job_whose_secrets_no_key_opens_fails_at_dispatch_saying_why(api, two_machines, settings):
+    from cryptography.fernet import Fernet
+
+    settings.SECRET_ENV_KEYS = [Fernet.generate_key().decode()]
+    created = api.post("/api/jobs", spec(secret_env={"WANDB_API_KEY": SECRET}), format="json")
+    assert created.status_code == 201, created.json()
+    # The operator replaced the key (and SECRET_KEY, which a derived key would come from).
+    settings.SECRET_ENV_KEYS = [Fernet.generate_key().decode()]
+    settings.SECRET_KEY = "another-secret-key-entirely-0123456789"
+    job_schedule(job_id=created.json()["id"])
+    job = Job.objects.get(pk=created.json()["id"])
+    assert job.status == "failed" and "cannot be decrypted" in job.status_reason
+    assert not job.nodes.exists()

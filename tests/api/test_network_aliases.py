@@ -71,3 +71,10 @@ def test_dispatch_job_pins_the_whole_job_to_one_machine(api, two_machines):
 def test_capabilities_describe_the_server_machine(api):
     body = api.get("/api/network/capabilities").json()
     assert body["capabilities"]["cpu_count"] >= 1 and "cpu_usage" in body["current_load"]
+
+
+def test_a_seed_plan_without_resource_requirements_takes_their_defaults(api, two_machines):
+    body = {key: value for key, value in SEED_PLAN.items() if key != "resource_requirements"}
+    response = api.post("/api/network/distributed/plan", body, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["execution_plan"]["world_size"] == 1  # one machine, one process

@@ -137,10 +137,20 @@ def _plan_and_dispatch(*, job_id: int, from_status: str, prefix: str = "") -> No
             return
         try:
             plan = job_preview_plan(spec=job.spec)
+            _open_secrets(job.spec)
         except PlanError as exc:
             transition_job(job, J.FAILED if exc.kind == "invalid" else J.QUEUED, prefix + exc.reason)
             return
+        except secretbox.SecretUnreadable as exc:
+            # Nothing will open them later either: fail now rather than leave the job half-dispatched.
+            transition_job(job, J.FAILED, prefix + str(exc))
+            return
         _dispatch(job, plan)
+
+
+def _open_secrets(spec: dict[str, Any]) -> dict[str, str]:
+    """The job's secret_env in clear, for its launches only; raises SecretUnreadable."""
+    return {name: secretbox.unseal(sealed) for name, sealed in (spec.get("secret_env") or {}).items()}
 
 
 def _next_attempt(job: Job) -> int:
@@ -207,7 +217,7 @@ def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manife
         args=list(spec.get("args") or []),
         env=env,
         # Opened only here: the payload crosses Redis to the agent, which gives them to the ranks.
-        secret_env={name: secretbox.unseal(sealed) for name, sealed in (spec.get("secret_env") or {}).items()},
+        secret_env=_open_secrets(spec),
         config={key: spec.get(key) for key in (
             "hyperparameters", "scaling", "distributed", "checkpointing", "compression", "resources")}
         | {"backend": plan["backend"], "job_name": job.name},

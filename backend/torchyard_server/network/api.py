@@ -59,11 +59,18 @@ class DistributedTrainingConfig(serializers.Serializer):
         return attrs
 
 
+def _default_requirements() -> dict:
+    defaults = ResourceRequirements(data={})
+    defaults.is_valid(raise_exception=True)
+    return dict(defaults.validated_data)
+
+
 def _spec_from_seed(data: dict, request) -> dict:
     """Translate the seed's request into a JobSpec and validate it like any other."""
     plugin = data["plugin_name"]
     entrypoint = plugin if plugin.endswith(".py") else f"examples/{plugin}.py"
-    req = data["resource_requirements"]
+    # A nested serializer's default ({}) is not validated: its own defaults fill an absent section.
+    req = data["resource_requirements"] or _default_requirements()
     spec = {
         "name": plugin.rsplit("/", 1)[-1].removesuffix(".py"),
         "project": data["project"],
