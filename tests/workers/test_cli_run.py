@@ -19,7 +19,7 @@ from torchyard import cli
 from torchyard.client import CliError
 from torchyard.client.artifacts import artifact_destination, download_artifacts
 from torchyard.client.http import ApiClient
-from torchyard.client.specfile import entrypoint_in, load_spec_file, parse_env, run_spec
+from torchyard.client.specfile import entrypoint_in, load_spec_file, parse_env, run_spec, secret_env_from
 
 
 # --- a fake of the server's HTTP API ------------------------------------------------------------
@@ -144,6 +144,17 @@ def test_env_without_equals_is_a_readable_error():
         parse_env(["FOO"])
 
 
+def test_secret_env_takes_names_and_reads_values_from_the_environment():
+    assert parse("--secret-env", "TOKEN", "--secret-env", "KEY", "t.py").secret_env == ["TOKEN", "KEY"]
+    assert secret_env_from(["TOKEN"], {"TOKEN": "s3cr=t", "OTHER": "x"}) == {"TOKEN": "s3cr=t"}
+    # A value on the command line would stay in the shell's history: refused, and not echoed back.
+    with pytest.raises(CliError, match=r"--secret-env TOKEN=\.\.\.: give only the name") as refused:
+        secret_env_from(["TOKEN=hunter2"], {})
+    assert "hunter2" not in str(refused.value)
+    with pytest.raises(CliError, match="--secret-env MISSING: MISSING is not set in your environment"):
+        secret_env_from(["MISSING"], {})
+
+
 def test_run_spec_names_the_job_after_the_script_and_the_directory(project: Path):
     spec = run_spec(target="train.py", module=False, args=["--lr", "0.1"], directory=project, nnodes=2,
                     nproc_per_node=2, gpus_per_node=1, env={"A": "1"}, pip=["einops"], max_restarts=0)
@@ -188,6 +199,7 @@ def test_run_packs_uploads_once_and_submits_the_spec(fake_api, project, monkeypa
     assert spec["args"] == ["--lr", "0.1", "--detach"]
     assert spec["resources"] == {"nodes": 2, "procs_per_node": 2}
     assert spec["env"] == {"SEED": "1"} and spec["runtime"] == {"pip": ["rich"]}
+    assert "secret_env" not in spec and "project" not in spec
 
     # Unchanged code: the server is asked, and nothing is uploaded again.
     assert run_cli(server, "run", "--detach", "-m", "pkg.train", "--x", "1") == 0
@@ -196,6 +208,16 @@ def test_run_packs_uploads_once_and_submits_the_spec(fake_api, project, monkeypa
     assert sum(1 for r in api.requests if r[0] == "PUT") == 1
     assert api.submitted[1]["module"] == "pkg.train" and api.submitted[1]["args"] == ["--x", "1"]
     assert api.submitted[1]["code"] == {"bundle": sha}
+
+
+def test_run_sends_secrets_from_the_environment_and_the_project(fake_api, project, monkeypatch, capsys):
+    api, server = fake_api
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("WANDB_API_KEY", "k-123")
+    assert run_cli(server, "run", "--secret-env", "WANDB_API_KEY", "--project", "vision", "--detach", "train.py") == 0
+    spec = api.submitted[0]
+    assert spec["secret_env"] == {"WANDB_API_KEY": "k-123"} and spec["project"] == "vision"
+    assert "k-123" not in capsys.readouterr().out
 
 
 def test_run_refuses_a_script_its_ignore_files_leave_out(fake_api, project, monkeypatch, capsys):

@@ -29,7 +29,7 @@ from torchyard.client import CliError
 from torchyard.client.artifacts import show_or_download
 from torchyard.client.follow import JobRenderer, follow_job
 from torchyard.client.http import ApiClient
-from torchyard.client.specfile import entrypoint_in, load_spec_file, parse_env, run_spec
+from torchyard.client.specfile import entrypoint_in, load_spec_file, parse_env, run_spec, secret_env_from
 from torchyard.client.upload import upload_project
 
 
@@ -139,7 +139,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = run_spec(
         target=target, module=args.module, args=argv[1:], directory=directory, nnodes=args.nnodes,
         nproc_per_node=args.nproc_per_node, gpus_per_node=args.gpus_per_node, name=args.name,
-        env=parse_env(args.env), pip=args.pip, max_restarts=args.max_restarts,
+        env=parse_env(args.env), secret_env=secret_env_from(args.secret_env, dict(os.environ)),
+        pip=args.pip, max_restarts=args.max_restarts, project=args.project,
     )
     api, console = _client(args), Console()
     spec["code"] = {"bundle": upload_project(api, directory, console, entrypoint=None if args.module else target)}
@@ -242,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="job name (default: the script and the project directory's name)")
     run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                      help="environment variable of every rank (repeatable)")
+    run.add_argument("--secret-env", action="append", default=[], metavar="NAME",
+                     help="pass NAME from your environment to every rank as a secret: stored encrypted, "
+                          "never shown by the API, masked in logs (repeatable)")
+    run.add_argument("--project", help="the project to run in (default: the server's default project)")
     run.add_argument("--pip", action="append", default=[], metavar="REQUIREMENT",
                      help="extra package to install with the project's requirements.txt (repeatable)")
     run.add_argument("--dir", help="the project directory to pack (default: the current directory)")

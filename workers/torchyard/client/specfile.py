@@ -87,6 +87,20 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def secret_env_from(names: list[str], environ: dict[str, str]) -> dict[str, str]:
+    """`--secret-env NAME` flags as a mapping, each value read from this shell's environment: a
+    secret given on the command line would stay in the shell's history and in `ps` output."""
+    secrets = {}
+    for name in names:
+        if not name or "=" in name:
+            raise CliError(f"--secret-env {name.partition('=')[0]}=...: give only the name; the value is read "
+                           "from your environment (export it first)")
+        if name not in environ:
+            raise CliError(f"--secret-env {name}: {name} is not set in your environment")
+        secrets[name] = environ[name]
+    return secrets
+
+
 def entrypoint_in(directory: Path, script: str, cwd: Path) -> str:
     """The script `torchyard run` was given, as a path inside the project directory (the bundle's
     root). It is read relative to the current directory first, as a shell user means it, then
@@ -100,8 +114,9 @@ def entrypoint_in(directory: Path, script: str, cwd: Path) -> str:
 
 def run_spec(*, target: str, module: bool, args: list[str], directory: Path, nnodes: int,
              nproc_per_node: int, gpus_per_node: int | None = None, name: str | None = None,
-             env: dict[str, str] | None = None, pip: list[str] | None = None,
-             max_restarts: int | None = None) -> dict[str, Any]:
+             env: dict[str, str] | None = None, secret_env: dict[str, str] | None = None,
+             pip: list[str] | None = None, max_restarts: int | None = None,
+             project: str | None = None) -> dict[str, Any]:
     """The JobSpec of `torchyard run`, without its `code` (set once the bundle is uploaded).
     `target` is the entrypoint (a path inside `directory`) or, with `module`, a module name."""
     resources: dict[str, Any] = {"nodes": nnodes, "procs_per_node": nproc_per_node}
@@ -115,6 +130,10 @@ def run_spec(*, target: str, module: bool, args: list[str], directory: Path, nno
     }
     if env:
         spec["env"] = dict(env)
+    if secret_env:
+        spec["secret_env"] = dict(secret_env)
+    if project:
+        spec["project"] = project
     if pip:
         spec["runtime"] = {"pip": list(pip)}
     if max_restarts is not None:
