@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "channels",
+    "torchyard_server.audit",
     "torchyard_server.projects",
     "torchyard_server.accounts",
     "torchyard_server.machines",
@@ -52,6 +53,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "torchyard_server.audit.middleware.remember_request",
 ]
 
 ROOT_URLCONF = "torchyard_server.urls"

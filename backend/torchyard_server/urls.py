@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from .accounts import api as accounts
 from .artifacts import api as artifacts
+from .audit import api as audit
 from .bundles import api as bundles
 from .checkpoints import api as checkpoints
 from .jobs import agent_api
@@ -23,6 +24,7 @@ api = [
     path("api/auth/logout", accounts.LogoutView.as_view()),
     path("api/auth/me", accounts.MeView.as_view()),
     path("api/auth/token", accounts.TokenView.as_view()),
+    path("api/audit", audit.AuditListView.as_view()),
     path("api/agent/config", machines.AgentConfigView.as_view()),
     path("api/agent/bundles/<str:sha256>", agent_api.AgentBundleView.as_view()),
     path("api/bundles", bundles.BundleListView.as_view()),

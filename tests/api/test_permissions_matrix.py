@@ -88,6 +88,7 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/auth/logout": public,
     "api/auth/me": everyone_signed_in,
     "api/auth/token": public,
+    "api/audit": staff_only,
     "api/agent/config": agent,
     "api/agent/bundles/<str:sha256>": agent,
     "api/bundles": everyone_signed_in,

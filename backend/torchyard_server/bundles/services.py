@@ -16,6 +16,7 @@ from django.core.files.storage import FileSystemStorage, Storage
 from django.db import transaction
 from torchyard.bundles import BundleError, inspect_archive, size_text
 
+from ..audit import services as audit
 from ..stores import storage_at, store_url
 from .models import Bundle
 
@@ -90,4 +91,8 @@ def bundle_store(*, sha256: str, stream: IO[bytes], owner) -> tuple[Bundle, bool
             sha256=sha256, defaults={"size": size, "unpacked_size": info.unpacked_size, "files": files}
         )
         bundle.owners.add(owner)
+        # Named by its sha256, the name users and specs know it by; uploading it again is recorded
+        # too, since it is what lets another user run those bytes.
+        audit.record(None, audit.Action.BUNDLE_UPLOAD, audit.Target("bundle", bundle.sha256, str(bundle)),
+                     size=bundle.size, files=len(bundle.files), new=created)
     return bundle, created

@@ -9,7 +9,7 @@ from ..params import int_param
 from ..projects.permissions import require_job_control
 from .selectors import job_get, job_list, job_visible_or_404
 from .serializers import JobDetailOut, JobSummaryOut
-from .services import job_preview_plan, job_stop, job_submit
+from .services import job_delete, job_preview_plan, job_stop, job_submit
 from .spec import JobSpecSerializer, recipe_catalog
 from .states import JOB_LIVE
 
@@ -63,7 +63,7 @@ class JobDetailView(APIView):
         if job.status in JOB_LIVE:
             job_stop(job_id=job.pk, reason=f"cancelled by {request.user.username}")
             return Response(JobDetailOut(job_get(job_id=job.pk)).data, status=status.HTTP_202_ACCEPTED)
-        job.delete()
+        job_delete(job=job)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -6,7 +6,10 @@ class JobsConfig(AppConfig):
     label = "jobs"
 
     def ready(self) -> None:
+        from ..machines.registries import register_usage_lookup
         from ..machines.services import machine_deleting
+        from .selectors import usage_by_machine
         from .services import nodes_on_removed_machine
 
         machine_deleting.connect(nodes_on_removed_machine, dispatch_uid="jobs.nodes_on_removed_machine")
+        register_usage_lookup(usage_by_machine)

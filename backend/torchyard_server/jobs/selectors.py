@@ -35,6 +35,22 @@ def job_get(*, job_id: int) -> Job | None:
     return Job.objects.select_related("owner", "project").prefetch_related("nodes").filter(pk=job_id).first()
 
 
+def usage_by_machine() -> dict[int, list[dict[str, Any]]]:
+    """What live nodes take on each machine, per project (machines.registries): a project's name
+    and counts, never a job, since every signed-in user sees the cluster."""
+    live = JobNode.objects.filter(status__in=NODE_LIVE, machine__isnull=False).values_list(
+        "machine_id", "job__project__name", "gpus", "nproc")
+    totals: dict[tuple[int, str], list[int]] = {}
+    for machine_id, project, gpus, nproc in live:
+        taken = totals.setdefault((machine_id, project), [0, 0])
+        taken[0] += len(gpus or [])
+        taken[1] += nproc
+    usage: dict[int, list[dict[str, Any]]] = {}
+    for (machine_id, project), (gpus, processes) in sorted(totals.items()):
+        usage.setdefault(machine_id, []).append({"project": project, "gpus": gpus, "processes": processes})
+    return usage
+
+
 def machine_candidates() -> list[Candidate]:
     """Snapshots for the planner: every machine with what live nodes already hold on it. Here and
     not in machines, which sits below jobs and knows nothing of nodes."""

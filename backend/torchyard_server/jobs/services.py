@@ -17,6 +17,7 @@ from django.utils import timezone
 from torchyard import protocol
 
 from .. import secretbox
+from ..audit import services as audit
 from ..bundles.services import bundles_url
 from ..celery import app as celery_app
 from ..events import publish_on_commit
@@ -85,6 +86,7 @@ def job_submit(*, spec: dict[str, Any], owner) -> Job:
             {"type": protocol.STATE, "job": job.pk, "attempt": 0, "scope": "job",
              "status": J.QUEUED, "previous": None, "reason": "submitted"}
         )
+        audit.record(None, audit.Action.JOB_SUBMIT, job, resources=spec.get("resources") or {})
         transaction.on_commit(lambda: _send_control("torchyard_server.jobs.tasks.schedule_job", job.pk))
     return job
 
@@ -262,6 +264,7 @@ def job_stop(*, job_id: int, reason: str = "stop requested") -> Job | None:
         job = Job.objects.select_for_update().filter(pk=job_id).first()
         if job is None or job.status in JOB_FINAL or job.status == J.STOPPING:
             return job
+        audit.record(None, audit.Action.JOB_STOP, job, previous=job.status, reason=reason)
         live = _live_nodes(job)
         if job.status in (J.QUEUED, J.PLANNING) or not live:
             transition_job(job, J.STOPPED, reason)
@@ -269,6 +272,13 @@ def job_stop(*, job_id: int, reason: str = "stop requested") -> Job | None:
         transition_job(job, J.STOPPING, reason)
         _stop_nodes(live)
     return job
+
+
+def job_delete(*, job: Job) -> None:
+    """Delete a finished job with its nodes, events and records (a live one is stopped instead)."""
+    with transaction.atomic():
+        audit.record(None, audit.Action.JOB_DELETE, job, status=job.status)
+        job.delete()
 
 
 def _finish_stopping_if_done(job: Job) -> None:

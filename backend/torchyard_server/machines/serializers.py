@@ -1,17 +1,35 @@
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .models import Machine
+from .registries import machine_usage
+
+
+class MachineUsageOut(serializers.Serializer):
+    project = serializers.CharField()
+    gpus = serializers.IntegerField(help_text="GPUs its live nodes hold here")
+    processes = serializers.IntegerField(help_text="processes its live nodes run here")
 
 
 class MachineOut(serializers.ModelSerializer):
+    usage = serializers.SerializerMethodField(help_text=(
+        "What each project's live jobs take here; project names and counts only, so everyone who sees "
+        "the cluster sees who uses it and no one sees other projects' jobs."))
     class Meta:
         model = Machine
         fields = [
             "id", "name", "host", "port", "status", "drained", "capabilities", "current_load", "labels",
-            "agent_version", "last_heartbeat", "created_at",
+            "agent_version", "last_heartbeat", "created_at", "usage",
         ]
+
+    @extend_schema_field(MachineUsageOut(many=True))
+    def get_usage(self, machine: Machine) -> list[dict]:
+        # Looked up once per response: a list's items share their root serializer's context.
+        if "usage" not in self.context:
+            self.context["usage"] = machine_usage()
+        return self.context["usage"].get(machine.pk, [])
 
 
 class MachineIn(serializers.Serializer):

@@ -10,6 +10,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 from torchyard import protocol
 
+from ..audit import services as audit
 from ..celery import app as celery_app
 from .models import Machine
 from .states import MACHINE_UP, drain_status, reported_status, transition_machine, transition_machines
@@ -22,6 +23,7 @@ def machine_create(*, name: str, host: str, port: int = 8001, labels: dict | Non
         machine = Machine.objects.create(
             name=name, host=host, port=port, labels=labels or {}, token_hash=Machine.hash_secret(secret)
         )
+        audit.record(None, audit.Action.MACHINE_ADD, machine, host=host, port=port, labels=labels or {})
     return machine, protocol.make_machine_token(machine.pk, secret)
 
 
@@ -29,7 +31,9 @@ def machine_rotate_token(*, machine: Machine) -> str:
     """A new token for the same machine (its id, history and jobs stay); the old one is refused from
     now on, so an agent still running with it must be restarted with the new one."""
     secret = secrets.token_urlsafe(32)
-    Machine.objects.filter(pk=machine.pk).update(token_hash=Machine.hash_secret(secret), updated_at=timezone.now())
+    with transaction.atomic():
+        Machine.objects.filter(pk=machine.pk).update(token_hash=Machine.hash_secret(secret), updated_at=timezone.now())
+        audit.record(None, audit.Action.MACHINE_ROTATE_TOKEN, machine)
     return protocol.make_machine_token(machine.pk, secret)
 
 
@@ -94,13 +98,26 @@ def machine_update(*, machine: Machine, **fields: Any) -> Machine:
     status = fields.pop("status", None)
     if status is not None:
         fields["drained"] = status == Machine.Status.DRAINING
+    before = {key: getattr(machine, key) for key in fields}
     for key, value in fields.items():
         setattr(machine, key, value)
     with transaction.atomic():
         machine.save(update_fields=[*fields, "updated_at"])
         if status is not None:
             transition_machine(machine, drain_status(drained=fields["drained"]), only_from=MACHINE_UP)
+        _audit_update(machine, before, fields)
     return machine
+
+
+def _audit_update(machine: Machine, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """A drain (or its undoing) is an entry of its own; a change of host, port or labels another."""
+    if "drained" in after:
+        action = audit.Action.MACHINE_DRAIN if after["drained"] else audit.Action.MACHINE_UNDRAIN
+        audit.record(None, action, machine, was_drained=before["drained"])
+    changed = {key: {"from": before[key], "to": value} for key, value in after.items()
+               if key != "drained" and before[key] != value}
+    if changed:
+        audit.record(None, audit.Action.MACHINE_UPDATE, machine, changed=changed)
 
 
 class MachineInUse(Exception):
@@ -125,6 +142,7 @@ def machine_delete(*, machine: Machine, force: bool = False) -> None:
     machine_id = machine.pk
     with transaction.atomic():
         machine_deleting.send(sender=Machine, machine=machine, force=force)
+        audit.record(None, audit.Action.MACHINE_REMOVE, machine, force=force)
         machine.delete()
         transaction.on_commit(lambda: celery_app.send_task(
             protocol.TASK_SHUTDOWN, kwargs={"reason": f"machine {machine_id} was removed from the control plane"},

@@ -4,6 +4,7 @@ from typing import Any
 
 from django.db import transaction
 
+from ..audit import services as audit
 from .models import Membership, Project, default_project_pk
 
 
@@ -24,14 +25,24 @@ def project_create(*, name: str, description: str = "", admin: Any = None) -> Pr
         project = Project.objects.create(name=name, description=description)
         if admin is not None:
             Membership.objects.create(project=project, user=admin, role=Membership.Role.ADMIN)
+        audit.record(None, audit.Action.PROJECT_CREATE, project, admin=admin.get_username() if admin else None)
     return project
 
 
 def membership_set(*, project: Project, user: Any, role: str) -> tuple[Membership, bool]:
-    membership, created = Membership.objects.update_or_create(project=project, user=user, defaults={"role": role})
+    with transaction.atomic():
+        previous = Membership.objects.filter(project=project, user=user).values_list("role", flat=True).first()
+        membership, created = Membership.objects.update_or_create(project=project, user=user, defaults={"role": role})
+        if created:
+            audit.record(None, audit.Action.PROJECT_MEMBER_ADD, user, project=project, role=role)
+        elif previous != role:
+            audit.record(None, audit.Action.PROJECT_MEMBER_ROLE_CHANGE, user, project=project, role=role, previous=previous)
     return membership, created
 
 
 def membership_remove(*, project: Project, user: Any) -> bool:
-    deleted, _ = Membership.objects.filter(project=project, user=user).delete()
+    with transaction.atomic():
+        deleted, _ = Membership.objects.filter(project=project, user=user).delete()
+        if deleted:
+            audit.record(None, audit.Action.PROJECT_MEMBER_REMOVE, user, project=project)
     return bool(deleted)

@@ -44,6 +44,13 @@ export interface Recipe {
   summary: string
 }
 
+/** What one project's live jobs take on a machine: counts only, never which jobs. */
+export interface MachineUsage {
+  project: string
+  gpus: number
+  processes: number
+}
+
 export interface Machine {
   id: number
   name: string
@@ -57,6 +64,7 @@ export interface Machine {
   agent_version: string
   last_heartbeat: ISODateTime | null
   created_at: ISODateTime
+  usage: MachineUsage[]
 }
 
 export interface MachineCreate {

@@ -20,6 +20,7 @@ export function machine(overrides: Partial<Machine> = {}): Machine {
     agent_version: '0.1.0',
     last_heartbeat: new Date().toISOString(),
     created_at: '2025-01-01T10:00:00Z',
+    usage: [],
     ...overrides,
   }
 }

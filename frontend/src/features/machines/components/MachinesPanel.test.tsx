@@ -40,6 +40,21 @@ describe('machines', () => {
     expect(screen.queryByText(/tok-secret/)).not.toBeInTheDocument()
   })
 
+  it("shows which projects take each machine's GPUs and processes", async () => {
+    mockFetch({
+      ...csrfRoute(),
+      'GET /api/machines': () =>
+        json([
+          machine({ usage: [{ project: 'nlp', gpus: 0, processes: 1 }, { project: 'vision', gpus: 2, processes: 4 }] }),
+          machine({ id: 2, name: 'beta' }),
+        ]),
+    })
+    renderWithProviders(<MachinesPanel />)
+    const alphaRow = (await screen.findByText('alpha')).closest('tr')!
+    expect(within(alphaRow).getByText('nlp: 1 process; vision: 2 GPUs, 4 processes')).toBeInTheDocument()
+    expect(within(screen.getByText('beta').closest('tr')!).getByText('—')).toBeInTheDocument()
+  })
+
   it('deletes a machine only after confirmation', async () => {
     const requests = mockFetch({
       ...csrfRoute(),

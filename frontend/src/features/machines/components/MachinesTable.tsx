@@ -12,6 +12,18 @@ function gpuSummary(machine: Machine): string {
   return names.length ? `${gpu_count} × ${names.join(', ')}` : String(gpu_count)
 }
 
+function count(n: number, one: string, many: string): string {
+  return `${n} ${n === 1 ? one : many}`
+}
+
+/** Who holds the machine: every project's GPUs and processes (everyone sees this, not the jobs). */
+function usageSummary(machine: Machine): string {
+  if (!machine.usage?.length) return '—'
+  return machine.usage
+    .map((u) => `${u.project}: ${u.gpus ? `${count(u.gpus, 'GPU', 'GPUs')}, ` : ''}${count(u.processes, 'process', 'processes')}`)
+    .join('; ')
+}
+
 export function MachinesTable({ machines }: { machines: Machine[] }) {
   const remove = useDeleteMachine()
 
@@ -41,6 +53,7 @@ export function MachinesTable({ machines }: { machines: Machine[] }) {
             <th className="num">CPUs</th>
             <th className="num">Mem GB</th>
             <th>GPUs</th>
+            <th>In use</th>
             <th>CPU</th>
             <th>Mem</th>
             <th>Heartbeat</th>
@@ -59,6 +72,7 @@ export function MachinesTable({ machines }: { machines: Machine[] }) {
               <td className="num">{m.capabilities.cpu_count ?? '—'}</td>
               <td className="num">{formatGiB(m.capabilities.memory)}</td>
               <td>{gpuSummary(m)}</td>
+              <td>{usageSummary(m)}</td>
               <td>
                 <UsageBar percent={m.current_load.cpu_usage} label="CPU" />
               </td>
