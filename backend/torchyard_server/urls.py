@@ -7,12 +7,14 @@ from .artifacts import api as artifacts
 from .audit import api as audit
 from .bundles import api as bundles
 from .checkpoints import api as checkpoints
-from .jobs import agent_api
+from .experiments import api as experiments
+from .jobs import agent_api, cluster, purge_api
 from .jobs import api as jobs
 from .machines import api as machines
 from .network import urls as network_urls
 from .projects import api as projects
 from .streaming import api as streaming
+from .streaming import sse
 from .web import views as web
 
 api = [
@@ -33,6 +35,11 @@ api = [
     path("api/machines", machines.MachineListView.as_view()),
     path("api/machines/<int:machine_id>", machines.MachineDetailView.as_view()),
     path("api/machines/<int:machine_id>/rotate-token", machines.MachineRotateTokenView.as_view()),
+    path("api/cluster/workers", cluster.ClusterWorkersView.as_view()),
+    path("api/cluster/resources", cluster.ClusterResourcesView.as_view()),
+    path("api/experiments", experiments.RunListView.as_view()),
+    path("api/experiments/compare", experiments.RunCompareView.as_view()),
+    path("api/experiments/<str:run_id>", experiments.RunDetailView.as_view()),
     path("api/projects", projects.ProjectListView.as_view()),
     path("api/projects/<str:name>", projects.ProjectDetailView.as_view()),
     path("api/projects/<str:name>/members", projects.ProjectMembersView.as_view()),
@@ -40,10 +47,12 @@ api = [
     path("api/recipes", jobs.RecipeListView.as_view()),
     path("api/jobs", jobs.JobListView.as_view()),
     path("api/jobs/plan", jobs.JobPlanView.as_view()),
+    path("api/jobs/purge", purge_api.JobPurgeView.as_view()),
     path("api/jobs/<int:job_id>", jobs.JobDetailView.as_view()),
     path("api/jobs/<int:job_id>/stop", jobs.JobStopView.as_view()),
     path("api/jobs/<int:job_id>/summary", checkpoints.JobSummaryView.as_view()),
     path("api/jobs/<int:job_id>/logs", streaming.JobLogsView.as_view()),
+    path("api/jobs/<int:job_id>/logs/stream", sse.JobLogStreamView.as_view()),
     path("api/jobs/<int:job_id>/metrics", streaming.JobMetricsView.as_view()),
     path("api/jobs/<int:job_id>/events", streaming.JobEventsView.as_view()),
     path("api/jobs/<int:job_id>/checkpoints", checkpoints.JobCheckpointsView.as_view()),

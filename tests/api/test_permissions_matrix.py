@@ -72,6 +72,11 @@ def public(role: str) -> str:
     return OK
 
 
+def purge(role: str) -> str:
+    # Staff, or a project's admin (ada); the others admin no project.
+    return {"staff": OK, "admin": OK}.get(role, DENIED if role in USERS else UNAUTH)
+
+
 def agent(role: str) -> str:
     # A machine token only; a user's token or a removed machine's is refused.
     return ADMITTED if role == "machine" else UNAUTH
@@ -102,12 +107,20 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/projects/<str:name>/members": {"get": project_read, "post": project_admin},
     "api/projects/<str:name>/members/<str:username>": project_admin,
     "api/recipes": everyone_signed_in,
+    "api/cluster/workers": everyone_signed_in,
+    "api/cluster/resources": everyone_signed_in,
+    "api/experiments": everyone_signed_in,  # runs of each user's visible jobs only
+    "api/experiments/compare": job_read,  # compares a run of the lab job: hidden from the outsider
+    "api/experiments/<str:run_id>": job_read,
     "api/jobs": {"get": everyone_signed_in, "post": submit},
     "api/jobs/plan": submit,
+    "api/jobs/summaries": everyone_signed_in,  # each user's visible jobs only
+    "api/jobs/purge": purge,
     "api/jobs/<int:job_id>": {"get": job_read, "delete": job_control},
     "api/jobs/<int:job_id>/stop": job_control,
     "api/jobs/<int:job_id>/summary": job_read,
     "api/jobs/<int:job_id>/logs": job_read,
+    "api/jobs/<int:job_id>/logs/stream": job_read,
     "api/jobs/<int:job_id>/metrics": job_read,
     "api/jobs/<int:job_id>/events": job_read,
     "api/jobs/<int:job_id>/checkpoints": job_read,
@@ -151,6 +164,8 @@ BODIES = {
     "api/network/machines/<int:machine_id>": {"status": "draining"},
     "api/auth/login": {"username": "nobody", "password": "x"},
     "api/auth/token": {"username": "nobody", "password": "x"},
+    "api/jobs/purge": {"older_than_days": 0, "dry_run": True},
+    "api/experiments/compare": lambda world: {"runs": [f"{world['job'].pk}.0"]},
 }
 
 
@@ -238,7 +253,7 @@ def url_for(route: str, world) -> str:
     values = {
         "job_id": world["job"].pk, "machine_id": world["machine"].pk, "checkpoint_id": world["checkpoint"].pk,
         "artifact_id": world["artifact"].pk, "path": "w.bin", "key": "model.txt", "sha256": "a" * 64,
-        "name": "gpu-a" if "by-name" in route else "lab", "username": "vic",
+        "name": "gpu-a" if "by-name" in route else "lab", "username": "vic", "run_id": f"{world['job'].pk}.0",
     }
     url = route
     for conv in ("int", "str", "path"):
@@ -265,6 +280,8 @@ def test_each_role_gets_what_the_policy_says(world, monkeypatch, route, method, 
     monkeypatch.setattr(celery_app, "send_task", lambda *a, **k: None)
     client = client_for(role, world)
     body = BODIES.get(route) if method in ("post", "put", "patch") else None
+    if callable(body):  # a body naming the world's objects
+        body = body(world)
     response = getattr(client, method)(url_for(route, world), body, format="json", HTTP_ACCEPT="*/*")
     want = expected(route, method, role)
     got = response.status_code

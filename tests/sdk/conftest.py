@@ -44,6 +44,7 @@ def clean_sdk_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("TORCHYARD_CHECKPOINT_URL", str(tmp_path / "checkpoints"))
     # The event channel is built once per process from the environment: rebuild it per test.
     monkeypatch.setattr(events, "_channel", None)
+    monkeypatch.setattr(events, "_total_steps", None)
     yield
     if events._channel is not None:
         events._channel.close()

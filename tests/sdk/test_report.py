@@ -119,3 +119,16 @@ def test_a_checkpoint_event_carries_the_manifest(receiver):
     assert event["type"] == "checkpoint" and event["rank"] == 0 and event["step"] == 5
     assert event["uri"].endswith("step-00000005/manifest.json")
     assert event["manifest"] == manifest
+
+
+def test_declared_total_steps_ride_on_every_later_report(receiver):
+    sdk.report(step=1, loss=1.0)
+    sdk.set_total_steps(500)
+    sdk.report(step=2, loss=0.9)
+    sdk.report(step=3, loss=0.8, total_steps=800)  # declared again, in report()
+    sdk.report(step=4, loss=0.7)
+    sent = [json.loads(receiver.recv(65536)) for _ in range(4)]
+    assert [e.get("total_steps") for e in sent] == [None, 500, 800, 800]
+    assert sdk.total_steps() == 800
+    with pytest.raises(ValueError, match="positive"):
+        sdk.set_total_steps(0)

@@ -27,6 +27,7 @@ from ..projects.models import DEFAULT_PROJECT
 from ..projects.selectors import project_by_name
 from .models import Job, JobNode
 from .planner import Candidate, PlanError, plan_job
+from .rates import PER_ATTEMPT, fold_rates
 from .registries import resume_manifest_uri
 from .selectors import machine_candidates
 from .stalls import clear_moved_ranks
@@ -183,7 +184,7 @@ def _dispatch(job: Job, plan: dict[str, Any]) -> None:
         master_port=plan["master_port"], attempt=attempt,
         # A new attempt may have other ranks: throughput and the ranks' steps restart from its own reports.
         progress={**{k: v for k, v in (job.progress or {}).items() if k != "stall"},
-                  "throughput_by_rank": {}, "throughput": None, "step_by_rank": {}},
+                  "throughput_by_rank": {}, "throughput": None, "step_by_rank": {}, **PER_ATTEMPT},
     )
     for node in nodes:
         transition_node(node, N.LAUNCHING, f"sent to {node.machine_name}")
@@ -435,12 +436,7 @@ def job_record_progress(*, job_id: int, metrics: list[dict[str, Any]]) -> None:
             steps[str(m["rank"])] = m["step"]
     progress["step_by_rank"] = steps
     clear_moved_ranks(progress, steps)
-    total, step, rate = progress.get("total_steps"), progress.get("step"), None
-    if job.started_at and step:
-        elapsed = (timezone.now() - job.started_at).total_seconds()
-        rate = step / elapsed if elapsed > 0 else None
-    if total and step is not None and rate:
-        progress["eta_seconds"] = max(0.0, (total - step) / rate)
+    fold_rates(progress, metrics)
     Job.objects.filter(pk=job_id).update(progress=progress)
     for m in metrics:
         if m.get("node"):

@@ -13,3 +13,14 @@ def job_events(*, job_id: int, after: int = 0, types: list[str] | None = None, r
     if rank is not None:
         qs = qs.filter(rank=rank)
     return qs.order_by("id")[:limit]
+
+
+def job_events_tail(*, job_id: int, count: int, after: int = 0, types: list[str] | None = None,
+                    rank: int | None = None) -> list[JobEvent]:
+    """The last `count` events after the cursor, oldest first (`tail -n`)."""
+    qs = JobEvent.objects.filter(job_id=job_id, id__gt=after)
+    if types:
+        qs = qs.filter(type__in=types)
+    if rank is not None:
+        qs = qs.filter(rank=rank)
+    return list(reversed(qs.order_by("-id")[:count]))

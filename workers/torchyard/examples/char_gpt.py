@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rank {rank}: resumed from checkpoint at step {start}", flush=True)
     ddp_model = sdk.wrap_ddp(model)
 
+    sdk.set_total_steps(args.steps)  # progress and ETA on the job's page
     window_start, window_tokens = time.perf_counter(), 0
     for step in range(start + 1, args.steps + 1):
         lr = learning_rate(step, args.steps, hp)

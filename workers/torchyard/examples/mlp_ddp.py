@@ -98,6 +98,7 @@ def train(
     the loss on a fixed evaluation batch when it starts from a checkpoint and when it ends (the same
     weights give the same number, whatever the world size). Returns the last checkpointed step."""
     rank = sdk.rank()
+    sdk.set_total_steps(args.steps)  # progress and ETA on the job's page
     if start:
         print_eval_loss(model, data, start)
     window_start, window_samples = time.perf_counter(), 0

@@ -36,7 +36,7 @@ from torchyard.sdk.distributed import (
     unwrap,
     wrap_ddp,
 )
-from torchyard.sdk.events import report
+from torchyard.sdk.events import report, set_total_steps, total_steps
 from torchyard.sdk.scaling import adjust_hyperparameters
 
 __all__ = [
@@ -62,9 +62,11 @@ __all__ = [
     "print_distributed_info",
     "rank",
     "report",
+    "set_total_steps",
     "shard",
     "should_save_outputs",
     "shutdown_process_group",
+    "total_steps",
     "unwrap",
     "world_size",
     "wrap_ddp",

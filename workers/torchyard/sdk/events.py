@@ -240,14 +240,39 @@ def _json_number(value: Any) -> str:
     return _encode(_as_number(value))
 
 
+_total_steps: int | None = None
+
+
+def set_total_steps(total: int) -> None:
+    """Declare how many steps the run will take: the control plane shows progress and an ETA from
+    it (whatever the script's arguments are called). It rides on every later ``report()``, so one
+    call before the loop is enough; ``report(step=s, total_steps=n)`` does the same."""
+    global _total_steps
+    total = int(total)
+    if total <= 0:
+        raise ValueError(f"total_steps must be a positive number of steps, not {total}")
+    _total_steps = total
+
+
+def total_steps() -> int | None:
+    """What ``set_total_steps()`` declared in this process, or None."""
+    return _total_steps
+
+
 def report(step: int, **numbers: Any) -> None:
     """Report metrics of one training step (e.g. ``report(step=s, loss=l, throughput=t)``).
 
     Never blocks: with the event socket, one datagram is sent or queued (and dropped when the queue
     is full); without it, one ``[torchyard] step=... loss=...`` line is printed. Values should be
     numbers; tensors and numpy scalars are converted with float() (which waits for a GPU tensor);
-    NaN and infinities are sent as null. Call it every few steps, not every step.
+    NaN and infinities are sent as null. Call it every few steps, not every step. Report
+    ``samples_per_second`` (or ``throughput`` in samples/s) and the job's summary adds up every
+    rank's; ``total_steps=n`` declares the run's length (see set_total_steps()).
     """
+    if "total_steps" in numbers:
+        set_total_steps(numbers.pop("total_steps"))
+    if _total_steps is not None:
+        numbers["total_steps"] = _total_steps
     ch = _channel or reset()
     step = int(step)
     if ch.path is None:

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from .models import JobEvent
+
+
+class EventOut(serializers.Serializer):
+    """One event of a job (DESIGN.md section 6): these fields, plus its type's own (a log's `line`
+    and `stream`, a metric's `step` and numbers, a state's `status` and `reason`, ...)."""
+
+    id = serializers.IntegerField(help_text="the resume cursor: ids grow in the order events were accepted")
+    job = serializers.IntegerField()
+    node = serializers.IntegerField(allow_null=True)
+    node_rank = serializers.IntegerField(allow_null=True)
+    rank = serializers.IntegerField(allow_null=True)
+    attempt = serializers.IntegerField()
+    seq = serializers.IntegerField(allow_null=True, help_text="the node supervisor's own number for it (1, 2, ... per node)")
+    type = serializers.ChoiceField(choices=JobEvent.Type.choices)
+    ts = serializers.DateTimeField()
+
+
+class EventPageOut(serializers.Serializer):
+    events = EventOut(many=True)
+    next_after = serializers.IntegerField(help_text="pass as `after` for the events that follow")
+
+
+class MetricBucketOut(serializers.Serializer):
+    step = serializers.IntegerField(help_text="the bucket's first step on the grid")
+    first_step = serializers.IntegerField(help_text="the first step reported in the bucket")
+    last_step = serializers.IntegerField(help_text="the last step reported in the bucket")
+    min = serializers.FloatField()
+    max = serializers.FloatField()
+    mean = serializers.FloatField()
+    count = serializers.IntegerField()
+
+
+class MetricSummaryOut(serializers.Serializer):
+    """One metric over one attempt (streaming.metrics.metric_summary)."""
+
+    last = serializers.FloatField(allow_null=True, help_text="the last value reported")
+    last_step = serializers.IntegerField(allow_null=True, help_text="the step of the last value")
+    min = serializers.FloatField()
+    max = serializers.FloatField()
+    mean = serializers.FloatField()
+    count = serializers.IntegerField()
+
+
+class MetricSeriesOut(serializers.Serializer):
+    name = serializers.CharField()
+    attempt = serializers.IntegerField()
+    buckets = MetricBucketOut(many=True)
+
+
+class JobMetricsOut(serializers.Serializer):
+    job = serializers.IntegerField()
+    names = serializers.ListField(child=serializers.CharField(), help_text="every metric name the job reported")
+    from_step = serializers.IntegerField(allow_null=True)
+    to_step = serializers.IntegerField(allow_null=True)
+    bucket_steps = serializers.IntegerField(allow_null=True, help_text="steps per bucket; null when nothing is in range")
+    series = MetricSeriesOut(many=True)

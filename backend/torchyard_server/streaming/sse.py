@@ -1,0 +1,171 @@
+"""A job's log lines as Server-Sent Events (seed 001's `GET /jobs/{id}/logs/stream`), for clients
+that would rather read a plain HTTP response than hold a WebSocket (`curl -N`, EventSource).
+
+Each line is one event whose `id:` is the event id, so a client that reconnects with
+`Last-Event-ID` (EventSource does it by itself) gets every line after it, with no gap and no
+duplicate. The stream follows the job live and ends with an `end` event when the job has finished
+and no node of it is left running; a reconnect after that answers 204, which tells EventSource to
+stop reconnecting.
+
+The database is the only source of lines: the job's channel-layer group (the one the WebSocket
+consumer joins) only wakes the stream up, after which it reads what was stored after its cursor.
+Ingest stores a batch before it broadcasts it and is the only writer of events, so a read after a
+wake-up sees the batch and everything before it; a wake-up that never came (a full channel, a
+Redis restart) costs at most POLL_EVERY seconds, never a line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.http import HttpResponse, StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.exceptions import ValidationError
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.views import APIView
+
+from ..jobs.models import JobNode
+from ..jobs.selectors import job_visible_or_404, jobs_visible_to
+from ..jobs.states import JOB_FINAL, NODE_LIVE
+from ..params import int_param
+from . import groups
+from .models import JobEvent
+from .selectors import job_events, job_events_tail
+
+READ_BATCH = 1000
+# Without a wake-up, look at the database (and send a keep-alive comment) this often.
+POLL_EVERY = 5.0
+# What EventSource waits before reconnecting after a dropped connection, in ms.
+RETRY_MS = 2000
+LOG = [str(JobEvent.Type.LOG)]
+
+
+class EventStreamRenderer(BaseRenderer):
+    """Lets DRF accept `Accept: text/event-stream`; the stream itself skips rendering, and an error
+    body is still JSON."""
+
+    media_type = "text/event-stream"
+    format = "sse"
+    charset = None
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return json.dumps(data, default=str).encode()
+
+
+def sse_message(data: dict[str, Any], *, event: str, id: int | None = None) -> bytes:
+    head = f"id: {id}\n" if id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n".encode()
+
+
+def _start_cursor(request, job_id: int, rank: int | None) -> int:
+    """`Last-Event-ID` (a reconnect) wins over `?after=`; `?tail=N` starts N lines back."""
+    header = request.headers.get("Last-Event-ID", "").strip()
+    if header:
+        if not header.isdigit():
+            raise ValidationError({"Last-Event-ID": ["must be an event id (a non-negative integer)."]})
+        return int(header)
+    after = int_param(request, "after", 0)
+    tail = int_param(request, "tail", None, maximum=10_000)
+    if tail is not None:
+        lines = job_events_tail(job_id=job_id, count=tail, after=after, types=LOG, rank=rank)
+        return lines[0].pk - 1 if lines else after
+    return after
+
+
+def _job_state(user: Any, job_id: int) -> dict[str, Any] | None:
+    """None when the job is gone (deleted, or the user may no longer see it); else its status and
+    whether it has finished: a final status and no node left running (a node that is being stopped
+    still sends its last lines)."""
+    job = jobs_visible_to(user).filter(pk=job_id).values("status", "status_reason").first()
+    if job is None:
+        return None
+    live_nodes = JobNode.objects.filter(job_id=job_id, status__in=NODE_LIVE).exists()
+    return {**job, "finished": job["status"] in JOB_FINAL and not live_nodes}
+
+
+def _read(user: Any, job_id: int, after: int, rank: int | None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    # The state first: a line stored after it was read comes in this read or the next one, and a
+    # job seen finished stored its last lines before.
+    state = _job_state(user, job_id)
+    lines = [e.as_message() for e in job_events(job_id=job_id, after=after, types=LOG, rank=rank, limit=READ_BATCH)]
+    return state, lines
+
+
+async def log_stream(*, user: Any, job_id: int, after: int, rank: int | None) -> AsyncIterator[bytes]:
+    layer = get_channel_layer()
+    group = groups.job_group(job_id)
+    channel = await layer.new_channel()
+    # Joined before the first read, so no batch stored after that read goes unnoticed.
+    await layer.group_add(group, channel)
+    wake: asyncio.Task | None = None
+    try:
+        yield f"retry: {RETRY_MS}\n\n".encode()
+        cursor = after
+        while True:
+            state, lines = await sync_to_async(_read)(user, job_id, cursor, rank)
+            for line in lines:
+                yield sse_message(line, event="log", id=line["id"])
+            if lines:
+                cursor = lines[-1]["id"]
+                if len(lines) == READ_BATCH:
+                    continue  # more are stored: read on before waiting
+            if state is None:
+                yield sse_message({"job": job_id, "status": None, "detail": "no such job."}, event="end")
+                return
+            if state["finished"]:
+                yield sse_message({"job": job_id, "status": state["status"], "status_reason": state["status_reason"],
+                                   "last_id": cursor}, event="end")
+                return
+            if wake is None:
+                wake = asyncio.ensure_future(layer.receive(channel))
+            done, _ = await asyncio.wait({wake}, timeout=POLL_EVERY)
+            if done:
+                wake = None  # a batch was broadcast (or the job changed): read the database
+            elif not lines:
+                yield b": keep-alive\n\n"
+    finally:
+        if wake is not None:
+            wake.cancel()
+        await layer.group_discard(group, channel)
+
+
+class JobLogStreamView(APIView):
+    """Log lines as Server-Sent Events (`text/event-stream`): each `event: log` carries an event as
+    `/api/jobs/{id}/logs` shows it, with its id as the SSE id; the stream follows the job and
+    closes with `event: end` once it has finished. Reconnect with `Last-Event-ID` (or `?after=`)
+    to resume with no gap and no duplicate; 204 when the job has finished and nothing is left."""
+
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("Last-Event-ID", int, location=OpenApiParameter.HEADER,
+                             description="Resume after this event id (sent by EventSource on reconnect)."),
+            OpenApiParameter("after", int, description="Resume after this event id (when no Last-Event-ID)."),
+            OpenApiParameter("tail", int, description="Start with the last N lines."),
+            OpenApiParameter("rank", int, description="Only this global rank's lines."),
+        ],
+        responses={
+            (200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description="The event stream."),
+            204: OpenApiResponse(description="The job has finished and nothing is left after the cursor."),
+        },
+    )
+    def get(self, request, job_id: int):
+        job = job_visible_or_404(user=request.user, job_id=job_id)
+        rank = int_param(request, "rank", None)
+        after = _start_cursor(request, job.pk, rank)
+        state = _job_state(request.user, job.pk)
+        if state is not None and state["finished"] and not job_events(job_id=job.pk, after=after, types=LOG, rank=rank,
+                                                                     limit=1).exists():
+            return HttpResponse(status=204)
+        response = StreamingHttpResponse(log_stream(user=request.user, job_id=job.pk, after=after, rank=rank),
+                                         content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # a proxy such as nginx must not hold the stream back
+        return response
