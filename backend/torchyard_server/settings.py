@@ -113,6 +113,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     "supervise": {"task": "torchyard_server.jobs.tasks.supervise", "schedule": env_float("TORCHYARD_SUPERVISE_EVERY", 2.0)},
     "schedule-queued": {"task": "torchyard_server.jobs.tasks.schedule_queued", "schedule": 3.0},
+    # Agents' Redis users: written again after a Redis restart, removed with their machines.
+    "sync-agent-redis-users": {"task": "torchyard_server.machines.tasks.sync_agent_redis_users", "schedule": 10.0},
 }
 
 # --- Torchyard ----------------------------------------------------------------------------------
@@ -121,6 +123,9 @@ STORAGE_URL = env_str("TORCHYARD_STORAGE_URL", (DATA_DIR / "checkpoints").as_uri
 S3_ENDPOINT_URL = env_str("S3_ENDPOINT_URL") or env_str("AWS_ENDPOINT_URL")
 # The Redis URL handed to agents that join with --server (their view of Redis may differ).
 AGENT_REDIS_URL = env_str("TORCHYARD_AGENT_REDIS_URL", REDIS_URL)
+# One Redis user per agent, allowed only its queue and streams (machines/redis_acl.py). On when
+# Torchyard starts Redis itself; for your own Redis, REDIS_URL's user must be allowed ACL SETUSER.
+REDIS_AGENT_ACL = env_bool("TORCHYARD_REDIS_AGENT_ACL", False)
 # Seconds without an agent heartbeat before a machine is offline.
 # One default with a node's heartbeat_timeout: agents beat every 2 s.
 MACHINE_OFFLINE_AFTER = env_float("TORCHYARD_MACHINE_OFFLINE_AFTER", 10.0)

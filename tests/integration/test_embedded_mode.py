@@ -4,10 +4,12 @@ Torchyard starts itself. A 1-node job runs through it, so the README's first com
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import psutil
 import pytest
+import redis
 
 from .stack import start_stack
 
@@ -131,3 +133,41 @@ def _pgid(process: psutil.Process) -> int | None:
         return os.getpgid(process.pid)
     except (ProcessLookupError, psutil.Error):
         return None
+
+
+def embedded_redis(stack) -> redis.Redis:
+    """The stack's own Redis as its default user: the password is in the data dir, 0600."""
+    port = re.search(r"started Redis on redis://127\.0\.0\.1:(\d+)/0", stack.log_path.read_text()).group(1)
+    conf = stack.data_dir / "redis" / "redis.conf"
+    assert conf.stat().st_mode & 0o777 == 0o600
+    password = re.search(r'requirepass "([^"]+)"', conf.read_text()).group(1)
+    return redis.Redis(port=int(port), password=password, decode_responses=True)
+
+
+# Last of the module: it removes a machine of the shared stack.
+def test_agents_use_redis_users_of_their_own_that_follow_their_tokens(embedded):
+    admin = embedded_redis(embedded)
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(port=admin.connection_pool.connection_kwargs["port"]).ping()
+    ids = {m["name"]: m["id"] for m in embedded.api("GET", "/api/machines").json()}
+    job = embedded.submit({"name": "acl", "entrypoint": "examples/mlp_ddp.py", "args": ["--steps", "20"],
+                           "resources": {"nodes": 2, "procs_per_node": 1}})
+    assert embedded.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=120)["status"] == "completed"
+    assert embedded.api("POST", f"/api/network/machines/{ids['local-0']}/ping").json()["reachable"] is True
+    assert {f"agent-{i}" for i in ids.values()} <= {c["user"] for c in admin.client_list()}
+    # Launches, events, heartbeats, pings and stops went through: Redis refused the agents nothing.
+    assert admin.acl_log() == [], [(e["username"], e["object"], e["client-info"].get("cmd")) for e in admin.acl_log()]
+
+    user = f"agent-{ids['local-0']}"
+    before = admin.acl_getuser(user)["passwords"]
+    assert embedded.api("POST", f"/api/machines/{ids['local-0']}/rotate-token").status_code == 200
+    assert admin.acl_getuser(user)["passwords"] not in ([], before)
+
+    gone = f"agent-{ids['local-1']}"
+    assert embedded.api("DELETE", f"/api/machines/{ids['local-1']}").status_code == 204
+    deadline = time.monotonic() + 60
+    # Its agent stops (and is not started again), and its Redis user goes.
+    while gone in admin.acl_users() or "local-1 stopped: its machine was removed" not in embedded.log_path.read_text():
+        assert time.monotonic() < deadline, embedded.log_tail()
+        time.sleep(0.5)
+    assert f"agent of machine {ids['local-1']} stopped" in embedded.log_path.read_text()

@@ -127,13 +127,14 @@ def test_ping_reaches_the_agents_themselves(pg_stack):
 
 
 def agent_credentials(stack, machine_name: str) -> tuple[str, str]:
-    """The machine token and Redis URL an agent of the stack runs with, from its command line."""
+    """The machine token and Redis URL an agent of the stack runs with, from its environment."""
     import psutil
 
     for proc in psutil.Process(stack.process.pid).children():
         argv = proc.cmdline()
         if "agent" in argv and any(a.endswith(f"/agents/{machine_name}") for a in argv):
-            return argv[argv.index("--token") + 1], argv[argv.index("--redis-url") + 1]
+            environ = proc.environ()
+            return environ["TORCHYARD_MACHINE_TOKEN"], environ["TORCHYARD_REDIS_URL"]
     raise LookupError(f"no agent of {machine_name}")
 
 

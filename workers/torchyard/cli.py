@@ -39,7 +39,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from torchyard.agent.main import Agent, AgentError, fetch_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    token = args.token or os.environ.get("TORCHYARD_MACHINE_TOKEN", "")
+    # Read, then dropped from the environment the supervisors and the jobs' ranks inherit.
+    env_token, env_redis_url = os.environ.pop("TORCHYARD_MACHINE_TOKEN", ""), os.environ.pop("TORCHYARD_REDIS_URL", "")
+    token, redis_url = args.token or env_token, args.redis_url or env_redis_url
     token_file = args.token_file or os.environ.get("TORCHYARD_MACHINE_TOKEN_FILE")
     if not token and token_file:
         try:
@@ -50,7 +52,6 @@ def cmd_agent(args: argparse.Namespace) -> int:
         machine_id, _ = protocol.parse_machine_token(token)
     except ValueError as exc:
         raise CliError(f"--token: {exc}") from None
-    redis_url = args.redis_url
     if not redis_url:
         if not args.server:
             raise CliError("give --server URL (or --redis-url URL)")
@@ -206,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "and where nodes fetch the jobs' code bundles from")
     agent.add_argument("--token", help="the machine token from `POST /api/machines` (or TORCHYARD_MACHINE_TOKEN)")
     agent.add_argument("--token-file", help="read the machine token from this file (or TORCHYARD_MACHINE_TOKEN_FILE)")
-    agent.add_argument("--redis-url", help="connect to this Redis directly instead of asking the server")
+    agent.add_argument("--redis-url", help="connect to this Redis directly instead of asking the server "
+                       "(or TORCHYARD_REDIS_URL)")
     agent.add_argument("--work-dir", help="where run directories live (default ~/.torchyard/agent-<id>)")
     agent.add_argument("--concurrency", type=int, default=4)
     agent.add_argument("--python", help="the Python the ranks run with: the machine's training environment "

@@ -27,6 +27,14 @@ def machine_queue(machine_id: int | str) -> str:
     return f"machine.{machine_id}"
 
 
+def machine_unacked_keys(machine_id: int | str) -> dict[str, str]:
+    """Where one machine's agent keeps the tasks it took and has not finished (kombu's Redis
+    `broker_transport_options`), apart from the shared `unacked` hash, which holds every client's
+    messages (launch payloads included): so a per-agent Redis ACL can allow these keys alone."""
+    return {f"{name}_key": f"{name}.{machine_queue(machine_id)}"
+            for name in ("unacked", "unacked_index", "unacked_mutex")}
+
+
 # --- Redis event stream ---------------------------------------------------------------------------
 # Producers XADD one JSON document per entry under the field "e"; the controller's ingest loop is the
 # only consumer group and the only writer of JobEvent rows, so event ids are assigned in one order.

@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..projects.permissions import StaffWritesOthersRead
+from . import redis_acl
 from .models import Machine
 from .selectors import machine_list
 from .serializers import MachineIn, MachineOut, MachinePatch
@@ -85,7 +86,8 @@ class MachineRotateTokenView(APIView):
 
 
 class AgentConfigView(APIView):
-    """What an agent started with `--server URL --token T` needs: its machine and the Redis URL.
+    """What an agent started with `--server URL --token T` needs: its machine and its Redis URL
+    (with a user of its own where agent ACLs are on, machines/redis_acl.py).
     Authenticated by the machine token (`Authorization: Machine <token>`), not a user."""
 
     permission_classes = [AllowAny]
@@ -96,10 +98,12 @@ class AgentConfigView(APIView):
         machine = machine_authenticate(token=token) if kind == "Machine" else None
         if machine is None:
             return Response({"detail": "invalid machine token."}, status=status.HTTP_401_UNAUTHORIZED)
+        # Written again here: Redis may have restarted since (its users are not kept on disk).
+        redis_acl.try_ensure_user(machine)
         return Response(
             {
                 "machine": {"id": machine.pk, "name": machine.name, "host": machine.host},
-                "redis_url": settings.AGENT_REDIS_URL,
+                "redis_url": redis_acl.agent_url(machine),
                 "storage_url": settings.STORAGE_URL,
             }
         )

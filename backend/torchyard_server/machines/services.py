@@ -12,6 +12,7 @@ from torchyard import protocol
 
 from ..audit import services as audit
 from ..celery import app as celery_app
+from . import redis_acl
 from .models import Machine
 from .states import MACHINE_UP, drain_status, reported_status, transition_machine, transition_machines
 
@@ -24,16 +25,20 @@ def machine_create(*, name: str, host: str, port: int = 8001, labels: dict | Non
             name=name, host=host, port=port, labels=labels or {}, token_hash=Machine.hash_secret(secret)
         )
         audit.record(None, audit.Action.MACHINE_ADD, machine, host=host, port=port, labels=labels or {})
+        transaction.on_commit(lambda: redis_acl.try_ensure_user(machine))
     return machine, protocol.make_machine_token(machine.pk, secret)
 
 
 def machine_rotate_token(*, machine: Machine) -> str:
     """A new token for the same machine (its id, history and jobs stay); the old one is refused from
-    now on, so an agent still running with it must be restarted with the new one."""
+    now on, so an agent still running with it must be restarted with the new one. Its Redis
+    password changes with it (connections already open stay open)."""
     secret = secrets.token_urlsafe(32)
+    machine.token_hash = Machine.hash_secret(secret)
     with transaction.atomic():
-        Machine.objects.filter(pk=machine.pk).update(token_hash=Machine.hash_secret(secret), updated_at=timezone.now())
+        Machine.objects.filter(pk=machine.pk).update(token_hash=machine.token_hash, updated_at=timezone.now())
         audit.record(None, audit.Action.MACHINE_ROTATE_TOKEN, machine)
+        transaction.on_commit(lambda: redis_acl.try_ensure_user(machine))
     return protocol.make_machine_token(machine.pk, secret)
 
 
@@ -138,7 +143,8 @@ machine_deleting = Signal()
 def machine_delete(*, machine: Machine, force: bool = False) -> None:
     """Remove a machine: its token stops authenticating with the row, the ingest loop drops what its
     streams still carry, and its agent is told to stop (after the stops of its nodes, which the
-    jobs app queues first on the same queue)."""
+    jobs app queues first on the same queue). Its Redis user goes once the agent took those
+    (redis_acl.sync_agent_users)."""
     machine_id = machine.pk
     with transaction.atomic():
         machine_deleting.send(sender=Machine, machine=machine, force=force)

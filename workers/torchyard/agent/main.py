@@ -124,6 +124,9 @@ class Agent:
             broker_connection_retry_on_startup=True,
             worker_hijack_root_logger=False,
             worker_prefetch_multiplier=1,
+            # The tasks it took and has not finished wait under keys of its own, not in the shared
+            # `unacked` hash that holds every client's: a per-agent Redis user reaches only these.
+            broker_transport_options=protocol.machine_unacked_keys(self.machine_id),
         )
 
         @app.task(name=protocol.TASK_LAUNCH_NODE)
@@ -174,7 +177,9 @@ class Agent:
             self.app.worker_main([
                 "worker", "-Q", self.queue, "-P", "threads", "-c", str(self.concurrency),
                 "-n", f"agent-{self.machine_id}@{socket.gethostname()}",
-                "--without-gossip", "--without-mingle", "-l", "INFO",
+                # No worker events (gossip, mingle, heartbeats): nothing reads them, and the
+                # agent's Redis user may not publish them. Remote control (ping) stays.
+                "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
             ])
         finally:
             self.stop.set()
