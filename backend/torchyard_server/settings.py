@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -29,7 +31,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
+    "axes",
     "drf_spectacular",
     "channels",
     "torchyard_server.audit",
@@ -54,6 +57,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "torchyard_server.audit.middleware.remember_request",
+    # Last: turns a sign-in that django-axes refused into the lockout answer (accounts/lockout.py).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "torchyard_server.urls"
@@ -160,11 +165,45 @@ LOGIN_URL = "/login"
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 
+AUTHENTICATION_BACKENDS = [
+    # First: refuses, before any password is checked, a username locked out from this address.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# API tokens (accounts/models.py): knox's, hashed, several per user; `Authorization: Token <t>`.
+KNOX_TOKEN_MODEL = "accounts.ApiToken"
+REST_KNOX = {
+    "TOKEN_MODEL": KNOX_TOKEN_MODEL,
+    "TOKEN_TTL": None,  # a token expires only when its owner asks (expires_in_days)
+    "AUTH_HEADER_PREFIX": "Token",
+}
+# Knox's own migrations create its default token table even when the model is swapped for ours
+# (they predate the setting): an orphan that holds a key to auth_user and breaks flushes. None.
+MIGRATION_MODULES = {"knox": None}
+# Lockout (django-axes): this many failed sign-ins for one username from one address lock that
+# pair for TORCHYARD_LOGIN_LOCKOUT_MINUTES (429); a success forgets the failures. The dashboard's
+# login, API token creation and the Django admin's login all count.
+AXES_FAILURE_LIMIT = env_int("TORCHYARD_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("TORCHYARD_LOGIN_LOCKOUT_MINUTES", 15.0))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "torchyard_server.accounts.lockout.lockout_response"
+AXES_VERBOSE = False  # its start-up banner, in every process
+# Sign-in attempts per client address (DRF throttling, in the web process's memory) on
+# /api/auth/login and /api/auth/token: N/second, N/minute, N/hour or N/day.
+LOGIN_RATE = env_str("TORCHYARD_LOGIN_RATE", "10/minute")
+if not re.fullmatch(r"\d+/(second|minute|hour|day)", LOGIN_RATE):
+    raise ConfigError(f"TORCHYARD_LOGIN_RATE={LOGIN_RATE!r} is not N/second, N/minute, N/hour or N/day")
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "torchyard_server.accounts.auth.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    "DEFAULT_THROTTLE_RATES": {"login": LOGIN_RATE},
+    # The client's address is REMOTE_ADDR (daphne's --proxy-headers puts a proxy's X-Forwarded-For
+    # there): a client-sent X-Forwarded-For must not choose its own throttle bucket.
+    "NUM_PROXIES": 0,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],

@@ -26,6 +26,8 @@ api = [
     path("api/auth/logout", accounts.LogoutView.as_view()),
     path("api/auth/me", accounts.MeView.as_view()),
     path("api/auth/token", accounts.TokenView.as_view()),
+    path("api/auth/tokens", accounts.TokenListView.as_view()),
+    path("api/auth/tokens/<int:token_id>", accounts.TokenDetailView.as_view()),
     path("api/audit", audit.AuditListView.as_view()),
     path("api/agent/config", machines.AgentConfigView.as_view()),
     path("api/agent/bundles/<str:sha256>", agent_api.AgentBundleView.as_view()),

@@ -3,9 +3,28 @@
 from __future__ import annotations
 
 import pytest
-from rest_framework.authtoken.models import Token
+from django.core.cache import cache
 from rest_framework.test import APIClient
+from torchyard_server.accounts.services import api_token_create
 from torchyard_server.machines.services import machine_create, machine_record_heartbeat
+
+
+def token_for(user, name: str = "test") -> str:
+    """A new API token of `user` (as `POST /api/auth/tokens` makes one), in clear."""
+    return api_token_create(user=user, name=name, expires_in=None)[1]
+
+
+def signed_in(user) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
+    return client
+
+
+@pytest.fixture(autouse=True)
+def fresh_sign_in_rates():
+    """Sign-in throttling counts in the cache (memory), which outlives a test's transaction:
+    every test starts with a clean count, so only a test that means to hits the limit."""
+    cache.clear()
 
 
 @pytest.fixture
@@ -20,9 +39,7 @@ def teammate(django_user_model):
 
 @pytest.fixture
 def api(owner) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=owner).key}")
-    return client
+    return signed_in(owner)
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ pytestmark = pytest.mark.django_db
 
 PROTECTED = [
     "/api/machines", "/api/jobs", "/api/jobs/1", "/api/jobs/1/logs", "/api/jobs/1/events", "/api/jobs/1/checkpoints",
-    "/api/auth/me", "/api/schema/", "/api/docs/", "/api/network/machines", "/api/network/status",
+    "/api/auth/me", "/api/auth/tokens", "/api/schema/", "/api/docs/", "/api/network/machines", "/api/network/status",
     "/api/tasks/distributed/suggest_machines", "/api/agent/config",
 ]
 

@@ -9,8 +9,9 @@ import tarfile
 
 import pytest
 import zstandard
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from .conftest import token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +43,7 @@ def put(client: APIClient, body: bytes, sha256: str | None = None):
 
 def client_for(user) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client
 
 

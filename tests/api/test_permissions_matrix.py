@@ -15,14 +15,16 @@ from collections.abc import Callable
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+from torchyard_server.accounts.services import api_token_create
 from torchyard_server.artifacts.services import artifacts_record
 from torchyard_server.bundles.models import Bundle
 from torchyard_server.checkpoints.models import CheckpointManifest
 from torchyard_server.jobs.models import Job
 from torchyard_server.machines.services import machine_create, machine_delete
 from torchyard_server.projects.models import Membership, Project
+
+from .conftest import token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -77,6 +79,11 @@ def purge(role: str) -> str:
     return {"staff": OK, "admin": OK}.get(role, DENIED if role in USERS else UNAUTH)
 
 
+def own_token(role: str) -> str:
+    # The token asked about is sid's (staff): anyone else's API tokens are invisible, even to staff.
+    return OK if role == "staff" else HIDDEN if role in USERS else UNAUTH
+
+
 def agent(role: str) -> str:
     # A machine token only; a user's token or a removed machine's is refused.
     return ADMITTED if role == "machine" else UNAUTH
@@ -93,6 +100,8 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/auth/logout": public,
     "api/auth/me": everyone_signed_in,
     "api/auth/token": public,
+    "api/auth/tokens": everyone_signed_in,
+    "api/auth/tokens/<int:token_id>": own_token,
     "api/audit": staff_only,
     "api/agent/config": agent,
     "api/agent/bundles/<str:sha256>": agent,
@@ -164,6 +173,7 @@ BODIES = {
     "api/network/machines/<int:machine_id>": {"status": "draining"},
     "api/auth/login": {"username": "nobody", "password": "x"},
     "api/auth/token": {"username": "nobody", "password": "x"},
+    "api/auth/tokens": {"name": "matrix"},
     "api/jobs/purge": {"older_than_days": 0, "dry_run": True},
     "api/experiments/compare": lambda world: {"runs": [f"{world['job'].pk}.0"]},
 }
@@ -234,14 +244,15 @@ def world(settings, tmp_path, django_user_model):
         {"path": "model.txt", "size": 2, "sha256": hashlib.sha256(b"m\n").hexdigest(), "uri": (out / "model.txt").as_uri()}]})
     bundle = Bundle.objects.create(sha256="a" * 64, size=1, unpacked_size=1)
     bundle.owners.set(users.values())  # bundles stay per uploader: every user here uploaded this one
-    return {"users": users, "job": job, "machine": machine, "token": token, "revoked": revoked,
+    api_token, _ = api_token_create(user=users["staff"], name="sid's laptop", expires_in=None)
+    return {"users": users, "job": job, "api_token": api_token, "machine": machine, "token": token, "revoked": revoked,
             "checkpoint": checkpoint, "artifact": job.artifacts.get(), "bundle": bundle}
 
 
 def client_for(role: str, world) -> APIClient:
     client = APIClient()
     if role in USERS:
-        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=world['users'][role]).key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(world['users'][role])}")
     elif role == "machine":
         client.credentials(HTTP_AUTHORIZATION=f"Machine {world['token']}")
     elif role == "revoked_machine":
@@ -253,7 +264,8 @@ def url_for(route: str, world) -> str:
     values = {
         "job_id": world["job"].pk, "machine_id": world["machine"].pk, "checkpoint_id": world["checkpoint"].pk,
         "artifact_id": world["artifact"].pk, "path": "w.bin", "key": "model.txt", "sha256": "a" * 64,
-        "name": "gpu-a" if "by-name" in route else "lab", "username": "vic", "run_id": f"{world['job'].pk}.0",
+        "name": "gpu-a" if "by-name" in route else "lab", "username": "vic",
+        "token_id": world["api_token"].pk, "run_id": f"{world['job'].pk}.0",
     }
     url = route
     for conv in ("int", "str", "path"):

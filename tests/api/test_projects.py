@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from torchyard_server.jobs.models import Job
 from torchyard_server.projects.models import Membership, Project
+
+from .conftest import token_for
 
 pytestmark = pytest.mark.django_db
 
 
 def client_for(user) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client
 
 

@@ -3,23 +3,21 @@
     torchyard run [--nnodes N] [--nproc-per-node P] [-m] SCRIPT|MODULE [ARGS...]
     torchyard submit job.yaml [--detach]          (a JobSpec, YAML or JSON; `code: {dir: "."}` uploads a project)
     torchyard logs JOB [--follow] | artifacts JOB [--out DIR] | jobs | machines | stop JOB
+    torchyard login [--username U] | token create NAME [--expires-days N] | token list | token revoke ID
     torchyard agent --server http://HOST:8000 --token TOKEN
 
 `run` and `submit` pack the project directory, upload it unless the server already has it, submit
 the job and follow it live until it ends (exit 0 completed, 1 failed or stopped; Ctrl-C detaches).
-API commands read TORCHYARD_SERVER and TORCHYARD_TOKEN (get a token with `torchyard token`).
+API commands read TORCHYARD_SERVER and TORCHYARD_TOKEN (get a token with `torchyard login`).
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import logging
 import os
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,15 @@ from torchyard.client.artifacts import show_or_download
 from torchyard.client.follow import JobRenderer, follow_job
 from torchyard.client.http import ApiClient
 from torchyard.client.specfile import entrypoint_in, load_spec_file, parse_env, run_spec, secret_env_from
+from torchyard.client.tokens import (
+    create_token,
+    default_token_name,
+    list_tokens,
+    revoke_token,
+    show_created,
+    sign_in,
+    token_lines,
+)
 from torchyard.client.upload import upload_project
 
 
@@ -79,20 +86,32 @@ def _client(args: argparse.Namespace) -> ApiClient:
     return ApiClient(_server(args), args.api_token or os.environ.get("TORCHYARD_TOKEN"))
 
 
-def cmd_token(args: argparse.Namespace) -> int:
-    server = _server(args)
-    username = args.username or input("username: ")
+def cmd_login(args: argparse.Namespace) -> int:
+    if not args.username:
+        print("username: ", end="", file=sys.stderr, flush=True)  # stdout is for the token alone
+    username = args.username or input()
     password = os.environ.get("TORCHYARD_PASSWORD") or getpass.getpass("password: ")
-    request = urllib.request.Request(server + "/api/auth/token", method="POST",
-                                     data=json.dumps({"username": username, "password": password}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            print(json.load(response)["token"])
-    except urllib.error.HTTPError as exc:
-        raise CliError(f"login failed: HTTP {exc.code}") from None
-    except OSError as exc:
-        raise CliError(f"cannot reach {server}: {getattr(exc, 'reason', exc)}") from None
+    created = sign_in(ApiClient(_server(args), None), username=username, password=password,
+                      name=args.name or default_token_name(), expires_days=args.expires_days)
+    show_created(created, Console(), Console(stderr=True))
+    return 0
+
+
+def cmd_token_create(args: argparse.Namespace) -> int:
+    created = create_token(_client(args), name=args.name, expires_days=args.expires_days)
+    show_created(created, Console(), Console(stderr=True))
+    return 0
+
+
+def cmd_token_list(args: argparse.Namespace) -> int:
+    for line in token_lines(list_tokens(_client(args))):
+        print(line)
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    revoke_token(_client(args), args.id)
+    print(f"API token {args.id} revoked")
     return 0
 
 
@@ -215,15 +234,34 @@ def build_parser() -> argparse.ArgumentParser:
                        "(default: the agent's own; or TORCHYARD_PYTHON)")
     agent.set_defaults(func=cmd_agent)
 
-    def api_command(name: str, func, help_text: str, **options: Any) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, **options)
+    def api_command(name: str, func, help_text: str, parent=sub, **options: Any) -> argparse.ArgumentParser:
+        p = parent.add_parser(name, help=help_text, **options)
         p.add_argument("--server", help="server URL (default $TORCHYARD_SERVER or http://127.0.0.1:8000)")
         p.add_argument("--api-token", help="API token (default $TORCHYARD_TOKEN)")
         p.set_defaults(func=func)
         return p
 
-    token = api_command("token", cmd_token, "log in and print an API token")
-    token.add_argument("--username")
+    def expires_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--expires-days", type=int, metavar="N", help="the token stops working after N days "
+                       "(default: never)")
+
+    login = sub.add_parser("login", help="sign in with your password and print a new API token",
+                           description="Sign in (the password is asked for, or read from TORCHYARD_PASSWORD) and "
+                                       "print a new API token: `export TORCHYARD_TOKEN=$(torchyard login)`.")
+    login.add_argument("--server", help="server URL (default $TORCHYARD_SERVER or http://127.0.0.1:8000)")
+    login.add_argument("--username", help="(asked for when not given)")
+    login.set_defaults(func=cmd_login)
+    login.add_argument("--name", help="the token's name (default: cli on <this host>)")
+    expires_option(login)
+    tokens = sub.add_parser("token", help="your API tokens: create, list, revoke")
+    token_sub = tokens.add_subparsers(dest="token_command", required=True)
+    token_create = api_command("create", cmd_token_create, "create an API token and print it (shown once)",
+                               parent=token_sub)
+    token_create.add_argument("name", help="what the token is for, e.g. laptop or CI")
+    expires_option(token_create)
+    api_command("list", cmd_token_list, "list your API tokens (never the tokens themselves)", parent=token_sub)
+    token_revoke = api_command("revoke", cmd_token_revoke, "revoke one of your API tokens", parent=token_sub)
+    token_revoke.add_argument("id", type=int, help="the token's id, from `torchyard token list`")
 
     run = api_command(
         "run", cmd_run, "pack this project, upload it and run a script (or -m module) on the cluster",

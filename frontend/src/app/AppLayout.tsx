@@ -50,6 +50,9 @@ export function AppLayout() {
           <NavLink to="/machines">Machines</NavLink>
           <NavLink to="/jobs">Jobs</NavLink>
           <div className="spacer" />
+          <NavLink to="/tokens" className="sidebar-foot">
+            API tokens
+          </NavLink>
           <a href="/api/docs/" className="sidebar-foot">
             API docs
           </a>

@@ -4,6 +4,7 @@ import { RequireAuth } from '../features/auth/components/RequireAuth'
 import { JobDetailPage } from '../features/jobs/components/JobDetailPage'
 import { JobsPanel } from '../features/jobs/components/JobsPanel'
 import { MachinesPanel } from '../features/machines/components/MachinesPanel'
+import { TokensPage } from '../features/tokens/components/TokensPage'
 import { AppLayout } from './AppLayout'
 
 function OverviewPage() {
@@ -34,6 +35,7 @@ export function AppRoutes() {
           <Route path="machines" element={<MachinesPanel />} />
           <Route path="jobs" element={<JobsPanel />} />
           <Route path="jobs/:id" element={<JobDetailPage />} />
+          <Route path="tokens" element={<TokensPage />} />
           <Route path="*" element={<NotFound />} />
         </Route>
       </Route>

@@ -5,6 +5,7 @@
     upload     packing a project directory into a bundle and uploading it unless the server has it
     follow     following a job over its WebSocket and rendering it (logs, state, per-node progress)
     artifacts  listing and downloading a job's artifacts
+    tokens     signing in (`torchyard login`) and your API tokens: create, list, revoke
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ class ApiClient:
 
     def _headers(self, **extra: str) -> dict[str, str]:
         if not self.token:
-            raise CliError("no API token: pass --api-token or set TORCHYARD_TOKEN (see `torchyard token`)")
+            raise CliError("no API token: pass --api-token or set TORCHYARD_TOKEN (see `torchyard login`)")
         return {"Authorization": f"Token {self.token}", "Accept": "application/json", **extra}
 
     def auth_headers(self) -> dict[str, str]:
@@ -91,11 +91,13 @@ class ApiClient:
         with response:
             yield response
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        """A JSON request; returns the decoded answer (None for an empty one)."""
+    def call(self, method: str, path: str, body: Any = None, *, anonymous: bool = False) -> Any:
+        """A JSON request; returns the decoded answer (None for an empty one). `anonymous`: without
+        the token (signing in with a password, which is how one gets a token)."""
         data = json.dumps(body).encode() if body is not None else None
+        headers = {"Accept": "application/json"} if anonymous else self._headers()
         request = urllib.request.Request(self.server + path, data=data, method=method,
-                                         headers=self._headers(**{"Content-Type": "application/json"}))
+                                         headers={**headers, "Content-Type": "application/json"})
         with self._open(request, DEFAULT_TIMEOUT_S) as response:
             return _decoded(request, response.read())
 
