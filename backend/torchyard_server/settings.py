@@ -155,6 +155,10 @@ for _key in SECRET_ENV_KEYS:
                           "make one with `python -c 'from cryptography.fernet import Fernet; "
                           "print(Fernet.generate_key().decode())'`)") from None
 
+# The bearer token a Prometheus server scrapes /metrics with (`authorization: credentials_file:`);
+# unset, only staff users' API tokens and sessions may read it.
+METRICS_TOKEN = env_str("TORCHYARD_METRICS_TOKEN")
+
 # --- Static files and the built dashboard --------------------------------------------------------
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"

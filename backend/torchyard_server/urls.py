@@ -15,6 +15,7 @@ from .network import urls as network_urls
 from .projects import api as projects
 from .streaming import api as streaming
 from .streaming import sse
+from .web import metrics
 from .web import views as web
 
 api = [
@@ -70,6 +71,8 @@ urlpatterns = [
     # Seed 000's TransformerLab routes, as aliases over the same services.
     *network_urls.urlpatterns,
     path("admin/", admin.site.urls),
+    # Prometheus scrapes it (bearer token or a staff user: web/metrics.py).
+    path("metrics", metrics.MetricsView.as_view()),
     re_path(r"^assets/(?P<path>.+)$", web.asset),
     # Everything else that is not /api is a dashboard route.
     re_path(r"^(?!api/|admin/|static/)(?P<path>.*)$", web.spa),

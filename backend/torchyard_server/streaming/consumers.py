@@ -16,6 +16,7 @@ from ..machines.serializers import MachineOut
 from ..projects.permissions import projects_visible_to
 from . import groups
 from .selectors import job_events
+from .telemetry import WEBSOCKETS
 
 REPLAY_BATCH = 1000
 CLOSE_UNAUTHENTICATED = 4401
@@ -51,6 +52,7 @@ class JobStreamConsumer(AsyncJsonWebsocketConsumer):
         self.cursor = _after(self.scope)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        WEBSOCKETS.opened(self, "job")
         await self.send_json({"type": "job", "job": detail})
         while True:
             batch = await self._replay(self.cursor)
@@ -62,6 +64,7 @@ class JobStreamConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "replayed", "last_id": self.cursor})
 
     async def disconnect(self, code):
+        WEBSOCKETS.closed(self)
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -96,11 +99,13 @@ class ClusterStreamConsumer(AsyncJsonWebsocketConsumer):
             return
         await self.channel_layer.group_add(groups.CLUSTER, self.channel_name)
         await self.accept()
+        WEBSOCKETS.opened(self, "cluster")
         machines, jobs = await self._snapshot()
         await self.send_json({"type": "machines", "machines": machines})
         await self.send_json({"type": "jobs", "jobs": jobs})
 
     async def disconnect(self, code):
+        WEBSOCKETS.closed(self)
         await self.channel_layer.group_discard(groups.CLUSTER, self.channel_name)
 
     async def cluster_machines(self, message):

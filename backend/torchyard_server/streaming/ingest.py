@@ -41,6 +41,7 @@ from ..machines.serializers import MachineOut
 from ..machines.services import machine_record_heartbeat
 from . import groups
 from .models import JobEvent
+from .telemetry import IngestStats
 
 log = logging.getLogger(__name__)
 PERSISTED = {protocol.STATE, protocol.LOG, protocol.METRIC, protocol.RESOURCE, protocol.CHECKPOINT, protocol.ARTIFACT,
@@ -82,6 +83,7 @@ class Ingest:
         self.event_streams: dict[str, int | None] = {}
         self.liveness_streams: dict[str, int | None] = {}
         self._last_discover = 0.0
+        self.telemetry = IngestStats()  # entries applied and their wait, for /metrics
 
     def ensure_group(self) -> None:
         """Create our consumer group on the shared streams and on every machine's."""
@@ -159,6 +161,7 @@ class Ingest:
         if time.monotonic() - self._last_machines > MACHINES_EVERY:
             self._last_machines = time.monotonic()
             self.broadcast_machines()
+        self.telemetry.report(self.redis)
         return handled
 
     def _consume(self, streams: dict[str, int | None], start_id: str, *, count: int, block: int | None) -> int:
@@ -198,6 +201,8 @@ class Ingest:
             pipe.xack(stream, protocol.EVENT_GROUP, *ids)
             pipe.xdel(stream, *ids)
         pipe.execute()
+        self.telemetry.record("liveness" if streams is self.liveness_streams else "events",
+                              [entry_id for _, entry_id, _ in entries])
         return len(entries)
 
     def authorize(self, decoded: list[tuple[int | None, dict[str, Any]]]) -> list[dict[str, Any]]:
