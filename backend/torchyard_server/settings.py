@@ -118,6 +118,9 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     "supervise": {"task": "torchyard_server.jobs.tasks.supervise", "schedule": env_float("TORCHYARD_SUPERVISE_EVERY", 2.0)},
     "schedule-queued": {"task": "torchyard_server.jobs.tasks.schedule_queued", "schedule": 3.0},
+    # The dashboards' machine table (streaming/tasks.py); one left waiting behind busier work is dropped.
+    "broadcast-machines": {"task": "torchyard_server.streaming.tasks.broadcast_machines", "schedule": 2.0,
+                           "options": {"expires": 2.0}},
     # Agents' Redis users: written again after a Redis restart, removed with their machines.
     "sync-agent-redis-users": {"task": "torchyard_server.machines.tasks.sync_agent_redis_users", "schedule": 10.0},
 }

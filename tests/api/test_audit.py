@@ -104,6 +104,21 @@ def test_machine_changes_are_recorded_one_entry_per_action(api, owner):
     assert not any("token" in str(e.detail) for e in trail)  # the log never holds a secret
 
 
+def test_creating_and_revoking_api_tokens_are_recorded_without_the_token(team):
+    mia = client_of(team["mia"])
+    created = mia.post("/api/auth/tokens", {"name": "laptop", "expires_in_days": 7}, format="json")
+    assert created.status_code == 201, created.content
+    token_id, key = created.json()["id"], created.json()["token"]
+    assert mia.delete(f"/api/auth/tokens/{token_id}").status_code == 204
+    assert client_of(team["vic"]).delete(f"/api/auth/tokens/{token_id}").status_code == 404  # records nothing
+
+    trail = entries(target_type="token", target_id=str(token_id))
+    assert [e.action for e in trail] == ["token.create", "token.revoke"]
+    assert {e.actor_label for e in trail} == {"mia"} and {e.target_label for e in trail} == {"laptop"}
+    assert trail[0].detail["owner"] == "mia" and trail[0].detail["expiry"]
+    assert not any(key in str(e.detail) + e.target_label for e in trail)
+
+
 def test_project_and_member_changes_are_recorded_in_the_project(api, team):
     ada = client_of(team["ada"])
     assert api.post("/api/projects", {"name": "audio"}, format="json").status_code == 201
@@ -194,7 +209,7 @@ def test_removing_a_machine_that_runs_nodes_without_force_records_nothing(api, t
 # --- who reads it ----------------------------------------------------------------------------------
 def test_only_staff_read_the_log(api, team, anonymous):
     machine_create(name="m", host="10.0.0.8")
-    assert [e["action"] for e in log(api)] == ["machine.add"]
+    assert [e["action"] for e in log(api)] == ["machine.add", "token.create"]  # newest first: the fixture's token
     for name in ("ada", "mia", "vic", "oz"):
         assert client_of(team[name]).get("/api/audit").status_code == 403
     assert anonymous.get("/api/audit").status_code in (401, 403)
@@ -206,6 +221,7 @@ def test_only_staff_read_the_log(api, team, anonymous):
 
 
 def test_the_log_filters_and_pages_newest_first(api, team, two_machines):
+    AuditEntry.objects.filter(action="token.create").delete()  # the `api` fixture's own token
     ada = client_of(team["ada"])
     job_id = ada.post("/api/jobs", SPEC, format="json").json()["id"]
     ada.post("/api/projects/vision/members", {"username": "oz", "role": "viewer"}, format="json")

@@ -3,6 +3,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from ..listing import FlatListSerializer
 from .models import Machine
 from .registries import machine_usage
 
@@ -23,6 +24,8 @@ class MachineOut(serializers.ModelSerializer):
             "id", "name", "host", "port", "status", "drained", "capabilities", "current_load", "labels",
             "agent_version", "last_heartbeat", "created_at", "usage",
         ]
+        # A thousand machines are listed on every GET /api/machines and cluster-stream snapshot.
+        list_serializer_class = FlatListSerializer
 
     @extend_schema_field(MachineUsageOut(many=True))
     def get_usage(self, machine: Machine) -> list[dict]:

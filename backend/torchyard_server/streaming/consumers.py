@@ -15,6 +15,7 @@ from ..machines.selectors import machine_list
 from ..machines.serializers import MachineOut
 from ..projects.permissions import projects_visible_to
 from . import groups
+from .cluster import JobUpdates
 from .selectors import job_events
 from .telemetry import WEBSOCKETS
 
@@ -106,19 +107,22 @@ class ClusterStreamConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code):
         WEBSOCKETS.closed(self)
+        if hasattr(self, "job_updates"):
+            await self.job_updates.close()
         await self.channel_layer.group_discard(groups.CLUSTER, self.channel_name)
 
     async def cluster_machines(self, message):
         await self.send_json({"type": "machines", "machines": message["machines"]})
 
     async def cluster_job(self, message):
-        # The group carries every job; each user gets only those of their projects.
-        if await self._may_see(message["job"].get("project")):
-            await self.send_json({"type": "job", "job": message["job"]})
+        # Coalesced (cluster.py): the latest of each job, one message per JOB_UPDATES_EVERY.
+        if not hasattr(self, "job_updates"):
+            self.job_updates = JobUpdates(self.send_json, self._visible_projects)
+        self.job_updates.add(message["job"])
 
     @database_sync_to_async
-    def _may_see(self, project: str | None) -> bool:
-        return projects_visible_to(self.scope["user"]).filter(name=project).exists()
+    def _visible_projects(self) -> set[str]:
+        return set(projects_visible_to(self.scope["user"]).values_list("name", flat=True))
 
     @database_sync_to_async
     def _snapshot(self):

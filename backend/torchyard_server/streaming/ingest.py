@@ -36,9 +36,7 @@ from ..jobs.serializers import job_summary_data
 from ..jobs.services import job_record_progress, node_record_heartbeats, node_report_state
 from ..jobs.stalls import job_record_stall
 from ..machines.models import Machine
-from ..machines.selectors import machine_list
-from ..machines.serializers import MachineOut
-from ..machines.services import machine_record_heartbeat
+from ..machines.services import machine_record_heartbeats
 from . import groups
 from .models import JobEvent
 from .telemetry import IngestStats
@@ -48,7 +46,6 @@ PERSISTED = {protocol.STATE, protocol.LOG, protocol.METRIC, protocol.RESOURCE, p
              protocol.PREFLIGHT, protocol.STALLED}
 ENVELOPE = {"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts", "key"}
 CONSUMER = "controller"
-MACHINES_EVERY = 2.0
 # Metrics move progress and node liveness on the job page; refresh its snapshot this often at most.
 JOB_REFRESH_EVERY = 2.0
 # How often the machine table is read for machines whose streams are not read yet.
@@ -76,7 +73,6 @@ class Ingest:
         self.batch = batch
         self.block_ms = block_ms
         self.layer = get_channel_layer()
-        self._last_machines = 0.0
         self._last_refresh: dict[int, float] = {}
         self._backlog = True  # re-read our own unacknowledged entries first
         # Streams read, each with the machine it belongs to (None: the controller's shared streams).
@@ -152,15 +148,14 @@ class Ingest:
             self.ensure_group()
         elif time.monotonic() - self._last_discover > DISCOVER_EVERY:
             self.discover_machines()
-        self.read_liveness()
+        beats = self.read_liveness()
         backlog = self._backlog
+        # While heartbeats flow (a thousand agents: 500 a second), go round again at once rather than
+        # wait block_ms for events: the next beats are read as soon as these are applied.
         handled = self._consume(self.event_streams, "0" if backlog else ">", count=self.batch,
-                                block=None if backlog else self.block_ms)
+                                block=None if backlog or beats else self.block_ms)
         if backlog and not handled:
             self._backlog = False
-        if time.monotonic() - self._last_machines > MACHINES_EVERY:
-            self._last_machines = time.monotonic()
-            self.broadcast_machines()
         self.telemetry.report(self.redis)
         return handled
 
@@ -249,8 +244,8 @@ class Ingest:
                 node_beats[int(event["node"])] = float(event.get("ts") or time.time())
             elif kind in PERSISTED and event.get("job") is not None:
                 persisted.append(event)
-        for beat in machine_beats.values():
-            machine_record_heartbeat(event=beat)
+        if machine_beats:
+            machine_record_heartbeats(events=list(machine_beats.values()))
         if node_beats:
             node_record_heartbeats(beats=node_beats)
         if persisted:
@@ -327,11 +322,6 @@ class Ingest:
                 if job is not None:
                     self._send(groups.job_group(job_id), {"type": "job.changed"})
                     self._send(groups.CLUSTER, {"type": "cluster.job", "job": job_summary_data(job)})
-
-    def broadcast_machines(self) -> None:
-        close_old_connections()
-        data = MachineOut(machine_list(), many=True).data
-        self._send(groups.CLUSTER, {"type": "cluster.machines", "machines": data})
 
     def _send(self, group: str, message: dict[str, Any]) -> None:
         try:

@@ -13,7 +13,7 @@ export function applyClusterMessage(queryClient: QueryClient, message: unknown):
   } else if (msg.type === 'jobs' && Array.isArray(msg.jobs)) {
     // The snapshot the server sends on every (re)connect: nothing missed while away survives it.
     queryClient.setQueryData(jobsQueryKey, msg.jobs)
-  } else if (msg.type === 'job' && msg.job) {
-    upsertJobSummary(queryClient, msg.job)
+  } else if (msg.type === 'jobs_changed' && Array.isArray(msg.jobs)) {
+    for (const job of msg.jobs) upsertJobSummary(queryClient, job)
   }
 }

@@ -277,7 +277,8 @@ export type JobStreamMessage =
 export type ClusterStreamMessage =
   | { type: 'machines'; machines: Machine[] }
   | { type: 'jobs'; jobs: JobSummary[] }
-  | { type: 'job'; job: JobSummary }
+  // The latest summary of each job that changed, at most every half second (coalesced by the server).
+  | { type: 'jobs_changed'; jobs: JobSummary[] }
 
 /** DRF validation error body: nested field -> messages, plus `non_field_errors` / `detail`. */
 export type ApiErrorBody = { detail?: string } & Record<string, unknown>

@@ -56,8 +56,13 @@ describe('jobs list', () => {
     expect(requests.filter((r) => r.path === '/api/jobs')).toHaveLength(1)
 
     act(() => {
-      socket.receive({ type: 'job', job: { ...jobs[0], status: 'completed', progress: { ...jobs[0].progress, step: 500 } } })
-      socket.receive({ type: 'job', job: jobSummary({ id: 4, name: 'fresh', status: 'planning' }) })
+      socket.receive({
+        type: 'jobs_changed',
+        jobs: [
+          { ...jobs[0], status: 'completed', progress: { ...jobs[0].progress, step: 500 } },
+          jobSummary({ id: 4, name: 'fresh', status: 'planning' }),
+        ],
+      })
     })
 
     await waitFor(() => expect(within(row('gpt-small')).getByText('completed')).toHaveClass('badge-completed'))
