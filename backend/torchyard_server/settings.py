@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "torchyard_server.machines",
     "torchyard_server.bundles",
     "torchyard_server.jobs",
+    "torchyard_server.templates",
     "torchyard_server.artifacts",
     "torchyard_server.checkpoints",
     "torchyard_server.streaming",
@@ -137,6 +138,8 @@ REDIS_AGENT_ACL = env_bool("TORCHYARD_REDIS_AGENT_ACL", False)
 # Seconds without an agent heartbeat before a machine is offline.
 # One default with a node's heartbeat_timeout: agents beat every 2 s.
 MACHINE_OFFLINE_AFTER = env_float("TORCHYARD_MACHINE_OFFLINE_AFTER", 10.0)
+# Seconds `POST /api/network/machines/{id}/ping` and the health check wait for agents to answer.
+PING_TIMEOUT = env_float("TORCHYARD_PING_TIMEOUT", 5.0)
 # Seconds a node may stay "launching" before it counts as failed to start.
 NODE_LAUNCH_TIMEOUT = env_float("TORCHYARD_NODE_LAUNCH_TIMEOUT", 90.0)
 # Seconds a job may stay "stopping" before its unanswered nodes are written off as lost.

@@ -20,9 +20,11 @@ from torchyard_server.accounts.services import api_token_create
 from torchyard_server.artifacts.services import artifacts_record
 from torchyard_server.bundles.models import Bundle
 from torchyard_server.checkpoints.models import CheckpointManifest
-from torchyard_server.jobs.models import Job
+from torchyard_server.jobs.models import Job, JobNode
+from torchyard_server.jobs.spec import JobSpecSerializer
 from torchyard_server.machines.services import machine_create, machine_delete
 from torchyard_server.projects.models import Membership, Project
+from torchyard_server.templates.models import JobTemplate
 
 from .conftest import token_for
 
@@ -60,6 +62,11 @@ def submit(role: str) -> str:
 
 def submits_somewhere(role: str) -> str:
     return DENIED if role == "viewer" else everyone_signed_in(role)
+
+
+def task_submit(role: str) -> str:
+    # A task (job template) of project lab: its members submit it, a viewer may not, the outsider does not see it.
+    return {"staff": OK, "admin": OK, "member": OK, "viewer": DENIED, "outsider": HIDDEN}.get(role, UNAUTH)
 
 
 def project_read(role: str) -> str:
@@ -150,10 +157,22 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/network/distributed/dispatch": submit,
     "api/network/distributed/status/<int:job_id>": job_read,
     "api/network/distributed/stop/<int:job_id>": job_control,
+    "api/network/distributed_jobs/plan": submit,
+    "api/network/distributed_jobs/dispatch": submit,
+    "api/network/distributed_jobs/<str:job_id>/status": job_read,
+    "api/network/machines/<int:machine_id>/job_status/<int:job_id>": job_read,
+    "api/network/machines/<int:machine_id>/stop_job/<int:job_id>": job_control,
+    "api/network/execute_job": submit,
+    "api/network/local_job_status/<int:job_id>": job_read,
     "api/network/prepare_dependencies": submits_somewhere,
     "api/network/local_job_output/<int:job_id>": job_read,
     "api/network/local_job_file/<int:job_id>/<path:key>": job_read,
     "api/tasks/distributed/suggest_machines": everyone_signed_in,
+    "api/tasks": {"get": everyone_signed_in, "post": submit},
+    # The task is ada's: mia (a member) may submit it but not change it.
+    "api/tasks/<int:task_id>": {"get": job_read, "put": job_control, "delete": job_control},
+    "api/tasks/<int:task_id>/queue_distributed": task_submit,
+    "api/tasks/<int:task_id>/queue/<int:machine_id>": task_submit,
 }
 
 SPEC = {"name": "m", "project": "lab", "entrypoint": "examples/mlp_ddp.py", "args": ["--steps", "2"],
@@ -165,6 +184,11 @@ BODIES = {
     "api/network/distributed/plan": {"plugin_name": "mlp_ddp", "project": "lab", "resource_requirements": {"num_machines": 1}},
     "api/network/distributed/dispatch": {"plugin_name": "mlp_ddp", "project": "lab", "resource_requirements": {"num_machines": 1}},
     "api/network/prepare_dependencies": {"pip": ["six"]},
+    "api/network/distributed_jobs/plan": {"plugin_name": "mlp_ddp", "project": "lab", "resource_requirements": {"num_machines": 1}},
+    "api/network/distributed_jobs/dispatch": {"plugin_name": "mlp_ddp", "project": "lab", "resource_requirements": {"num_machines": 1}},
+    "api/network/execute_job": {"job_data": SPEC},
+    "api/tasks": {"plugin_name": "mlp_ddp", "project": "lab"},
+    "api/tasks/<int:task_id>": {"plugin_name": "mlp_ddp", "project": "lab", "config": {"lr": 0.1}},
     "api/projects": {"name": "new-one"},
     "api/projects/<str:name>/members": {"username": "oz", "role": "viewer"},
     "api/projects/<str:name>/members/<str:username>": {"role": "admin"},
@@ -242,11 +266,18 @@ def world(settings, tmp_path, django_user_model):
     (out / "model.txt").write_bytes(b"m\n")
     artifacts_record(event={"job": job.pk, "attempt": 0, "node_rank": 0, "files": [
         {"path": "model.txt", "size": 2, "sha256": hashlib.sha256(b"m\n").hexdigest(), "uri": (out / "model.txt").as_uri()}]})
+    # The job ran on gpu-a (the seed's machine/job routes ask about that pair); a task of lab is ada's.
+    JobNode.objects.create(job=job, attempt=0, machine=machine, machine_name="gpu-a", host="10.0.0.1", node_rank=0,
+                           nproc=1, rank_start=0, rank_end=0, status=JobNode.Status.COMPLETED)
+    saved = JobSpecSerializer(data=SPEC)
+    saved.is_valid(raise_exception=True)
+    template = JobTemplate.objects.create(name="labs", spec=saved.validated_data, owner=users["admin"], project=lab)
     bundle = Bundle.objects.create(sha256="a" * 64, size=1, unpacked_size=1)
     bundle.owners.set(users.values())  # bundles stay per uploader: every user here uploaded this one
     api_token, _ = api_token_create(user=users["staff"], name="sid's laptop", expires_in=None)
     return {"users": users, "job": job, "api_token": api_token, "machine": machine, "token": token, "revoked": revoked,
-            "checkpoint": checkpoint, "artifact": job.artifacts.get(), "bundle": bundle}
+            "checkpoint": checkpoint, "artifact": job.artifacts.get(), "bundle": bundle,
+            "template": template}
 
 
 def client_for(role: str, world) -> APIClient:
@@ -264,7 +295,7 @@ def url_for(route: str, world) -> str:
     values = {
         "job_id": world["job"].pk, "machine_id": world["machine"].pk, "checkpoint_id": world["checkpoint"].pk,
         "artifact_id": world["artifact"].pk, "path": "w.bin", "key": "model.txt", "sha256": "a" * 64,
-        "name": "gpu-a" if "by-name" in route else "lab", "username": "vic",
+        "name": "gpu-a" if "by-name" in route else "lab", "username": "vic", "task_id": world["template"].pk,
         "token_id": world["api_token"].pk, "run_id": f"{world['job'].pk}.0",
     }
     url = route
@@ -288,7 +319,7 @@ CASES = [(route, method, role) for route, method, _ in ROUTES if route in POLICY
 def test_each_role_gets_what_the_policy_says(world, monkeypatch, route, method, role):
     from torchyard_server.celery import app as celery_app
 
-    monkeypatch.setattr(celery_app.control, "ping", lambda timeout=1.0: [])
+    monkeypatch.setattr(celery_app.control, "ping", lambda timeout=1.0, **kwargs: [])
     monkeypatch.setattr(celery_app, "send_task", lambda *a, **k: None)
     client = client_for(role, world)
     body = BODIES.get(route) if method in ("post", "put", "patch") else None

@@ -17,12 +17,14 @@ class PlanError(Exception):
     - "capacity": more machines online (too few online machines could ever hold a node);
     - "busy": waiting (enough machines, but their GPUs are in use).
     Submission refuses "invalid" and "capacity" with a 400; a queued job waits on any of them.
+    `skipped` says, machine by machine, why none of them would do (see `plan_job`).
     """
 
-    def __init__(self, reason: str, *, kind: str):
+    def __init__(self, reason: str, *, kind: str, skipped: list[dict[str, Any]] | None = None):
         super().__init__(reason)
         self.reason = reason
         self.kind = kind
+        self.skipped = skipped or []
 
 
 @dataclass
@@ -42,6 +44,9 @@ class Candidate:
     # The training Python's versions as the agent reports them ("" from an agent too old to say).
     python_version: str = ""
     torch_version: str = ""
+    # Offline because a node of a job was lost there, not because its agent went quiet: not planned
+    # on until its agent heartbeats again (machines.services.machine_mark_suspect).
+    suspect: bool = False
 
     @property
     def versions(self) -> tuple[str, str]:
@@ -95,6 +100,43 @@ def _waste(machine: Candidate, need: Need) -> int:
     return max(machine.cpu_count - machine.busy_procs, 0) - need.procs
 
 
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _memory(mb: int) -> str:
+    """A GPU memory size as a user would write it: 40000 and 40960 MB are both "40 GB"."""
+    for unit in (1024, 1000):
+        if mb >= unit and mb % unit == 0:
+            return f"{mb // unit} GB"
+    return f"{mb} MB"
+
+
+def why_not(machine: Candidate, need: Need) -> str | None:
+    """Why a node of the job cannot go to this machine now, in a few words; None when it can."""
+    if not machine.schedulable:
+        return "suspect" if machine.suspect else machine.status  # offline, draining, pending
+    if need.gpus:
+        slots = machine.gpu_slots(need.min_gpu_memory)
+        if len(machine.gpus) < need.gpus:
+            return f"{_plural(len(machine.gpus), 'GPU')}, {need.gpus} asked"
+        if slots == 0:
+            return f"less than {_memory(need.min_gpu_memory)} per GPU"
+        if slots < need.gpus:
+            return f"{_plural(slots, 'GPU')} of {_memory(need.min_gpu_memory)} or more, {need.gpus} asked"
+    if not _fits(machine, need):
+        if need.gpus:
+            return f"{_plural(len(machine.free_gpus(need.min_gpu_memory)), 'GPU')} free, {need.gpus} asked"
+        return f"busy: {machine.busy_procs} processes of {machine.cpu_count} cores, {need.procs} more asked"
+    return None
+
+
+def _skipped(machines: list[Candidate], reasons: dict[int, str]) -> list[dict[str, Any]]:
+    """Every machine not chosen, with why, by name."""
+    return [{"machine_id": m.id, "machine_name": m.name, "reason": reasons[m.id]}
+            for m in sorted(machines, key=lambda m: m.name) if m.id in reasons]
+
+
 def order_machines(machines: list[Candidate], policy: str, need: Need | None = None) -> list[Candidate]:
     """pack (seed 004's "simple" policy): least waste, the machines the node fits most tightly
     first; spread: the least loaded first."""
@@ -132,38 +174,65 @@ def plan_job(
     *,
     pick_port: Callable[[Candidate], int],
 ) -> dict[str, Any]:
-    """The execution plan for `spec` on `machines`, or PlanError saying what is missing."""
+    """The execution plan for `spec` on `machines`, or PlanError saying what is missing. Either
+    names, for every machine it did not choose, why (`skipped`): "offline", "draining", "2 GPUs
+    free, 4 asked", "less than 40 GB per GPU", "busy: 3 processes of 4", "versions differ" ..."""
     placement = spec["placement"]
     manual: list[Candidate] | None = None
+    reasons: dict[int, str] = {}
     if placement["machines"]:
         by_key = {m.name: m for m in machines} | {str(m.id): m for m in machines}
         missing = [key for key in placement["machines"] if key not in by_key]
         if missing:
             raise PlanError(f"unknown machines in placement: {', '.join(missing)}", kind="invalid")
         manual = [by_key[key] for key in placement["machines"]]
+        listed = {m.id for m in manual}
+        reasons = {m.id: "not in the job's placement" for m in machines if m.id not in listed}
     candidates = manual if manual is not None else machines
     shapes = _shapes(spec, len([m for m in candidates if m.schedulable]))
     # The first shape the online machines could ever hold; then whether they can hold it now.
     nodes, need = next(((n, d) for n, d in shapes if _holders(candidates, d) >= n), shapes[-1])
     # Manual placement keeps the user's order (the first is the master); otherwise the policy's.
     pool = manual if manual is not None else order_machines(machines, placement["policy"], need)
+    for machine in pool:
+        reason = why_not(machine, need)
+        if reason is not None:
+            reasons[machine.id] = reason
+
+    def refuse(message: str, kind: str) -> PlanError:
+        fine = f"fits, but the job needs {_plural(nodes, 'such machine')}"
+        return PlanError(message, kind=kind, skipped=_skipped(machines, {m.id: fine for m in pool} | reasons))
+
     online = [m for m in pool if m.schedulable]
     could_hold = [m for m in online if m.gpu_slots(need.min_gpu_memory) >= need.gpus]
     if len(could_hold) < nodes:
         wanted = f"{nodes} online machines" + (
             f" with {need.gpus} GPUs of >= {need.min_gpu_memory} MB" if need.gpus else "")
         offline = [m.name for m in pool if not m.schedulable]
-        raise PlanError(
+        raise refuse(
             f"needs {wanted}; {len(could_hold)} online machine(s) can hold a node"
             + (f" ({', '.join(offline)} not online)" if offline else ""),
-            kind="capacity",
+            "capacity",
         )
     ready = [m for m in online if _fits(m, need)]
     if len(ready) < nodes:
         what = "free GPUs" if need.gpus else f"room for {need.procs} more processes"
-        raise PlanError(f"waiting for {nodes} machines with {what}: {len(ready)} now", kind="busy")
+        # A queued job shows this as its reason: say what holds the busy machines back.
+        busy = [f"{m.name}: {reasons[m.id]}" for m in online if m.id in reasons][:5]
+        raise refuse(f"waiting for {nodes} machines with {what}: {len(ready)} now"
+                     + (f" ({'; '.join(busy)})" if busy else ""), "busy")
 
-    chosen = _agreeing(ready, nodes, manual=manual is not None)
+    try:
+        chosen = _agreeing(ready, nodes, manual=manual is not None)
+    except PlanError as exc:
+        for machine in ready:
+            reasons.setdefault(machine.id, f"versions differ: {machine.describe_versions()}")
+        raise refuse(exc.reason, exc.kind) from None
+    taken = {m.id for m in chosen}
+    for machine in ready:
+        if machine.id not in taken:
+            reasons[machine.id] = (f"versions differ: {machine.describe_versions()}" if not _agrees(machine, chosen)
+                                   else f"not needed: the job's {_plural(nodes, 'node')} went to machines before it")
     procs, gpus_per_node, min_gpu_memory = need.procs, need.gpus, need.min_gpu_memory
     world_size = nodes * procs
     backend = spec["distributed"]["backend"]
@@ -198,6 +267,7 @@ def plan_job(
         "nodes": plan_nodes,
         "hyperparameters": adjust_hyperparameters(spec["hyperparameters"], spec["scaling"], world_size),
         "warnings": warnings,
+        "skipped": _skipped(machines, reasons),
         # What the nodes' preflight will check before any rank starts (the job's preflight events
         # say how it went): every node reaches the master's address and port, and the versions agree.
         "preflight": {
@@ -205,6 +275,11 @@ def plan_job(
             "versions": {m.name: m.describe_versions() for m in chosen},
         },
     }
+
+
+def _agrees(machine: Candidate, chosen: list[Candidate]) -> bool:
+    """Whether this machine's versions agree with every chosen machine's (unknown agrees with all)."""
+    return machine.versions == ("", "") or all(m.versions in (machine.versions, ("", "")) for m in chosen)
 
 
 def _agreeing(ready: list[Candidate], nodes: int, *, manual: bool) -> list[Candidate]:

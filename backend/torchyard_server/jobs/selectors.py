@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from ..machines.selectors import machine_list
 from ..projects.permissions import scope_to_user, visible_or_404
@@ -62,6 +65,8 @@ def machine_candidates() -> list[Candidate]:
         live_nodes[machine_id] = live_nodes.get(machine_id, 0) + 1
         busy_procs[machine_id] = busy_procs.get(machine_id, 0) + nproc
         busy_gpus.setdefault(machine_id, set()).update(gpus or [])
+    # Offline with a heartbeat too recent for the offline sweep: a lost node made it suspect.
+    quiet_since = timezone.now() - timedelta(seconds=settings.MACHINE_OFFLINE_AFTER)
     return [
         Candidate(
             id=m.pk,
@@ -76,6 +81,7 @@ def machine_candidates() -> list[Candidate]:
             cpu_usage=float(m.current_load.get("cpu_usage") or 0.0),
             python_version=str(m.capabilities.get("python_version") or ""),
             torch_version=str(m.capabilities.get("torch_version") or ""),
+            suspect=m.status == "offline" and m.last_heartbeat is not None and m.last_heartbeat > quiet_since,
         )
         for m in machine_list()
     ]

@@ -3,13 +3,16 @@ services as the canonical API, with the seed's payloads.
 
 The seed planned and dispatched one rank at a time from the browser; here `distributed/plan` is
 the dry run and `distributed/dispatch` submits the whole job, which Torchyard then places,
-launches and supervises itself."""
+launches and supervises itself. The seed's per-rank dispatch body is taken too (dispatch.py): the
+ranks are kept until every one has its machine, then the job is submitted on those machines."""
 
 from __future__ import annotations
 
+import time
+
 from django.conf import settings
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiTypes, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiTypes, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
@@ -25,7 +28,7 @@ from ..jobs.models import Job
 from ..jobs.planner import order_machines
 from ..jobs.selectors import job_visible_or_404, machine_candidates
 from ..jobs.services import job_preview_plan, job_stop, job_submit
-from ..jobs.spec import JobSpecSerializer, RuntimeSerializer, builtin_recipes
+from ..jobs.spec import JobSpecSerializer, RuntimeSerializer
 from ..machines.api import MachineDetailView, force_requested
 from ..machines.models import Machine
 from ..machines.selectors import machine_list
@@ -33,98 +36,33 @@ from ..machines.serializers import MachineOut
 from ..machines.services import machine_delete
 from ..projects.permissions import CanSubmitSomewhere, IsStaff, require_job_control
 from ..renderers import DOWNLOAD_RENDERERS
+from ..templates.services import on_one_machine
+from .dispatch import RankDispatchIn, dispatch_rank, is_rank_dispatch, machine_called, seed_job_status
+from .seed import DistributedTrainingConfig, job_status, seed_body
+from .serializers import (
+    CapabilitiesOut,
+    DistributedJobStatusOut,
+    ExecuteJobIn,
+    HealthCheckOut,
+    LocalJobOutputOut,
+    MessageOut,
+    NetworkStatusOut,
+    PingOut,
+    PrepareDependenciesOut,
+    SuggestMachinesOut,
+)
+
+FORCE = OpenApiParameter("force", bool, description="stop its live nodes first")
 
 
-class ResourceRequirements(serializers.Serializer):
-    num_machines = serializers.IntegerField(min_value=1, max_value=256, default=1)
-    gpus_per_machine = serializers.IntegerField(min_value=0, max_value=64, default=0)
-    min_gpu_memory = serializers.IntegerField(min_value=0, default=0)
-    procs_per_machine = serializers.IntegerField(min_value=1, max_value=64, default=1)
-
-
-class DistributedTrainingConfig(serializers.Serializer):
-    """The seed's DistributedTrainingConfig; `plugin_name` is a recipe (`mlp_ddp` or its path)."""
-
-    plugin_name = serializers.CharField(max_length=200)
-    config = serializers.DictField(default=dict)
-    resource_requirements = ResourceRequirements(default=dict)
-    machine_selection = serializers.ChoiceField(choices=["auto", "manual"], default="auto")
-    selected_machines = serializers.ListField(child=serializers.CharField(max_length=100), default=list)
-    args = serializers.ListField(child=serializers.CharField(max_length=4096), default=list)
-    project = serializers.CharField(max_length=63, default="default", help_text="Torchyard's: the job's project")
-
-    def validate(self, attrs):
-        if attrs["machine_selection"] == "manual" and not attrs["selected_machines"]:
-            raise serializers.ValidationError({"selected_machines": ["manual selection needs machines."]})
-        return attrs
-
-
-def _default_requirements() -> dict:
-    defaults = ResourceRequirements(data={})
-    defaults.is_valid(raise_exception=True)
-    return dict(defaults.validated_data)
-
-
-def _spec_from_seed(data: dict, request) -> dict:
-    """Translate the seed's request into a JobSpec and validate it like any other."""
-    plugin = data["plugin_name"]
-    entrypoint = plugin if plugin.endswith(".py") else f"examples/{plugin}.py"
-    # A nested serializer's default ({}) is not validated: its own defaults fill an absent section.
-    req = data["resource_requirements"] or _default_requirements()
-    spec = {
-        "name": plugin.rsplit("/", 1)[-1].removesuffix(".py"),
-        "project": data["project"],
-        "entrypoint": entrypoint,
-        "args": data["args"],
-        "hyperparameters": data["config"],
-        "resources": {"nodes": req["num_machines"], "procs_per_node": req["procs_per_machine"],
-                      "gpus_per_node": req["gpus_per_machine"], "min_gpu_memory": req["min_gpu_memory"]},
-        "placement": {"policy": "spread", "machines": data["selected_machines"] if data["machine_selection"] == "manual" else []},
-    }
-    if entrypoint not in builtin_recipes():
-        raise serializers.ValidationError({"plugin_name": [f"unknown plugin {plugin!r}; built-in: {', '.join(builtin_recipes())}."]})
-    validated = JobSpecSerializer(data=spec, context={"request": request})
-    validated.is_valid(raise_exception=True)
-    return validated.validated_data
-
-
-def _seed_body(request) -> dict:
-    body = DistributedTrainingConfig(data=request.data)
-    body.is_valid(raise_exception=True)
-    return _spec_from_seed(body.validated_data, request)
-
-
-def _status(job: Job) -> dict:
-    """The seed's DistributedJobStatus."""
-    nodes = [n for n in job.nodes.all() if n.attempt == job.attempt]
-    total = (job.progress or {}).get("total_steps")
-    return {
-        "job_id": job.pk,
-        "status": job.status,
-        "status_reason": job.status_reason,
-        "world_size": job.world_size,
-        "attempt": job.attempt,
-        "master_addr": job.master_addr,
-        "master_port": job.master_port,
-        "nodes": [
-            {
-                "machine_id": n.machine_id,
-                "machine_name": n.machine_name,
-                "rank": n.node_rank,
-                "ranks": [n.rank_start, n.rank_end],
-                "status": n.status,
-                "start_time": n.started_at,
-                "end_time": n.finished_at,
-                "progress": (100.0 * (n.progress or {}).get("step", 0) / total) if total and n.progress else None,
-            }
-            for n in nodes
-        ],
-    }
+def _status(job: Job, *, machine_id: int | None = None, seed_job_id: str | None = None) -> dict:
+    return DistributedJobStatusOut(job_status(job, machine_id=machine_id, seed_job_id=seed_job_id)).data
 
 
 class NetworkMachineView(MachineDetailView):
     """The canonical machine view; the seed's DELETE answers with a message instead of a 204."""
 
+    @extend_schema(parameters=[FORCE], responses={200: MessageOut})
     def delete(self, request, machine_id: int):
         machine_delete(machine=get_object_or_404(Machine, pk=machine_id), force=force_requested(request))
         return Response({"message": "machine removed"})
@@ -133,12 +71,14 @@ class NetworkMachineView(MachineDetailView):
 class NetworkMachineByNameView(APIView):
     permission_classes = [IsStaff]
 
+    @extend_schema(parameters=[FORCE], responses={200: MessageOut})
     def delete(self, request, name: str):
         machine_delete(machine=get_object_or_404(Machine, name=name), force=force_requested(request))
         return Response({"message": f"machine {name} removed"})
 
 
 class NetworkStatusView(APIView):
+    @extend_schema(responses=NetworkStatusOut)
     def get(self, request):
         machines = list(machine_list())
         counts = {s: sum(1 for m in machines if m.status == s) for s in Machine.Status.values}
@@ -151,38 +91,59 @@ class NetworkStatusView(APIView):
         })
 
 
-def _ping(machines: list[Machine], timeout: float = 1.5) -> dict[int, bool]:
-    """Ask the agents' Celery workers themselves (remote control over the broker), not the database."""
-    replies = celery_app.control.ping(timeout=timeout) or []
-    answered = set()
-    for reply in replies:
+def _agent_of(worker: str) -> int | None:
+    """The machine id of an agent's Celery worker name (`agent-<id>@<hostname>`)."""
+    name = worker.split("@", 1)[0]
+    return int(name[6:]) if name.startswith("agent-") and name[6:].isdigit() else None
+
+
+def ping_agents(machine_ids: list[int], timeout: float) -> dict[int, float | None]:
+    """Each machine's round trip in ms to its agent and back, None without an answer in `timeout`
+    seconds. A Celery remote-control ping over the broker, addressed to those agents only and
+    answered by each agent's worker itself (not the database, not a heartbeat); it returns as soon
+    as every one has answered."""
+    if not machine_ids:
+        return {}
+    answered: dict[int, float] = {}
+    sent = time.monotonic()
+
+    def on_reply(reply: dict) -> None:
         for worker in reply:
-            name = worker.split("@", 1)[0]
-            if name.startswith("agent-") and name[6:].isdigit():
-                answered.add(int(name[6:]))
-    return {m.pk: m.pk in answered for m in machines}
+            machine_id = _agent_of(worker)
+            if machine_id is not None:
+                answered.setdefault(machine_id, round((time.monotonic() - sent) * 1000, 2))
+
+    celery_app.control.ping(timeout=timeout, limit=len(machine_ids), callback=on_reply, matcher="pcre",
+                            pattern=rf"^agent-({'|'.join(str(i) for i in machine_ids)})@")
+    return {machine_id: answered.get(machine_id) for machine_id in machine_ids}
 
 
 class NetworkPingView(APIView):
+    @extend_schema(request=None, responses=PingOut)
     def post(self, request, machine_id: int):
         machine = get_object_or_404(Machine, pk=machine_id)
-        alive = _ping([machine])[machine.pk]
-        return Response({"machine_id": machine.pk, "name": machine.name, "reachable": alive,
-                         "status": machine.status, "last_heartbeat": machine.last_heartbeat})
+        timeout = settings.PING_TIMEOUT
+        rtt = ping_agents([machine.pk], timeout)[machine.pk]
+        detail = f"answered in {rtt} ms" if rtt is not None else f"no answer from its agent within {timeout:g} s"
+        return Response(PingOut({"machine_id": machine.pk, "name": machine.name, "reachable": rtt is not None,
+                                 "rtt_ms": rtt, "timeout_s": timeout, "detail": detail, "status": machine.status,
+                                 "last_heartbeat": machine.last_heartbeat}).data)
 
 
 class NetworkHealthCheckView(APIView):
+    @extend_schema(request=None, responses=HealthCheckOut)
     def post(self, request):
         machines = list(machine_list())
-        alive = _ping(machines)
-        return Response({"results": [{"machine_id": m.pk, "name": m.name, "reachable": alive[m.pk],
-                                      "status": m.status} for m in machines],
-                         "healthy": sum(alive.values()), "total": len(machines)})
+        rtt = ping_agents([m.pk for m in machines], settings.PING_TIMEOUT)
+        return Response({"results": [{"machine_id": m.pk, "name": m.name, "reachable": rtt[m.pk] is not None,
+                                      "rtt_ms": rtt[m.pk], "status": m.status} for m in machines],
+                         "healthy": sum(1 for value in rtt.values() if value is not None), "total": len(machines)})
 
 
 class NetworkCapabilitiesView(APIView):
     """Capabilities of the machine the server runs on (the seed's "this machine")."""
 
+    @extend_schema(responses=CapabilitiesOut)
     def get(self, request):
         from torchyard.agent.capabilities import capabilities, load
 
@@ -192,23 +153,42 @@ class NetworkCapabilitiesView(APIView):
 
 
 class DistributedPlanView(APIView):
+    @extend_schema(request=DistributedTrainingConfig)
     def post(self, request):
-        spec = _seed_body(request)
+        spec = seed_body(request)
         return Response({"job_id": None, "execution_plan": job_preview_plan(spec=spec), "spec": spec})
 
 
 class DistributedDispatchView(APIView):
+    """The whole job (a DistributedTrainingConfig), or one rank of it to one machine (the seed's
+    dispatch body: `job_id`, `target_machine`, `rank`, `world_size` ...)."""
+
+    @extend_schema(
+        request=PolymorphicProxySerializer("SeedDispatchIn", serializers=[DistributedTrainingConfig, RankDispatchIn],
+                                           resource_type_field_name=None),
+        responses={201: DistributedJobStatusOut, 202: DistributedJobStatusOut, 200: DistributedJobStatusOut})
     def post(self, request):
-        job = job_submit(spec=_seed_body(request), owner=request.user)
+        if is_rank_dispatch(request.data):
+            body = RankDispatchIn(data=request.data)
+            body.is_valid(raise_exception=True)
+            answer, code = dispatch_rank(request=request, body=body.validated_data)
+            return Response(DistributedJobStatusOut(answer).data, status=code)
+        job = job_submit(spec=seed_body(request), owner=request.user)
         return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)
 
 
 class DistributedStatusView(APIView):
-    def get(self, request, job_id: int):
-        return Response(_status(job_visible_or_404(user=request.user, job_id=job_id)))
+    """By Torchyard's job id, or (`distributed_jobs/{id}/status`) by the job_id of a per-rank dispatch."""
+
+    @extend_schema(responses=DistributedJobStatusOut)
+    def get(self, request, job_id: int | str):
+        if isinstance(job_id, int):  # distributed/status/<int:job_id>: always Torchyard's id
+            return Response(_status(job_visible_or_404(user=request.user, job_id=job_id)))
+        return Response(DistributedJobStatusOut(seed_job_status(user=request.user, job_id=job_id)).data)
 
 
 class DistributedStopView(APIView):
+    @extend_schema(request=None, responses=DistributedJobStatusOut)
     def post(self, request, job_id: int):
         require_job_control(request.user, job_visible_or_404(user=request.user, job_id=job_id))
         job_stop(job_id=job_id, reason=f"stopped by {request.user.username}")
@@ -218,6 +198,10 @@ class DistributedStopView(APIView):
 class SuggestMachinesView(APIView):
     """Online machines in the order the planner would use them (least loaded first)."""
 
+    @extend_schema(responses=SuggestMachinesOut, parameters=[
+        OpenApiParameter("num_machines", int, description="how many machines (default 1)"),
+        OpenApiParameter("gpus_per_machine", int, description="free GPUs each must have (default 0)"),
+    ])
     def get(self, request):
         try:
             wanted = int(request.query_params.get("num_machines", "1"))
@@ -235,19 +219,74 @@ class SuggestMachinesView(APIView):
 
 
 class DispatchToMachineView(APIView):
-    """The whole job on one machine (the seed's remote job dispatch): a JobSpec, pinned there."""
+    """The whole job on one machine (the seed's remote job dispatch): a JobSpec, pinned there as one
+    node with every process of the job (templates.services.on_one_machine)."""
 
+    @extend_schema(request=JobSpecSerializer, responses={201: DistributedJobStatusOut})
     def post(self, request, machine_id: int):
         machine = get_object_or_404(Machine, pk=machine_id)
-        body = dict(request.data) if isinstance(request.data, dict) else {}
-        resources = dict(body.get("resources") or {})
-        resources["nodes"] = 1
-        body["resources"] = resources
-        body["placement"] = {"policy": "pack", "machines": [machine.name]}
-        validated = JobSpecSerializer(data=body, context={"request": request})
+        validated = JobSpecSerializer(data=request.data, context={"request": request})
         validated.is_valid(raise_exception=True)
-        job = job_submit(spec=validated.validated_data, owner=request.user)
+        job = job_submit(spec=on_one_machine(validated.validated_data, machine.name), owner=request.user)
         return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)
+
+
+# --- a job on one machine (the seed's remote jobs) ---------------------------------------------------
+def _job_on_machine(user, job_id: int, machine_id: int) -> tuple[Job, Machine]:
+    """The job, if this user may see it and it has, or is pinned to, a node on the machine; else 404."""
+    machine = get_object_or_404(Machine, pk=machine_id)
+    job = job_visible_or_404(user=user, job_id=job_id)
+    pinned = (job.spec.get("placement") or {}).get("machines") or []
+    if not any(n.machine_id == machine.pk for n in job.nodes.all()) and not {machine.name, str(machine.pk)} & set(pinned):
+        raise NotFound(f"job {job.pk} has no node on machine {machine.name}.")
+    return job, machine
+
+
+class MachineJobStatusView(APIView):
+    """`/api/network/machines/{id}/job_status/{job_id}`: the job's status with its nodes on that machine."""
+
+    @extend_schema(responses=DistributedJobStatusOut)
+    def get(self, request, machine_id: int, job_id: int):
+        job, machine = _job_on_machine(request.user, job_id, machine_id)
+        return Response(_status(job, machine_id=machine.pk))
+
+
+class MachineStopJobView(APIView):
+    """`/api/network/machines/{id}/stop_job/{job_id}`: stops the job, all of its nodes (one node
+    alone cannot stop: the job would recover it), as `POST /api/jobs/{id}/stop`."""
+
+    @extend_schema(request=None, responses=DistributedJobStatusOut)
+    def post(self, request, machine_id: int, job_id: int):
+        job, machine = _job_on_machine(request.user, job_id, machine_id)
+        require_job_control(request.user, job)
+        job_stop(job_id=job.pk, reason=f"stopped by {request.user.username}")
+        return Response(_status(Job.objects.get(pk=job.pk), machine_id=machine.pk))
+
+
+class ExecuteJobView(APIView):
+    """`/api/network/execute_job`: run a job now (what the seed's coordinator asked of a machine).
+    Here the control plane places it, on the machine `target_machine` names when given (the whole
+    job there, as dispatch_job), else where the planner chooses."""
+
+    @extend_schema(request=ExecuteJobIn, responses={201: DistributedJobStatusOut})
+    def post(self, request):
+        body = ExecuteJobIn(data=request.data, context={"request": request})
+        body.is_valid(raise_exception=True)
+        validated = body.validated_data["job_data"]
+        if body.validated_data.get("target_machine"):
+            machine = machine_called(body.validated_data["target_machine"], field="target_machine")
+            validated = on_one_machine(validated, machine.name)
+        job = job_submit(spec=validated, owner=request.user)
+        return Response(_status(Job.objects.get(pk=job.pk), seed_job_id=body.validated_data.get("job_id")),
+                        status=status.HTTP_201_CREATED)
+
+
+class LocalJobStatusView(APIView):
+    """`/api/network/local_job_status/{job_id}`: what the seed's coordinator polled, the job's status."""
+
+    @extend_schema(responses=DistributedJobStatusOut)
+    def get(self, request, job_id: int):
+        return Response(_status(job_visible_or_404(user=request.user, job_id=job_id)))
 
 
 class PrepareDependenciesIn(serializers.Serializer):
@@ -268,6 +307,7 @@ class PrepareDependenciesView(APIView):
 
     permission_classes = [CanSubmitSomewhere]
 
+    @extend_schema(request=PrepareDependenciesIn, responses={202: PrepareDependenciesOut})
     def post(self, request):
         body = PrepareDependenciesIn(data=request.data)
         body.is_valid(raise_exception=True)
@@ -313,6 +353,7 @@ class LocalJobFileView(APIView):
 class LocalJobOutputView(APIView):
     """`/api/network/local_job_output/{job_id}`: the job's status, its output files and its last log lines."""
 
+    @extend_schema(responses=LocalJobOutputOut)
     def get(self, request, job_id: int):
         job = job_visible_or_404(user=request.user, job_id=job_id)
         lines = job.events.filter(type="log").order_by("-id")[:100]

@@ -12,7 +12,8 @@ from ..machines.services import MachineInUse
 
 def exception_handler(exc, context):
     if isinstance(exc, PlanError):
-        return Response({"resources": [exc.reason], "detail": exc.reason}, status=status.HTTP_400_BAD_REQUEST)
+        return Response({"resources": [exc.reason], "detail": exc.reason, "skipped": exc.skipped},
+                        status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, MachineInUse):
         return Response({"detail": str(exc), "live_nodes": exc.live_nodes}, status=status.HTTP_409_CONFLICT)
     return drf_exception_handler(exc, context)

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class RankDispatch(models.Model):
+    """One rank of seed 000's per-rank dispatch (`POST /api/network/distributed_jobs/dispatch` with
+    `rank` and `target_machine`), kept until every rank of the caller's job is in; then the whole
+    job is submitted with each rank on its machine, and every row points to it."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=100, help_text="the caller's job_id (the seed's \"dist_job_123\")")
+    rank = models.PositiveIntegerField(help_text="the node's rank (the seed's machine rank)")
+    world_size = models.PositiveIntegerField(help_text="the seed's world size: machines")
+    machine = models.ForeignKey("machines.Machine", on_delete=models.CASCADE, related_name="+")
+    # The rank's DistributedTrainingConfig as validated: every rank of one job must send the same.
+    config = models.JSONField()
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["owner_id", "key", "rank"]
+        constraints = [models.UniqueConstraint(fields=["owner", "key", "rank"], name="one_dispatch_per_rank")]
+
+    def __str__(self) -> str:
+        return f"{self.key} rank {self.rank}/{self.world_size} on machine {self.machine_id}"
