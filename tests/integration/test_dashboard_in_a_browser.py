@@ -1,5 +1,6 @@
 """The dashboard as a person uses it, in Debian's headless Chromium driven by Playwright: log in,
-see both machines, launch the demo job from the form, and watch it train to completion."""
+see both machines, launch the demo job from the form, and watch it train to completion; see a
+running job's nodes on their machines on the topology page and open the job from there."""
 
 from __future__ import annotations
 
@@ -86,3 +87,68 @@ def test_bad_input_in_the_form_shows_the_field_error(stack, page):
     form.locator("input[name=nodes]").fill("5")
     form.locator("button[type=submit]").click()
     expect(form).to_contain_text(re.compile("needs 5 online machines"))
+
+
+def log_in(stack, page):
+    page.goto(stack.base + "/login")
+    page.fill("input[name=username]", ADMIN[0])
+    page.fill("input[name=password]", ADMIN[1])
+    page.click("button[type=submit]")
+    expect(page).not_to_have_url(re.compile(r"/login"))
+
+
+def box_of(locator):
+    box = locator.bounding_box()
+    assert box is not None, locator
+    return box
+
+
+def assert_inside(inner, outer):
+    assert outer["x"] < inner["x"] and inner["x"] + inner["width"] < outer["x"] + outer["width"], (inner, outer)
+    assert outer["y"] < inner["y"] and inner["y"] + inner["height"] < outer["y"] + outer["height"], (inner, outer)
+
+
+def test_the_topology_page_draws_a_running_jobs_nodes_on_their_machines_and_opens_it(stack, page, tmp_path):
+    job = stack.submit({"name": "topology-demo", "entrypoint": "examples/mlp_ddp.py",
+                        "resources": {"nodes": 2, "procs_per_node": 2},
+                        "args": ["--steps", "100000", "--step-sleep", "0.05"]})
+    job_id = job["id"]
+    try:
+        nodes = {n["node_rank"]: n for n in stack.wait_job(job_id, {"running"})["nodes"]}
+        assert sorted(nodes) == [0, 1] and nodes[0]["machine"]["id"] != nodes[1]["machine"]["id"]
+        page.set_viewport_size({"width": 1280, "height": 800})
+        log_in(stack, page)
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Topology").click()
+        expect(page).to_have_url(re.compile(r"/topology$"))
+
+        links = {}
+        for rank, node in nodes.items():
+            machine = node["machine"]
+            ranks = f"ranks {node['rank_start']}–{node['rank_end']}"
+            links[rank] = page.get_by_role("link", name=re.compile(
+                rf"^Job topology-demo \(#{job_id}\), node {rank} of 2 on {machine['name']}, {ranks}, "
+                rf"\w+{', master' if rank == 0 else ''}$"))
+            expect(links[rank]).to_be_visible()
+            machine_card = page.locator(f'.react-flow__node[data-id="machine-{machine["id"]}"]')
+            expect(machine_card.get_by_role("link", name=re.compile(rf"^Machine {machine['name']}, "))).to_be_visible()
+            # Drawn on its machine.
+            assert_inside(box_of(links[rank]), box_of(machine_card))
+        expect(links[0].get_by_text("★ master")).to_be_visible()
+        expect(links[1].get_by_text("★ master")).to_have_count(0)
+        # The link between the two nodes, from the master.
+        expect(page.locator(f'.react-flow__edge[data-id="job-{job_id}-link-1"] path')).to_have_count(1)
+        # Both nodes report running once their ranks are up.
+        for rank in (0, 1):
+            expect(links[rank]).to_have_attribute("aria-label", re.compile(r", running"), timeout=30_000)
+        page.screenshot(path=str(tmp_path / "topology.png"))
+
+        links[1].click()
+        expect(page).to_have_url(re.compile(rf"/jobs/{job_id}$"))
+        # The job page has the same picture for its own nodes (not links to itself).
+        own = page.get_by_role("group", name=re.compile(rf"^Job topology-demo \(#{job_id}\), node 1 of 2 on "))
+        expect(own).to_be_visible()
+        page.screenshot(path=str(tmp_path / "job-topology.png"), full_page=True)
+    finally:
+        stack.api("POST", f"/api/jobs/{job_id}/stop")
+    stack.wait_job(job_id, {"stopped"}, timeout=60)
+    assert stack.wait_no_job_processes(job_id) == []

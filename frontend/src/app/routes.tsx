@@ -5,6 +5,7 @@ import { JobDetailPage } from '../features/jobs/components/JobDetailPage'
 import { JobsPanel } from '../features/jobs/components/JobsPanel'
 import { MachinesPanel } from '../features/machines/components/MachinesPanel'
 import { TokensPage } from '../features/tokens/components/TokensPage'
+import { TopologyPage } from '../features/topology/components/TopologyPage'
 import { AppLayout } from './AppLayout'
 
 function OverviewPage() {
@@ -36,6 +37,7 @@ export function AppRoutes() {
           <Route path="jobs" element={<JobsPanel />} />
           <Route path="jobs/:id" element={<JobDetailPage />} />
           <Route path="tokens" element={<TokensPage />} />
+          <Route path="topology" element={<TopologyPage />} />
           <Route path="*" element={<NotFound />} />
         </Route>
       </Route>

@@ -173,10 +173,13 @@ export interface JobNode {
   id: number
   attempt: number
   node_rank: number
-  machine: { id: number; name: string; host: string }
+  /** `id` is null once the machine is removed; name and host are kept from the plan. */
+  machine: { id: number | null; name: string; host: string }
   nproc: number
   rank_start: number
   rank_end: number
+  /** GPU indexes on the machine (empty for CPU-only nodes). */
+  gpus?: number[]
   status: NodeStatus
   exit_code: number | null
   last_heartbeat: ISODateTime | null

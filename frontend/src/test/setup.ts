@@ -2,6 +2,9 @@ import '@testing-library/jest-dom/vitest'
 import { cleanup } from '@testing-library/react'
 import { afterEach, beforeEach } from 'vitest'
 import { FakeWebSocket } from './fake-websocket'
+import { installReactFlowStubs } from './react-flow'
+
+installReactFlowStubs()
 
 beforeEach(() => {
   FakeWebSocket.reset()

@@ -44,7 +44,8 @@ function logLines(): string[] {
 describe('job page live stream', () => {
   beforeEach(() => {
     vi.stubGlobal('WebSocket', FakeWebSocket)
-    mockFetch({ 'GET /api/jobs/5': () => json(jobDetail()) })
+    // The machines are for the page's topology panel.
+    mockFetch({ 'GET /api/jobs/5': () => json(jobDetail()), 'GET /api/machines': () => json([]) })
   })
 
   it('appends streamed log lines prefixed by rank and drops events it already has', async () => {
@@ -139,6 +140,7 @@ describe('job page outputs', () => {
     vi.stubGlobal('WebSocket', FakeWebSocket)
     mockFetch({
       'GET /api/jobs/5': () => json(jobDetail()),
+      'GET /api/machines': () => json([]),
       'GET /api/jobs/5/artifacts': () =>
         json([
           { id: 9, attempt: 0, node_rank: 1, path: 'model.pt', size: 2_500_000, sha256: 'ab'.repeat(32), created_at: '2025-01-01T10:00:00Z' },

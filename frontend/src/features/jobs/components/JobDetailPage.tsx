@@ -1,6 +1,7 @@
 import { Link, useParams } from 'react-router-dom'
 import { QueryError } from '../../../components/QueryError'
 import { isApiError } from '../../../lib/api'
+import { JobTopology } from '../../topology/components/JobTopology'
 import { useJob } from '../api/get-job'
 import { useJobEvents } from '../api/job-events'
 import { useJobStream } from '../hooks/useJobStream'
@@ -48,6 +49,7 @@ function JobDetail({ jobId }: { jobId: number }) {
         </header>
         <NodeCards job={job.data} />
       </section>
+      <JobTopology job={job.data} />
       <HealthPanel job={job.data} preflight={events.preflight} stalls={events.stalls} />
       <MetricsPanel metrics={events.metrics} checkpoints={events.checkpoints} />
       <LogViewer logs={events.logs} />
