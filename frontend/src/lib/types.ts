@@ -296,3 +296,44 @@ export interface Artifact {
   sha256: string
   created_at: ISODateTime
 }
+
+/** Why the planner left a machine out: "offline", "2 GPUs free, 4 asked", "not needed: ..." (jobs/planner.py). */
+export interface PlanSkipped {
+  machine_id: number
+  machine_name: string
+  reason: string
+}
+
+/** What every node's preflight checks before any rank starts. */
+export interface PlanPreflight {
+  /** host:port every node must reach. */
+  master: string
+  /** Each chosen machine's torch and Python versions, by machine name. */
+  versions: Record<string, string>
+}
+
+/** POST /api/jobs/plan: the dry run's execution plan (PlanOut). Nothing is launched. */
+export interface ExecutionPlan extends Plan {
+  nnodes: number
+  procs_per_node: number
+  nodes: (PlanNode & { gpus: number[] })[]
+  preflight?: PlanPreflight
+  /** Every machine not chosen, with why. */
+  skipped?: PlanSkipped[]
+}
+
+/** A 400 from the planner (web/errors.py): the spec cannot be placed, and why for each machine. */
+export interface PlanRefusal {
+  detail: string
+  resources?: string[]
+  skipped: PlanSkipped[]
+}
+
+/** GET /api/tasks/distributed/suggest_machines: online machines in the planner's order. */
+export interface MachineSuggestions {
+  /** Machine ids, as many as asked for. */
+  suggested: number[]
+  /** Whether as many machines fit as were asked for. */
+  enough: boolean
+  machines: Machine[]
+}

@@ -6,63 +6,62 @@ import { isApiError } from '../../../lib/api'
 import type { JobDetail } from '../../../lib/types'
 import { useCreateJob, type JobSpecInput } from '../api/create-job'
 import { useRecipes } from '../api/get-recipes'
-import { errorsByField } from './new-job-errors'
+import { usePlanJob } from '../api/plan-job'
+import { buildSpec, initialFormState, type NewJobFormState } from '../new-job-spec'
+import { errorsByField, planRefusalOf } from './new-job-errors'
+import { NewJobDistributedFields } from './NewJobDistributedFields'
+import { NewJobExtraFields } from './NewJobExtraFields'
+import { PlanRefusalView, PlanView } from './PlanView'
+import '../new-job.css'
 
 interface NewJobFormProps {
   onCreated: (job: JobDetail) => void
   onCancel: () => void
 }
 
-const DEFAULT_ENTRYPOINT = 'examples/mlp_ddp.py'
+/** A 400's field errors by form field, or the one message of anything else. */
+function errorsOf(error: Error | null): Record<string, string[]> {
+  if (!error) return {}
+  return isApiError(error) && error.status === 400 ? errorsByField(error.body) : { '': [error.message] }
+}
 
+/**
+ * The New job form: Plan shows where every rank would go (POST /api/jobs/plan, nothing launched);
+ * Launch submits exactly the spec that was planned.
+ */
 export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
+  const plan = usePlanJob()
   const create = useCreateJob()
   const recipes = useRecipes()
   // A picker only for someone in several projects; everyone else submits to their one (or "default").
   const projects = useMe().data?.projects ?? []
-  const [form, setForm] = useState({
-    name: '',
-    entrypoint: DEFAULT_ENTRYPOINT,
-    nodes: '2',
-    procs_per_node: '1',
-    steps: '500',
-    max_restarts: '3',
-    project: '',
-  })
+  const [form, setForm] = useState<NewJobFormState>(initialFormState)
+  const change = (patch: Partial<NewJobFormState>) => setForm((f) => ({ ...f, ...patch }))
+  const set = (key: 'name' | 'project' | 'entrypoint' | 'steps' | 'batch_size' | 'lr' | 'scaling') =>
+    (e: { target: { value: string } }) => change({ [key]: e.target.value })
+
   // Until the list arrives (or if it cannot), the chosen entrypoint is the only option.
   const choices = recipes.data ?? [{ entrypoint: form.entrypoint, summary: '' }]
   const summary = choices.find((r) => r.entrypoint === form.entrypoint)?.summary
   const chosenProject = form.project || (projects.includes('default') ? 'default' : (projects[0] ?? ''))
-  const set = (key: keyof typeof form) => (e: { target: { value: string } }) =>
-    setForm((f) => ({ ...f, [key]: e.target.value }))
+  const spec = buildSpec(form, projects.length > 1 ? chosenProject : null)
 
-  const errors: Record<string, string[]> = create.error
-    ? isApiError(create.error) && create.error.status === 400
-      ? errorsByField(create.error.body)
-      : { '': [create.error.message] }
-    : {}
+  // Errors of whichever came last: the launch (reset by planning again) or the plan.
+  const error = create.error ?? plan.error
+  const refusal = isApiError(error) && error.status === 400 ? planRefusalOf(error.body) : null
+  const errors = refusal ? {} : errorsOf(error)
+  const planned = plan.data && plan.variables
+  const stale = Boolean(planned && JSON.stringify(planned) !== JSON.stringify(spec))
 
-  const onSubmit = (event: FormEvent<HTMLFormElement>) => {
+  const onPlan = (event: FormEvent<HTMLFormElement>) => {
     event.preventDefault()
-    const spec: JobSpecInput = {
-      name: form.name.trim(),
-      entrypoint: form.entrypoint,
-      ...(projects.length > 1 ? { project: chosenProject } : {}),
-      args: ['--steps', form.steps.trim()],
-      resources: { nodes: Number(form.nodes), procs_per_node: Number(form.procs_per_node) },
-      fault_tolerance: { max_restarts: Number(form.max_restarts) },
-    }
-    create.mutate(spec, { onSuccess: onCreated })
+    create.reset()
+    plan.mutate(spec)
   }
-
-  const numberField = (key: 'nodes' | 'procs_per_node' | 'steps' | 'max_restarts', label: string, min: number) => (
-    <Field label={label} errors={errors[key]} narrow>
-      <input name={key} type="number" min={min} required value={form[key]} onChange={set(key)} />
-    </Field>
-  )
+  const launch = (what: JobSpecInput) => create.mutate(what, { onSuccess: onCreated })
 
   return (
-    <form className="inline-form" onSubmit={onSubmit} aria-label="New job">
+    <form className="inline-form new-job-form" onSubmit={onPlan} aria-label="New job">
       <Field label="Name" errors={errors.name}>
         <input name="name" required value={form.name} onChange={set('name')} placeholder="mnist-ddp" />
       </Field>
@@ -86,20 +85,58 @@ export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
           ))}
         </select>
       </Field>
-      {numberField('nodes', 'Nodes', 1)}
-      {numberField('procs_per_node', 'Procs/node', 1)}
-      {numberField('steps', 'Steps', 1)}
-      {numberField('max_restarts', 'Max restarts', 0)}
+      <Field label="Steps" errors={errors.steps} narrow>
+        <input name="steps" type="number" min={1} required value={form.steps} onChange={set('steps')} />
+      </Field>
+      {summary && <p className="form-hint">{summary}</p>}
+      <NewJobDistributedFields form={form} errors={errors} onChange={change} />
+      <fieldset className="new-job-section">
+        <legend>Hyperparameters</legend>
+        <Field label="Batch size" errors={errors.batch_size} narrow>
+          <input name="batch_size" type="number" min={1} value={form.batch_size} onChange={set('batch_size')} />
+        </Field>
+        <Field label="Learning rate" errors={errors.lr} narrow>
+          <input name="lr" type="number" min={0} step="any" value={form.lr} onChange={set('lr')} />
+        </Field>
+        <Field label="Scaling" errors={errors.scaling}>
+          <select name="scaling" value={form.scaling} onChange={set('scaling')}>
+            <option value="keep_global_batch">keep the global batch (split it over ranks)</option>
+            <option value="scale_global_batch">scale the global batch (LR × world size)</option>
+            <option value="none">none</option>
+          </select>
+        </Field>
+      </fieldset>
+      <NewJobExtraFields form={form} errors={errors} onChange={change} />
       <div className="form-actions">
-        <button type="submit" className="primary" disabled={create.isPending}>
-          {create.isPending ? 'Submitting…' : 'Submit'}
+        <button type="submit" className="primary" disabled={plan.isPending}>
+          {plan.isPending ? 'Planning…' : 'Plan'}
         </button>
         <button type="button" onClick={onCancel}>
           Cancel
         </button>
       </div>
-      {summary && <p className="form-hint">{summary}</p>}
       <FieldErrors messages={errors['']} block />
+      {refusal && (
+        <PlanRefusalView
+          refusal={refusal}
+          picked={form.selection === 'manual' ? form.machines : []}
+          nodes={Number(form.nodes)}
+          gpusPerNode={Number(form.gpus_per_node)}
+          onUseMachines={(machines) => change({ selection: 'manual', machines })}
+          onLowerNodes={(nodes) => change({ nodes: String(nodes) })}
+          onLaunchAnyway={() => launch(spec)}
+          launching={create.isPending}
+        />
+      )}
+      {planned && !refusal && (
+        <PlanView
+          plan={plan.data}
+          asked={planned.hyperparameters ?? {}}
+          stale={stale}
+          launching={create.isPending}
+          onLaunch={() => launch(planned)}
+        />
+      )}
     </form>
   )
 }

@@ -1,12 +1,24 @@
 import { flattenFieldErrors } from '../../../lib/api'
+import type { PlanRefusal } from '../../../lib/types'
 
 /** Which error paths of the JobSpec belong to which form field. */
 const FIELD_FOR_PATH: [field: string, matches: (path: string) => boolean][] = [
   ['name', (p) => p === 'name'],
+  ['project', (p) => p === 'project'],
   ['entrypoint', (p) => p === 'entrypoint'],
   ['nodes', (p) => p === 'resources.nodes'],
   ['procs_per_node', (p) => p === 'resources.procs_per_node'],
-  ['steps', (p) => p === 'args' || p.startsWith('args.')],
+  ['gpus_per_node', (p) => p === 'resources.gpus_per_node'],
+  ['min_gpu_memory_gb', (p) => p === 'resources.min_gpu_memory'],
+  // args.0 and args.1 are the form's own "--steps N"; the rest are the extra argument rows.
+  ['steps', (p) => p === 'args.0' || p === 'args.1'],
+  ['args', (p) => p === 'args' || p.startsWith('args.')],
+  ['env', (p) => p === 'env' || p.startsWith('env.')],
+  ['machines', (p) => p === 'placement.machines' || p.startsWith('placement.machines.')],
+  ['policy', (p) => p === 'placement.policy'],
+  ['batch_size', (p) => p === 'hyperparameters' || p === 'hyperparameters.batch_size'],
+  ['lr', (p) => p === 'hyperparameters.lr'],
+  ['scaling', (p) => p.startsWith('scaling')],
   ['max_restarts', (p) => p === 'fault_tolerance.max_restarts'],
 ]
 
@@ -20,4 +32,12 @@ export function errorsByField(body: unknown): Record<string, string[]> {
     out[key] = [...(out[key] ?? []), ...shown]
   }
   return out
+}
+
+/** The planner's refusal (web/errors.py answers it with `skipped`), or null for any other 400. */
+export function planRefusalOf(body: unknown): PlanRefusal | null {
+  if (typeof body !== 'object' || body === null) return null
+  const { detail, skipped } = body as Partial<PlanRefusal>
+  if (typeof detail !== 'string' || !Array.isArray(skipped)) return null
+  return body as PlanRefusal
 }
