@@ -75,6 +75,14 @@ def test_tail_gives_the_last_lines_oldest_first(api, finished):
     assert api.get(f"/api/jobs/{finished.pk}/logs?tail=x").status_code == 400
 
 
+def test_before_pages_older_lines_above_one_already_shown(api, finished):
+    lines = all_lines(api, finished)
+    older = api.get(f"/api/jobs/{finished.pk}/logs?tail=2&before={lines[4]['id']}").json()["events"]
+    assert older == lines[2:4]
+    assert api.get(f"/api/jobs/{finished.pk}/logs?tail=5&before={lines[0]['id']}").json()["events"] == []
+    assert api.get(f"/api/jobs/{finished.pk}/logs?before=x").status_code == 400
+
+
 def test_the_stream_resumes_after_last_event_id_and_ends_with_the_job(api, finished):
     lines = all_lines(api, finished)
     status, messages, response = stream(api, finished, HTTP_LAST_EVENT_ID=str(lines[2]["id"]))

@@ -18,6 +18,7 @@ from .serializers import EventPageOut, JobMetricsOut
 
 CURSOR_PARAMETERS = [
     OpenApiParameter("after", int, description="Only events with a greater id (the resume cursor)."),
+    OpenApiParameter("before", int, description="Only events with a smaller id: with `tail`, the page of older lines above one already shown."),
     OpenApiParameter("limit", int, description="At most this many events (default 1000, at most 10000)."),
     OpenApiParameter("rank", int, description="Only this global rank's events."),
     OpenApiParameter("tail", int, description="Only the last N (after the cursor), oldest first; at most 10000."),
@@ -30,14 +31,15 @@ def _events_response(request, job_id: int, types: list[str] | None):
     after = int_param(request, "after", 0)
     limit = int_param(request, "limit", 1000, maximum=10_000)
     rank = int_param(request, "rank", None)
+    before = int_param(request, "before", None)
     tail = int_param(request, "tail", None, maximum=10_000)
     requested = request.query_params.get("type")
     if requested:
         types = [t for t in requested.split(",") if t]
     if tail is not None:
-        rows = job_events_tail(job_id=job_id, count=tail, after=after, types=types, rank=rank)
+        rows = job_events_tail(job_id=job_id, count=tail, after=after, before=before, types=types, rank=rank)
     else:
-        rows = job_events(job_id=job_id, after=after, types=types, rank=rank, limit=limit)
+        rows = job_events(job_id=job_id, after=after, before=before, types=types, rank=rank, limit=limit)
     events = [e.as_message() for e in rows]
     return Response({"events": events, "next_after": events[-1]["id"] if events else after})
 

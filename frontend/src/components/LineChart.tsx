@@ -1,89 +1,159 @@
-import { useMemo } from 'react'
-
-export interface Point {
-  x: number
-  y: number
-}
+import { useEffect, useRef } from 'react'
+import type uPlot from 'uplot'
+import 'uplot/dist/uPlot.min.css'
+import { alignSeries, type ChartSeries } from './chart-data'
 
 interface LineChartProps {
-  points: Point[]
+  series: ChartSeries[]
+  /** Names the chart (its aria-label is "<label> chart") and its empty state. */
   label: string
-  width?: number
   height?: number
-  /** Formats the y-axis bounds. */
   formatY?: (y: number) => string
-  /** Most points drawn; longer series are thinned evenly (the last point is always kept). */
-  maxPoints?: number
+  /** Keeps every chart with the same key on one cursor. */
+  syncKey?: string
 }
 
-function thin(points: Point[], maxPoints: number): Point[] {
-  if (points.length <= maxPoints) return points
-  const stride = points.length / maxPoints
-  const out: Point[] = []
-  for (let i = 0; i < maxPoints - 1; i++) out.push(points[Math.floor(i * stride)])
-  out.push(points[points.length - 1])
-  return out
-}
+/** Attempt 0, 1, 2 ...: distinct enough on white, in the dashboard's palette. */
+const COLOURS = ['#2f6fde', '#ee4c2c', '#1f8a4c', '#b7791f', '#8250df', '#13807c', '#c9372c', '#6b7480']
 
-const PAD = { top: 8, right: 8, bottom: 18, left: 48 }
+/**
+ * uPlot needs matchMedia and a 2D canvas (it reads the pixel ratio as it loads); jsdom, where the
+ * unit tests run, has neither, and there the chart is left out. Hence uPlot is imported lazily.
+ */
+const canDraw = (() => {
+  let result: boolean | undefined
+  return () => {
+    if (result === undefined) {
+      result = typeof window.matchMedia === 'function' && !!document.createElement('canvas').getContext('2d')
+    }
+    return result
+  }
+})()
 
-/** A dependency-free SVG line chart: enough for loss and throughput curves. */
-export function LineChart({
-  points,
-  label,
-  width = 480,
-  height = 160,
-  formatY = (y) => y.toPrecision(3),
-  maxPoints = 800,
-}: LineChartProps) {
-  const drawn = useMemo(() => thin(points, maxPoints), [points, maxPoints])
+/**
+ * A zoomable canvas line chart (uPlot): drag across to zoom in, double-click to zoom out. Data
+ * arriving while zoomed keeps the zoom. Updates are drawn at most once per frame, so a stream of
+ * ten batches a second costs ten redraws, not a re-mount.
+ */
+export function LineChart({ series, label, height = 200, formatY = (y) => y.toPrecision(3), syncKey }: LineChartProps) {
+  const holder = useRef<HTMLDivElement>(null)
+  const plot = useRef<uPlot | null>(null)
+  const zoomed = useRef(false)
+  const frame = useRef<number | null>(null)
+  const formatRef = useRef(formatY)
+  // The newest data, for a chart that mounts after uPlot has loaded.
+  const latest = useRef(series)
+  useEffect(() => {
+    formatRef.current = formatY
+    latest.current = series
+  })
+  const labels = series.map((s) => s.label).join('\u0000')
+  const empty = series.every((s) => s.points.length === 0)
 
-  if (drawn.length === 0) {
+  // One uPlot per set of series; rebuilt only when an attempt appears.
+  useEffect(() => {
+    const el = holder.current
+    if (!el || empty || !canDraw()) return
+    let cancelled = false
+    let teardown = () => {}
+    void import('uplot').then(({ default: UPlot }) => {
+      if (cancelled) return
+      const data = alignSeries(latest.current)
+      const names = latest.current.map((s) => s.label)
+      teardown = mountChart(UPlot, { el, height, syncKey, labels: names, data, format: formatRef, zoomed, plot })
+    })
+    return () => {
+      cancelled = true
+      teardown()
+    }
+    // Rebuilt on new series names only; `series` data goes through setData below.
+  }, [labels, empty, height, syncKey])
+
+  useEffect(() => {
+    if (!plot.current) return
+    if (frame.current !== null) cancelAnimationFrame(frame.current)
+    frame.current = requestAnimationFrame(() => {
+      frame.current = null
+      plot.current?.setData(alignSeries(series), !zoomed.current)
+    })
+  }, [series])
+
+  useEffect(() => () => {
+    if (frame.current !== null) cancelAnimationFrame(frame.current)
+  }, [])
+
+  if (empty) {
     return (
       <div className="chart chart-empty" style={{ height }}>
         No {label.toLowerCase()} data yet
       </div>
     )
   }
-
-  let minX = Infinity
-  let maxX = -Infinity
-  let minY = Infinity
-  let maxY = -Infinity
-  for (const p of drawn) {
-    minX = Math.min(minX, p.x)
-    maxX = Math.max(maxX, p.x)
-    minY = Math.min(minY, p.y)
-    maxY = Math.max(maxY, p.y)
-  }
-  if (maxX === minX) maxX = minX + 1
-  if (maxY === minY) {
-    maxY += Math.abs(maxY) * 0.05 || 1
-    minY -= Math.abs(minY) * 0.05 || 1
-  }
-  const plotW = width - PAD.left - PAD.right
-  const plotH = height - PAD.top - PAD.bottom
-  const sx = (x: number) => PAD.left + ((x - minX) / (maxX - minX)) * plotW
-  const sy = (y: number) => PAD.top + (1 - (y - minY) / (maxY - minY)) * plotH
-  const path = drawn.map((p, i) => `${i ? 'L' : 'M'}${sx(p.x).toFixed(1)},${sy(p.y).toFixed(1)}`).join('')
-
   return (
-    <svg className="chart" viewBox={`0 0 ${width} ${height}`} role="img" aria-label={`${label} chart`}>
-      <line className="chart-axis" x1={PAD.left} y1={PAD.top} x2={PAD.left} y2={PAD.top + plotH} />
-      <line className="chart-axis" x1={PAD.left} y1={PAD.top + plotH} x2={PAD.left + plotW} y2={PAD.top + plotH} />
-      <text className="chart-tick" x={PAD.left - 4} y={PAD.top + 4} textAnchor="end">
-        {formatY(maxY)}
-      </text>
-      <text className="chart-tick" x={PAD.left - 4} y={PAD.top + plotH} textAnchor="end">
-        {formatY(minY)}
-      </text>
-      <text className="chart-tick" x={PAD.left} y={height - 4}>
-        {minX}
-      </text>
-      <text className="chart-tick" x={PAD.left + plotW} y={height - 4} textAnchor="end">
-        step {maxX}
-      </text>
-      <path className="chart-line" d={path} />
-    </svg>
+    <div
+      className="chart chart-uplot"
+      ref={holder}
+      role="img"
+      aria-label={`${label} chart`}
+      title="Drag across to zoom in, double-click to zoom out"
+      style={{ minHeight: height }}
+    />
   )
+}
+
+interface Mount {
+  el: HTMLDivElement
+  height: number
+  syncKey: string | undefined
+  labels: string[]
+  data: uPlot.AlignedData
+  format: { current: (y: number) => string }
+zoomed: { current: boolean }
+plot: { current: uPlot | null }
+}
+
+/** Draws a uPlot into `el`; returns its teardown. */
+function mountChart(UPlot: typeof uPlot, { el, height, syncKey, labels, data, format, zoomed, plot }: Mount): () => void {
+  const options: uPlot.Options = {
+    width: Math.max(200, el.clientWidth),
+    height,
+    legend: { show: true, live: true },
+    cursor: { drag: { x: true, y: false, setScale: true }, sync: syncKey ? { key: syncKey } : undefined },
+    scales: { x: { time: false } },
+    axes: [
+      { stroke: '#6b7480', grid: { stroke: '#eef0f3' }, ticks: { stroke: '#dde1e6' }, font: '11px system-ui' },
+      {
+        stroke: '#6b7480',
+        grid: { stroke: '#eef0f3' },
+        ticks: { stroke: '#dde1e6' },
+        font: '11px system-ui',
+        size: 56,
+      },
+    ],
+    series: [
+      { label: 'step' },
+      ...labels.map((label, i) => ({
+        label,
+        stroke: COLOURS[i % COLOURS.length],
+        width: 1.5,
+        spanGaps: true,
+        points: { show: false },
+        value: (_u: uPlot, v: number | null) => (v == null ? '—' : format.current(v)),
+      })),
+    ],
+    hooks: { setSelect: [() => (zoomed.current = true)] },
+  }
+  const u = new UPlot(options, data, el)
+  const unzoom = () => (zoomed.current = false)
+  u.over.addEventListener('dblclick', unzoom)
+  plot.current = u
+  const resize = new ResizeObserver(() => u.setSize({ width: Math.max(200, el.clientWidth), height }))
+  resize.observe(el)
+  return () => {
+    resize.disconnect()
+    u.over.removeEventListener('dblclick', unzoom)
+    u.destroy()
+    plot.current = null
+    zoomed.current = false
+  }
 }

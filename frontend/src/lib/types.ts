@@ -297,6 +297,50 @@ export interface Artifact {
   created_at: ISODateTime
 }
 
+/** GET /api/jobs/{id}/logs and /events: a page of events, oldest first (`?after=`, `?before=`, `?tail=`). */
+export interface EventPage<E extends JobEvent = JobEvent> {
+  events: E[]
+  /** Pass as `after` for the events that follow. */
+  next_after: number
+}
+
+/** One bucket of a downsampled metric series: the values reported in its steps, over every rank. */
+export interface MetricBucket {
+  /** The bucket's first step on the grid. */
+  step: number
+  first_step: number
+  last_step: number
+  min: number
+  max: number
+  mean: number
+  count: number
+}
+
+/** GET /api/jobs/{id}/metrics: every metric, one series per name and attempt, on one step grid. */
+export interface JobMetrics {
+  job: number
+  /** Every metric name the job reported. */
+  names: string[]
+  from_step: number | null
+  to_step: number | null
+  bucket_steps: number | null
+  series: { name: string; attempt: number; buckets: MetricBucket[] }[]
+}
+
+/** A committed checkpoint manifest (GET /api/jobs/{id}/checkpoints). */
+export interface Checkpoint {
+  id: number
+  job: number
+  step: number
+  attempt: number
+  uri: string
+  world_size: number | null
+  files: { path: string; size?: number; sha256?: string }[]
+  total_bytes: number | null
+  committed_at: ISODateTime
+  verified: boolean
+}
+
 /** Why the planner left a machine out: "offline", "2 GPUs free, 4 asked", "not needed: ..." (jobs/planner.py). */
 export interface PlanSkipped {
   machine_id: number

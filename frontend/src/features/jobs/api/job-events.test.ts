@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import type { JobEvent, MetricEvent } from '../../../lib/types'
-import { emptyJobEvents, mergeJobEvents } from './job-events'
+import { emptyJobEvents, LOG_LINE_CAP, mergeJobEvents } from './job-events'
 
 const metric = (id: number, step: number, attempt: number): MetricEvent =>
   ({ id, job: 1, node: 1, node_rank: 0, rank: 0, attempt, ts: '2026-11-22T00:00:00Z', type: 'metric', step, loss: 1 }) as MetricEvent
@@ -30,5 +30,28 @@ describe('mergeJobEvents keeps preflight and stall reports', () => {
     expect(state.preflight.map((e) => e.error)).toEqual(['cannot reach the master at 10.0.0.1:29500: no route to host'])
     expect(state.stalls.map((e) => [e.rank, e.step])).toEqual([[1, 5]])
     expect(state.logs).toEqual([])
+  })
+})
+
+describe('mergeJobEvents keeps the timeline and a bounded log window', () => {
+  const base = { job: 1, node: 1, node_rank: 0, rank: 0, attempt: 0, ts: '2026-11-22T00:00:00Z' }
+
+  it('keeps state transitions in order', () => {
+    const state = mergeJobEvents(emptyJobEvents(), [
+      { ...base, id: 1, type: 'state', scope: 'job', previous: 'queued', status: 'running', reason: '' },
+      { ...base, id: 2, type: 'state', scope: 'node', previous: 'running', status: 'failed', reason: 'exit code 1' },
+    ] as JobEvent[])
+    expect(state.states.map((e) => e.status)).toEqual(['running', 'failed'])
+  })
+
+  it('drops the oldest lines past the window and says it did', () => {
+    const lines = (from: number, count: number) =>
+      Array.from({ length: count }, (_, i) => ({ ...base, id: from + i, type: 'log', stream: 'stdout', line: `l${from + i}` })) as JobEvent[]
+    let state = mergeJobEvents(emptyJobEvents(), lines(1, LOG_LINE_CAP))
+    expect(state.logsTrimmed).toBe(false)
+    state = mergeJobEvents(state, lines(LOG_LINE_CAP + 1, 10))
+    expect(state.logs).toHaveLength(LOG_LINE_CAP)
+    expect(state.logs[0].id).toBe(11)
+    expect(state.logsTrimmed).toBe(true)
   })
 })

@@ -1,8 +1,19 @@
 import { queryOptions, skipToken, useQuery } from '@tanstack/react-query'
-import type { CheckpointEvent, JobEvent, LogEvent, MetricEvent, PreflightEvent, StalledEvent } from '../../../lib/types'
+import type {
+  CheckpointEvent,
+  JobEvent,
+  LogEvent,
+  MetricEvent,
+  PreflightEvent,
+  StalledEvent,
+  StateEvent,
+} from '../../../lib/types'
 
-/** Log lines kept in memory per job; older ones drop off the top. */
-export const LOG_LINE_CAP = 5_000
+/**
+ * Log lines kept in memory per job (the window the log view scrolls through); older ones drop off
+ * the top and are paged back from GET /logs?before= when the user scrolls up to them.
+ */
+export const LOG_LINE_CAP = 20_000
 /** Metric points kept per job (the chart thins them further when drawing). */
 export const METRIC_POINT_CAP = 20_000
 
@@ -13,24 +24,32 @@ export const METRIC_POINT_CAP = 20_000
 export interface JobEventsState {
   lastId: number
   logs: LogEvent[]
+  /** Lines dropped off the top of `logs` (the log view pages them back from the API). */
+  logsTrimmed: boolean
   metrics: MetricEvent[]
   checkpoints: CheckpointEvent[]
   /** Every node's preflight result, all attempts (a few per attempt). */
   preflight: PreflightEvent[]
   stalls: StalledEvent[]
+  /** Every job and node transition, all attempts: the page's timeline. */
+  states: StateEvent[]
 }
 
 export const emptyJobEvents = (): JobEventsState => ({
   lastId: 0,
   logs: [],
+  logsTrimmed: false,
   metrics: [],
   checkpoints: [],
   preflight: [],
   stalls: [],
+  states: [],
 })
 
 /** Stall reports kept (each carries a stack of up to 16 kB). */
 export const STALL_CAP = 50
+/** Transitions kept: a few per node and attempt, so only a job restarting for days reaches it. */
+export const STATE_CAP = 5_000
 
 export const jobEventsQueryKey = (id: number) => ['jobs', 'events', id] as const
 
@@ -59,6 +78,7 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
   const checkpoints: CheckpointEvent[] = []
   const preflight: PreflightEvent[] = []
   const stalls: StalledEvent[] = []
+  const states: StateEvent[] = []
   for (const event of events) {
     if (event.id <= lastId) continue
     lastId = event.id
@@ -67,15 +87,19 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
     else if (event.type === 'checkpoint') checkpoints.push(event)
     else if (event.type === 'preflight') preflight.push(event)
     else if (event.type === 'stalled') stalls.push(event)
+    else if (event.type === 'state') states.push(event)
   }
   if (lastId === state.lastId) return state
+  const allLogs = logs.length ? [...state.logs, ...logs] : state.logs
   return {
     lastId,
-    logs: logs.length ? capped([...state.logs, ...logs], LOG_LINE_CAP) : state.logs,
+    logs: capped(allLogs, LOG_LINE_CAP),
+    logsTrimmed: state.logsTrimmed || allLogs.length > LOG_LINE_CAP,
     metrics: metrics.length ? capped(supersede([...state.metrics, ...metrics]), METRIC_POINT_CAP) : state.metrics,
     checkpoints: checkpoints.length ? [...state.checkpoints, ...checkpoints] : state.checkpoints,
     preflight: preflight.length ? [...state.preflight, ...preflight] : state.preflight,
     stalls: stalls.length ? capped([...state.stalls, ...stalls], STALL_CAP) : state.stalls,
+    states: states.length ? capped([...state.states, ...states], STATE_CAP) : state.states,
   }
 }
 

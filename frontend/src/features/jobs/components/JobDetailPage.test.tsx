@@ -5,7 +5,8 @@ import { beforeEach, describe, expect, it, vi } from 'vitest'
 import type { JobEvent, LogEvent } from '../../../lib/types'
 import { FakeWebSocket } from '../../../test/fake-websocket'
 import { jobDetail } from '../../../test/fixtures'
-import { json, mockFetch } from '../../../test/http'
+import { withElementSize } from '../../../test/layout'
+import { csrfRoute, json, mockFetch } from '../../../test/http'
 import { renderWithProviders } from '../../../test/render'
 import { JobDetailPage } from './JobDetailPage'
 
@@ -41,11 +42,20 @@ function logLines(): string[] {
   })
 }
 
+/** What the page fetches beside the job: machines (topology, node use), metric history, checkpoints. */
+const pageRoutes = {
+  'GET /api/machines': () => json([]),
+  'GET /api/jobs/5/metrics': () => json({ job: 5, names: [], from_step: null, to_step: null, bucket_steps: null, series: [] }),
+  'GET /api/jobs/5/checkpoints': () => json([]),
+  'GET /api/jobs/5/artifacts': () => json([]),
+}
+
+withElementSize(900, 460)
+
 describe('job page live stream', () => {
   beforeEach(() => {
     vi.stubGlobal('WebSocket', FakeWebSocket)
-    // The machines are for the page's topology panel.
-    mockFetch({ 'GET /api/jobs/5': () => json(jobDetail()), 'GET /api/machines': () => json([]) })
+    mockFetch({ ...pageRoutes, 'GET /api/jobs/5': () => json(jobDetail()) })
   })
 
   it('appends streamed log lines prefixed by rank and drops events it already has', async () => {
@@ -108,7 +118,7 @@ describe('job page live stream', () => {
       socket.receive({ type: 'job', job: jobDetail({ status: 'failed', status_reason: 'node 1 exited with code 1' }) })
     })
     expect(await screen.findByRole('alert')).toHaveTextContent('node 1 exited with code 1')
-    expect(screen.queryByRole('button', { name: 'Stop' })).not.toBeInTheDocument()
+    expect(screen.queryByRole('button', { name: /Stop all nodes/ })).not.toBeInTheDocument()
   })
 
   it('reconnects after a drop and resumes after the last event id it saw', async () => {
@@ -120,6 +130,7 @@ describe('job page live stream', () => {
       first.receive({ type: 'events', events: [log(1, 0, 'a'), log(2, 1, 'b'), log(41, 0, 'c')] })
       first.drop()
     })
+    expect(screen.getByRole('status')).toHaveTextContent('Reconnecting to the live stream… it resumes after event #41')
 
     // First retry after the 0.5 s minimum backoff.
     await waitFor(() => expect(FakeWebSocket.instances).toHaveLength(2), { timeout: 2_000 })
@@ -132,6 +143,29 @@ describe('job page live stream', () => {
       second.receive({ type: 'events', events: [log(42, 1, 'd')] })
     })
     await waitFor(() => expect(logLines()).toEqual(['[rank 0] a', '[rank 1] b', '[rank 0] c', '[rank 1] d']))
+    expect(screen.queryByRole('status')).not.toBeInTheDocument()
+  })
+
+  it('stops all nodes only once the user confirms', async () => {
+    const requests = mockFetch({
+      ...pageRoutes,
+      ...csrfRoute(),
+      'GET /api/jobs/5': () => json(jobDetail()),
+      'POST /api/jobs/5/stop': () => json(jobDetail({ status: 'stopping' })),
+    })
+    renderJobPage()
+    await userEvent.click(await screen.findByRole('button', { name: 'Stop all nodes…' }))
+    const dialog = screen.getByRole('alertdialog', { name: 'Confirm stop' })
+    expect(dialog).toHaveTextContent('Stop job #5 "char-gpt"? Every one of its 2 nodes is stopped')
+    await userEvent.click(within(dialog).getByRole('button', { name: 'Cancel' }))
+    expect(requests.filter((r) => r.method === 'POST')).toEqual([])
+
+    await userEvent.click(screen.getByRole('button', { name: 'Stop all nodes…' }))
+    // Focus is on the confirming button: Enter confirms from the keyboard.
+    expect(screen.getByRole('button', { name: 'Stop all nodes' })).toHaveFocus()
+    await userEvent.keyboard('{Enter}')
+    await waitFor(() => expect(requests.filter((r) => r.method === 'POST').map((r) => r.path)).toEqual(['/api/jobs/5/stop']))
+    expect(await screen.findByText('stopping')).toHaveClass('badge-stopping')
   })
 })
 
@@ -139,8 +173,8 @@ describe('job page outputs', () => {
   beforeEach(() => {
     vi.stubGlobal('WebSocket', FakeWebSocket)
     mockFetch({
+      ...pageRoutes,
       'GET /api/jobs/5': () => json(jobDetail()),
-      'GET /api/machines': () => json([]),
       'GET /api/jobs/5/artifacts': () =>
         json([
           { id: 9, attempt: 0, node_rank: 1, path: 'model.pt', size: 2_500_000, sha256: 'ab'.repeat(32), created_at: '2025-01-01T10:00:00Z' },

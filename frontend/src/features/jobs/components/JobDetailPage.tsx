@@ -5,12 +5,15 @@ import { JobTopology } from '../../topology/components/JobTopology'
 import { useJob } from '../api/get-job'
 import { useJobEvents } from '../api/job-events'
 import { useJobStream } from '../hooks/useJobStream'
+import '../job-page.css'
 import { ArtifactsPanel } from './ArtifactsPanel'
+import { CheckpointsPanel } from './CheckpointsPanel'
 import { HealthPanel } from './HealthPanel'
 import { JobHeader } from './JobHeader'
 import { LogViewer } from './LogViewer'
 import { MetricsPanel } from './MetricsPanel'
 import { NodeCards } from './NodeCards'
+import { StateTimeline } from './StateTimeline'
 
 export function JobDetailPage() {
   const { id } = useParams()
@@ -42,6 +45,11 @@ function JobDetail({ jobId }: { jobId: number }) {
 
   return (
     <div className="job-page">
+      {streamStatus === 'reconnecting' && (
+        <div className="reconnecting" role="status">
+          Reconnecting to the live stream… it resumes after event #{events.lastId}, no line is lost.
+        </div>
+      )}
       <JobHeader job={job.data} streamStatus={streamStatus} />
       <section className="panel" aria-label="Nodes">
         <header className="panel-header">
@@ -51,9 +59,13 @@ function JobDetail({ jobId }: { jobId: number }) {
       </section>
       <JobTopology job={job.data} />
       <HealthPanel job={job.data} preflight={events.preflight} stalls={events.stalls} />
-      <MetricsPanel metrics={events.metrics} checkpoints={events.checkpoints} />
-      <LogViewer logs={events.logs} />
-      <ArtifactsPanel job={job.data} />
+      <MetricsPanel jobId={jobId} metrics={events.metrics} />
+      <LogViewer jobId={jobId} logs={events.logs} trimmed={events.logsTrimmed} />
+      <StateTimeline states={events.states} stalls={events.stalls} />
+      <div className="job-files">
+        <CheckpointsPanel jobId={jobId} seen={events.checkpoints.length} />
+        <ArtifactsPanel job={job.data} />
+      </div>
     </div>
   )
 }

@@ -1,17 +1,17 @@
 import { ProgressBar } from '../../../components/ProgressBar'
 import { StatusBadge } from '../../../components/StatusBadge'
 import { formatDateTime, formatDuration } from '../../../lib/format'
-import type { StreamStatus } from '../../../lib/stream'
 import { LIVE_JOB_STATUSES, type JobDetail } from '../../../lib/types'
+import { useState } from 'react'
 import { useStopJob } from '../api/stop-job'
+import type { JobStreamStatus } from '../hooks/useJobStream'
 
-export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus: StreamStatus }) {
+export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus: JobStreamStatus }) {
   const stop = useStopJob()
   const live = LIVE_JOB_STATUSES.includes(job.status)
 
-  const onStop = () => {
-    if (window.confirm(`Stop job #${job.id} "${job.name}"?`)) stop.mutate(job.id)
-  }
+  const [confirming, setConfirming] = useState(false)
+  const running = job.nodes.filter((n) => n.attempt === job.attempt).length
 
   return (
     <header className="job-header panel">
@@ -22,12 +22,35 @@ export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus:
         <StatusBadge status={job.status} />
         <span className={`stream-dot stream-${streamStatus}`} title={`Live stream: ${streamStatus}`} />
         <div className="spacer" />
-        {live && (
-          <button type="button" className="danger" onClick={onStop} disabled={stop.isPending}>
-            {stop.isPending ? 'Stopping…' : 'Stop'}
+        {live && !confirming && (
+          <button type="button" className="danger" onClick={() => setConfirming(true)} disabled={stop.isPending}>
+            {stop.isPending ? 'Stopping…' : 'Stop all nodes…'}
           </button>
         )}
       </div>
+      {live && confirming && (
+        <div className="stop-confirm" role="alertdialog" aria-label="Confirm stop" aria-describedby="stop-confirm-text">
+          <span id="stop-confirm-text">
+            Stop job #{job.id} "{job.name}"? Every one of its {running || ''} node{running === 1 ? '' : 's'} is stopped; the job
+            ends as stopped and is not recovered.
+          </span>
+          <button
+            type="button"
+            className="danger"
+            // The dialog opens from the keyboard too: focus lands on the choice to make.
+            autoFocus
+            onClick={() => {
+              setConfirming(false)
+              stop.mutate(job.id)
+            }}
+          >
+            Stop all nodes
+          </button>
+          <button type="button" onClick={() => setConfirming(false)}>
+            Cancel
+          </button>
+        </div>
+      )}
       {job.status === 'failed' && job.status_reason && (
         <p className="status-reason" role="alert">
           {job.status_reason}
@@ -45,7 +68,10 @@ export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus:
         </div>
         <div>
           <dt>Attempt</dt>
-          <dd>{job.attempt}</dd>
+          <dd>
+            {job.attempt}
+            {job.attempt ? <span className="muted"> ({job.attempt} {job.attempt === 1 ? 'recovery' : 'recoveries'})</span> : null}
+          </dd>
         </div>
         <div>
           <dt>Master</dt>

@@ -1,57 +1,51 @@
 import { useMemo } from 'react'
-import { LineChart, type Point } from '../../../components/LineChart'
+import { LineChart } from '../../../components/LineChart'
 import { formatLoss, formatNumber } from '../../../lib/format'
-import type { CheckpointEvent, MetricEvent } from '../../../lib/types'
+import type { MetricEvent } from '../../../lib/types'
+import { useMetricHistory } from '../api/get-metrics'
+import { metricNames, primarySeries, seriesFor } from '../metric-series'
 
-/** Metrics from one rank: rank 0 (or job-wide ones) when present, else the lowest rank seen. */
-function primarySeries(metrics: MetricEvent[]): MetricEvent[] {
-  if (metrics.length === 0) return metrics
-  const main = metrics.filter((m) => m.rank === 0 || m.rank == null)
-  if (main.length) return main
-  const lowest = Math.min(...metrics.map((m) => m.rank ?? 0))
-  return metrics.filter((m) => m.rank === lowest)
+const formatterFor = (name: string) =>
+  name === 'loss' ? formatLoss : name === 'throughput' ? (y: number) => formatNumber(y, 1) : (y: number) => formatNumber(y, 3)
+
+function MetricChart({ name, series }: { name: string; series: ReturnType<typeof seriesFor> }) {
+  const format = formatterFor(name)
+  const last = series.at(-1)?.points.at(-1)?.y
+  return (
+    <div className="metric-block" data-metric={name}>
+      <div className="metric-head">
+        <h3>{name}</h3>
+        <span className="metric-value" data-testid={`${name}-value`}>
+          {last == null ? '—' : name === 'throughput' ? `${format(last)}/s` : format(last)}
+        </span>
+      </div>
+      <LineChart series={series} label={name} formatY={format} syncKey="job-metrics" />
+    </div>
+  )
 }
 
-function series(metrics: MetricEvent[], key: 'loss' | 'throughput'): Point[] {
-  const out: Point[] = []
-  for (const m of metrics) {
-    const y = m[key]
-    if (typeof y === 'number' && Number.isFinite(y) && typeof m.step === 'number') out.push({ x: m.step, y })
-  }
-  return out
-}
-
-export function MetricsPanel({ metrics, checkpoints }: { metrics: MetricEvent[]; checkpoints: CheckpointEvent[] }) {
+/** A chart per reported metric, one line per attempt, zoomable; history from the API, then live. */
+export function MetricsPanel({ jobId, metrics }: { jobId: number; metrics: MetricEvent[] }) {
+  const history = useMetricHistory(jobId)
   const main = useMemo(() => primarySeries(metrics), [metrics])
-  const loss = useMemo(() => series(main, 'loss'), [main])
-  const throughput = useMemo(() => series(main, 'throughput'), [main])
-  const lastLoss = loss.at(-1)?.y
-  const lastThroughput = throughput.at(-1)?.y
-  const lastCheckpoint = checkpoints.at(-1)
+  const names = useMemo(() => metricNames(history.data, main), [history.data, main])
+  const charts = useMemo(() => names.map((name) => ({ name, series: seriesFor(name, history.data, main) })), [names, history.data, main])
 
   return (
-    <section className="panel metrics" aria-label="Metrics">
-      <div className="metric-block">
-        <div className="metric-head">
-          <h3>Loss</h3>
-          <span className="metric-value">{formatLoss(lastLoss)}</span>
+    <section className="panel" aria-label="Metrics">
+      <header className="panel-header">
+        <h2>Metrics</h2>
+        <span className="muted small">drag across a chart to zoom, double-click to zoom out</span>
+      </header>
+      {charts.length === 0 ? (
+        <p className="empty">{history.isPending ? 'Loading metrics…' : 'No metrics reported yet.'}</p>
+      ) : (
+        <div className="metrics">
+          {charts.map((c) => (
+            <MetricChart key={c.name} name={c.name} series={c.series} />
+          ))}
         </div>
-        <LineChart points={loss} label="Loss" formatY={(y) => formatLoss(y)} />
-      </div>
-      <div className="metric-block">
-        <div className="metric-head">
-          <h3>Throughput</h3>
-          <span className="metric-value" data-testid="throughput-value">
-            {lastThroughput == null ? '—' : `${formatNumber(lastThroughput, 1)}/s`}
-          </span>
-        </div>
-        <LineChart points={throughput} label="Throughput" formatY={(y) => formatNumber(y, 1)} />
-        <p className="muted small">
-          {lastCheckpoint
-            ? `Last checkpoint: step ${lastCheckpoint.step} (${checkpoints.length} this session)`
-            : 'No checkpoint yet'}
-        </p>
-      </div>
+      )}
     </section>
   )
 }

@@ -1,0 +1,51 @@
+import { formatBytes, formatDateTime } from '../../../lib/format'
+import { checkpointFileUrl, useCheckpoints } from '../api/get-checkpoints'
+
+/** The job's committed checkpoints, newest first, every file downloadable. */
+export function CheckpointsPanel({ jobId, seen }: { jobId: number; seen: number }) {
+  const checkpoints = useCheckpoints(jobId, seen)
+  const list = (checkpoints.data ?? []).slice().sort((a, b) => b.id - a.id)
+  return (
+    <section className="panel" aria-label="Checkpoints">
+      <header className="panel-header">
+        <h2>Checkpoints</h2>
+        <span className="muted small">{list.length ? `${list.length} committed` : ''}</span>
+      </header>
+      {list.length === 0 ? (
+        <p className="muted">{checkpoints.isError ? 'Checkpoints are unavailable.' : 'No checkpoint yet.'}</p>
+      ) : (
+        <table className="table">
+          <thead>
+            <tr>
+              <th>Step</th>
+              <th>Attempt</th>
+              <th>Committed</th>
+              <th>Size</th>
+              <th>Files</th>
+            </tr>
+          </thead>
+          <tbody>
+            {list.map((c) => (
+              <tr key={c.id} className={c.verified ? undefined : 'text-bad'}>
+                <td>
+                  {c.step}
+                  {c.verified ? '' : ' (corrupt)'}
+                </td>
+                <td>{c.attempt}</td>
+                <td>{formatDateTime(c.committed_at)}</td>
+                <td>{formatBytes(c.total_bytes)}</td>
+                <td className="mono checkpoint-files">
+                  {c.files.map((f) => (
+                    <a key={f.path} href={checkpointFileUrl(jobId, c.id, f.path)} download>
+                      {f.path}
+                    </a>
+                  ))}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </section>
+  )
+}

@@ -1,0 +1,47 @@
+import { render, screen, within } from '@testing-library/react'
+import { describe, expect, it } from 'vitest'
+import type { StalledEvent, StateEvent } from '../../../lib/types'
+import { StateTimeline } from './StateTimeline'
+
+const base = { job: 5, rank: null, ts: '2025-01-01T10:00:00Z' }
+
+function state(id: number, scope: 'job' | 'node', previous: string, status: string, reason = '', attempt = 0, nodeRank: number | null = null): StateEvent {
+  return { ...base, id, node: nodeRank == null ? null : 50 + nodeRank, node_rank: nodeRank, attempt, type: 'state', scope, previous, status, reason }
+}
+
+const stall: StalledEvent = {
+  ...base, id: 6, node: 51, node_rank: 1, rank: 1, attempt: 0, type: 'stalled', step: 40, stalled_for: 12, timeout: 10,
+  process_state: 'stopped', last_line: 'step 40', stack: 'Thread 1', hostname: 'beta', on_stall: 'recover',
+}
+
+describe('StateTimeline', () => {
+  it('lists every job and node transition with its reason, oldest first, recoveries and stalls marked', () => {
+    const states = [
+      state(1, 'job', 'queued', 'running', 'dispatched to 2 nodes'),
+      state(3, 'node', 'running', 'failed', 'exit code 1', 0, 1),
+      state(7, 'job', 'running', 'recovering', 'node 1 failed: exit code 1'),
+      state(9, 'job', 'recovering', 'running', 'resumed from step 40', 1),
+      state(12, 'job', 'running', 'completed', '', 1),
+    ]
+    render(<StateTimeline states={states} stalls={[stall]} />)
+    const items = within(screen.getByRole('list', { name: 'Transitions' })).getAllByRole('listitem')
+    expect(items.map((li) => li.className)).toEqual([
+      'tl-entry tl-job',
+      'tl-entry tl-failure',
+      'tl-entry tl-stall',
+      'tl-entry tl-recovery',
+      'tl-entry tl-recovery',
+      'tl-entry tl-done',
+    ])
+    expect(items[1]).toHaveTextContent('node 1running → failedfailureexit code 1')
+    expect(items[2]).toHaveTextContent('rank 1stalled at step 40stallno new step for 12 s on beta (process stopped); on_stall: recover ended its node')
+    expect(items[3]).toHaveTextContent('jobrunning → recoveringrecoverynode 1 failed: exit code 1')
+    expect(items[4]).toHaveTextContent('job · a1recovering → running')
+    expect(screen.getByText('6 events, 1 recovery, 1 stall')).toBeInTheDocument()
+  })
+
+  it('says so before the first transition', () => {
+    render(<StateTimeline states={[]} stalls={[]} />)
+    expect(screen.getByText('No transitions yet.')).toBeInTheDocument()
+  })
+})
