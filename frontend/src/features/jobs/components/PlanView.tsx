@@ -183,8 +183,8 @@ export function PlanRefusalView(props: PlanRefusalViewProps) {
           ) : fitting.length > 0 ? (
             <>
               <p>
-                Only {plural(fitting.length, 'machine')} with {plural(gpusPerNode, 'free GPU')} {fitting.length === 1 ? 'is' : 'are'}{' '}
-                online ({fitting.map((m) => m.name).join(', ')}); {nodes} asked. Use fewer machines, fewer GPUs per machine,
+                Only {plural(fitting.length, 'machine')}
+                {gpusPerNode > 0 && ` with ${plural(gpusPerNode, 'free GPU')}`} {fitting.length === 1 ? 'is' : 'are'} online ({fitting.map((m) => m.name).join(', ')}); {nodes} asked. Use fewer machines, fewer GPUs per machine,
                 or bring more machines online.
               </p>
               <button type="button" onClick={() => onLowerNodes(fitting.length)}>
