@@ -1,6 +1,8 @@
 """The dashboard as a person uses it, in Debian's headless Chromium driven by Playwright: log in,
 see both machines, launch the demo job from the form, and watch it train to completion; see a
-running job's nodes on their machines on the topology page and open the job from there."""
+running job's nodes on their machines on the topology page and open the job from there; follow a
+2-node job on its page at 1280x800 to its end (per-node progress, the loss chart, the timeline, the
+log's search), saving screenshots of it."""
 
 from __future__ import annotations
 
@@ -166,3 +168,30 @@ def test_the_topology_page_draws_a_running_jobs_nodes_on_their_machines_and_open
         stack.api("POST", f"/api/jobs/{job_id}/stop")
     stack.wait_job(job_id, {"stopped"}, timeout=60)
     assert stack.wait_no_job_processes(job_id) == []
+
+
+def test_the_job_page_follows_a_two_node_job_to_its_end(stack, page, tmp_path):
+    job = stack.submit({"name": "job-page-demo", "entrypoint": "examples/mlp_ddp.py",
+                        "resources": {"nodes": 2, "procs_per_node": 1},
+                        "args": ["--steps", "300", "--step-sleep", "0.02"]})
+    page.set_viewport_size({"width": 1280, "height": 800})
+    log_in(stack, page)
+    page.goto(f"{stack.base}/jobs/{job['id']}")
+    loss_chart = page.get_by_role("img", name="loss chart").locator("canvas")
+    expect(loss_chart).to_have_count(1, timeout=60_000)
+    page.screenshot(path=str(tmp_path / "job-running.png"))
+
+    header = page.locator(".job-header")
+    expect(header.locator(".badge-completed")).to_be_visible(timeout=120_000)
+    for rank in (0, 1):
+        node = page.get_by_role("article", name=f"Node {rank}")
+        expect(node.get_by_role("progressbar")).to_have_attribute("aria-valuenow", "300")
+        expect(node).to_contain_text("300 / 300 (100%)")
+    expect(page.get_by_role("region", name="Timeline").locator(".tl-done")).to_have_count(1)
+    search = page.get_by_label("Search logs")
+    search.fill("done at step")
+    search.press("Enter")
+    expect(page.locator(".log-current")).to_contain_text("done at step 300")
+    page.screenshot(path=str(tmp_path / "job.png"))
+    page.screenshot(path=str(tmp_path / "job-full.png"), full_page=True)
+    assert stack.wait_no_job_processes(job["id"]) == []
