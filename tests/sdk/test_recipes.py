@@ -68,7 +68,9 @@ def test_mlp_ddp_runs_under_plain_python_reports_events_and_resumes(tmp_path):
 
     metrics = [e for e in events if e["type"] == "metric"]
     assert [e["step"] for e in metrics] == [10, 20, 30]
-    assert all(set(e) == {"type", "rank", "step", "ts", "loss", "throughput"} for e in metrics)
+    # The recipe declares its length (sdk.set_total_steps), so every metric carries it for the ETA.
+    assert all(set(e) == {"type", "rank", "step", "ts", "loss", "throughput", "total_steps"} for e in metrics)
+    assert {e["total_steps"] for e in metrics} == {30}
     checkpoints = [e for e in events if e["type"] == "checkpoint"]
     assert [e["step"] for e in checkpoints] == [10, 20, 30]
     assert checkpoints[-1]["uri"] == (tmp_path / "ckpt" / "step-00000030" / "manifest.json").as_uri()

@@ -104,7 +104,21 @@ for step in range(1, 1000):
         os.kill(os.getpid(), signal.SIGSTOP)
 """
 
+# Rank 0 reports three steps and ends; rank 1 reports none and ends 5 s later, so torchrun runs on
+# while rank 0's last step grows old.
+FINISHES_FIRST = """
+import os, time
+from torchyard import sdk
+
+if os.environ["LOCAL_RANK"] == "0":
+    for step in range(1, 4):
+        sdk.report(step=step, loss=1.0 / step)
+else:
+    time.sleep(5)
+"""
+
 SCRIPTS = {
+    "finishes_first.py": FINISHES_FIRST,
     "stalls.py": STALLS,
     "allreduce.py": ALLREDUCE,
     "fail_one_rank.py": FAIL_ONE_RANK,

@@ -254,6 +254,17 @@ def test_a_run_dir_without_a_launch_fails_with_a_result_file(tmp_path: Path):
     assert result["state"] == "failed" and "launch.json" in result["reason"]
 
 
+def test_a_rank_that_has_ended_is_not_taken_for_a_stalled_one(supervisors, make_launch):
+    node = make_launch(entrypoint="scripts/finishes_first.py", nproc_per_node=2, master_port=free_port(),
+                       stall_timeout=2.0, on_stall="recover")
+    proc, _ = supervisors.start(node)
+    assert wait_exit(proc) == 0
+    events = supervisors.events(node.job_id)
+    assert not [e for e in events if e["type"] == protocol.STALLED]
+    [final] = final_states(events, 0)
+    assert final["status"] == "completed", final
+
+
 @pytest.mark.parametrize("on_stall", ["report", "recover"])
 def test_a_stopped_rank_is_reported_stalled_with_its_stack(supervisors, make_launch, on_stall):
     node = make_launch(entrypoint="scripts/stalls.py", nproc_per_node=2, master_port=free_port(),

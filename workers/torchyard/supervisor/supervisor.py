@@ -654,8 +654,13 @@ class NodeSupervisor:
         `on_stall: recover` end the node as failed so the job recovers from its last checkpoint."""
         for stall in self._stalls.stalled(now):
             pid = self._rank_pid(stall.rank)
-            status = process_state(pid) if pid else "gone"
-            stack = self._mask(python_stack(pid)) if pid else "(no stack: the rank's process is gone)"
+            if pid is None:
+                # The rank's process has ended: its steps are over (the others may still be saving
+                # or tearing down) or it crashed. Either way torchrun reports how it ended; its
+                # silence since is no hang.
+                continue
+            status = process_state(pid)
+            stack = self._mask(python_stack(pid))
             summary = (f"global rank {stall.rank} stalled: no new step for {stall.stalled_for:g} s after step "
                        f"{stall.step} (its process is {status})")
             self.publisher.emit(protocol.STALLED, rank=stall.rank, step=stall.step, stalled_for=stall.stalled_for,
