@@ -51,7 +51,6 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "torchyard_server.web.middleware.refuse_nul_characters",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -175,7 +174,6 @@ FRONTEND_DIST = Path(env_str("TORCHYARD_FRONTEND_DIST", str(REPO_ROOT / "fronten
 LOGIN_URL = "/login"
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
-CSRF_FAILURE_VIEW = "torchyard_server.web.errors.csrf_failure"  # JSON, as every other refusal
 
 AUTHENTICATION_BACKENDS = [
     # First: refuses, before any password is checked, a username locked out from this address.
@@ -217,7 +215,7 @@ REST_FRAMEWORK = {
     # there): a client-sent X-Forwarded-For must not choose its own throttle bucket.
     "NUM_PROXIES": 0,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "torchyard_server.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "torchyard_server.web.errors.exception_handler",
@@ -230,19 +228,6 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # Only /api/health and the login page answer anonymously.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
-    # Operation ids and tags from the path after /api/ ("jobs_list", tag "jobs").
-    "SCHEMA_PATH_PREFIX": r"/api/",
-    # Names for the choice sets, so generated clients get stable, meaningful types.
-    "ENUM_NAME_OVERRIDES": {
-        "JobStatusEnum": "torchyard_server.jobs.models.Job.Status",
-        "NodeStatusEnum": "torchyard_server.jobs.models.JobNode.Status",
-        "MachineStatusEnum": "torchyard_server.machines.models.Machine.Status",
-        "MachineStatusChangeEnum": ["draining", "online"],
-        "EventTypeEnum": "torchyard_server.streaming.models.JobEvent.Type",
-        "PlannedBackendEnum": ["gloo", "nccl"],
-        "DistributedBackendEnum": ["auto", "gloo", "nccl"],
-        "TaskTypeEnum": ["TRAIN"],
-    },
 }
 
 LANGUAGE_CODE = "en-us"

@@ -66,9 +66,6 @@ api = [
     path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>/files/<path:path>", checkpoints.JobCheckpointFileView.as_view()),
 ]
 
-# JSON for /api/ paths no route matches (web/errors.py).
-handler404 = "torchyard_server.web.errors.not_found"
-
 urlpatterns = [
     *api,
     # Seed 000's TransformerLab routes, as aliases over the same services.

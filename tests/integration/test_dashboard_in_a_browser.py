@@ -90,19 +90,20 @@ def test_bad_input_in_the_form_shows_the_field_error(stack, page):
     page.fill("input[name=username]", ADMIN[0])
     page.fill("input[name=password]", ADMIN[1])
     page.click("button[type=submit]")
-    expect(page).not_to_have_url(re.compile(r"/login"))
+    expect(page).not_to_have_url(re.compile(r"/login"), timeout=15_000)
     page.get_by_role("button", name="New job").click()
     form = page.get_by_role("form", name="New job")
     form.locator("input[name=name]").fill("too-big")
     form.locator("input[name=nodes]").fill("5")
     form.get_by_role("button", name="Plan").click()
     refusal = form.get_by_role("region", name="Plan refused")
-    expect(refusal).to_contain_text(re.compile("needs 5 online machines"))
-    expect(refusal.get_by_role("heading", name="Not enough resources")).to_be_visible()
+    # A loaded CI machine can take longer than expect()'s default 5 s to plan.
+    expect(refusal).to_contain_text(re.compile("needs 5 online machines"), timeout=20_000)
+    expect(refusal.get_by_role("heading", name="Not enough resources")).to_be_visible(timeout=10_000)
     # What fits instead comes from the real suggest_machines: both local machines.
-    expect(refusal).to_contain_text("Only 2 machines are online (local-0, local-1); 5 asked")
+    expect(refusal).to_contain_text("Only 2 machines are online (local-0, local-1); 5 asked", timeout=20_000)
     refusal.get_by_role("button", name="Use 2 machines").click()
-    expect(form.locator("input[name=nodes]")).to_have_value("2")
+    expect(form.locator("input[name=nodes]")).to_have_value("2", timeout=10_000)
 
 
 def log_in(stack, page):

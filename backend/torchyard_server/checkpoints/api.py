@@ -9,7 +9,6 @@ import posixpath
 
 from django.http import FileResponse
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiTypes, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
@@ -20,14 +19,13 @@ from ..jobs.serializers import JobDetailOut
 from ..renderers import DOWNLOAD_RENDERERS
 from .models import CheckpointManifest
 from .selectors import checkpoint_list
-from .serializers import CheckpointOut, JobReportOut
+from .serializers import CheckpointOut
 from .storage import OutsideJobStore, storage_for
 
 
 class JobSummaryView(APIView):
     """Steps, throughput and ETA, and how each node is doing (seed 001's job summary)."""
 
-    @extend_schema(responses=JobReportOut)
     def get(self, request, job_id: int):
         job = job_visible_or_404(user=request.user, job_id=job_id)
         data = JobDetailOut(job).data
@@ -48,7 +46,6 @@ class JobSummaryView(APIView):
 class JobCheckpointManifestView(APIView):
     """The committed manifest.json itself, read from the store."""
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def get(self, request, job_id: int, checkpoint_id: int):
         row = _checkpoint_or_404(request, job_id, checkpoint_id)
         storage, key = _checkpoint_storage(row.uri, job_id)
@@ -64,7 +61,6 @@ class JobCheckpointFileView(APIView):
 
     renderer_classes = DOWNLOAD_RENDERERS
 
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
     def get(self, request, job_id: int, checkpoint_id: int, path: str):
         row = _checkpoint_or_404(request, job_id, checkpoint_id)
         entry = next((f for f in row.files if f.get("path") == path), None)
@@ -95,7 +91,6 @@ def _checkpoint_storage(uri: str, job_id: int):
 
 
 class JobCheckpointsView(APIView):
-    @extend_schema(responses=CheckpointOut(many=True))
     def get(self, request, job_id: int):
         job = job_visible_or_404(user=request.user, job_id=job_id)
         return Response(CheckpointOut(checkpoint_list(job_id=job.pk), many=True).data)

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..openapi import ErrorOut
 from ..params import int_param
 from .runs import run_detail, run_get, run_list, runs_compare
 from .serializers import CompareIn, CompareOut, RunDetailOut, RunOut
@@ -39,8 +38,7 @@ class RunCompareView(APIView):
     """Runs side by side: hyperparameters, final and best metrics, and every metric's series
     downsampled onto one step grid (min and max kept per bucket)."""
 
-    @extend_schema(request=CompareIn, responses={200: CompareOut, 404: OpenApiResponse(
-        ErrorOut, description="A run that does not exist, or that this user may not see.")})
+    @extend_schema(request=CompareIn, responses=CompareOut)
     def post(self, request):
         data = CompareIn(data=request.data)
         data.is_valid(raise_exception=True)

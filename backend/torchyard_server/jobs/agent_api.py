@@ -14,7 +14,6 @@ from ..bundles.models import Bundle
 from ..bundles.services import bundle_storage
 from ..machines.models import Machine
 from ..machines.services import machine_authenticate
-from ..openapi import ErrorOut
 from ..renderers import DOWNLOAD_RENDERERS
 from .models import JobNode
 
@@ -53,7 +52,7 @@ class AgentBundleView(APIView):
     permission_classes = [AllowAny]
     authentication_classes: list = []
 
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 401: ErrorOut})
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
     def get(self, request, sha256: str):
         machine = machine_from_request(request)
         if machine is None:

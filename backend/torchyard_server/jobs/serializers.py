@@ -1,60 +1,14 @@
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .models import Job, JobNode
 from .spec import public_spec
 
 
-class RecipeOut(serializers.Serializer):
-    entrypoint = serializers.CharField(help_text="what a JobSpec's entrypoint names, e.g. examples/mlp_ddp.py")
-    summary = serializers.CharField(help_text="the first paragraph of the recipe's docstring")
-
-
-class PlanNodeOut(serializers.Serializer):
-    node_rank = serializers.IntegerField()
-    machine_id = serializers.IntegerField()
-    machine_name = serializers.CharField()
-    host = serializers.CharField()
-    nproc = serializers.IntegerField()
-    rank_start = serializers.IntegerField()
-    rank_end = serializers.IntegerField()
-    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPU indexes on the machine")
-
-
-class PlanPreflightOut(serializers.Serializer):
-    master = serializers.CharField(help_text="host:port every node must reach before any rank starts")
-    versions = serializers.DictField(child=serializers.CharField(), help_text="each machine's torch and Python versions, by name")
-
-
-class PlanOut(serializers.Serializer):
-    """The execution plan: where each node runs, and the hyperparameters after the distributed
-    adjustments (DESIGN.md section 7)."""
-
-    world_size = serializers.IntegerField()
-    nnodes = serializers.IntegerField()
-    procs_per_node = serializers.IntegerField()
-    master_addr = serializers.CharField()
-    master_port = serializers.IntegerField()
-    backend = serializers.ChoiceField(choices=["gloo", "nccl"])
-    nodes = PlanNodeOut(many=True)
-    hyperparameters = serializers.DictField()
-    warnings = serializers.ListField(child=serializers.CharField())
-    # Plans stored before preflight existed have none.
-    preflight = PlanPreflightOut(required=False)
-
-
-class NodeMachineOut(serializers.Serializer):
-    id = serializers.IntegerField(source="machine_id", allow_null=True, help_text="null once the machine is removed")
-    name = serializers.CharField(source="machine_name")
-    host = serializers.CharField()
-
-
 class JobSummaryOut(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
     project = serializers.CharField(source="project.name")
-    progress = serializers.DictField(help_text="step, total_steps, throughput, loss, eta_seconds and what the ranks report")
 
     class Meta:
         model = Job
@@ -65,9 +19,7 @@ class JobSummaryOut(serializers.ModelSerializer):
 
 
 class JobNodeOut(serializers.ModelSerializer):
-    machine = NodeMachineOut(source="*")
-    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPU indexes on the machine")
-    progress = serializers.DictField()
+    machine = serializers.SerializerMethodField()
 
     class Meta:
         model = JobNode
@@ -76,10 +28,11 @@ class JobNodeOut(serializers.ModelSerializer):
             "status_reason", "exit_code", "pid", "last_heartbeat", "progress", "started_at", "finished_at",
         ]
 
+    def get_machine(self, node: JobNode) -> dict:
+        return {"id": node.machine_id, "name": node.machine_name, "host": node.host}
+
 
 class JobDetailOut(JobSummaryOut):
-    spec = serializers.DictField(help_text="the validated JobSpec; secret_env values as ***")
-    plan = PlanOut(allow_null=True, help_text="null until the job is dispatched")
     nodes = serializers.SerializerMethodField()
 
     class Meta(JobSummaryOut.Meta):
@@ -91,7 +44,6 @@ class JobDetailOut(JobSummaryOut):
         data["spec"] = public_spec(data["spec"] or {})
         return data
 
-    @extend_schema_field(JobNodeOut(many=True))
     def get_nodes(self, job: Job) -> list[dict]:
         # The current attempt's nodes; earlier attempts are in /api/jobs/{id}/nodes?attempt=N.
         nodes = [n for n in job.nodes.all() if n.attempt == job.attempt]

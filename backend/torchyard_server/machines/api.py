@@ -8,12 +8,11 @@ from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..openapi import ErrorOut
 from ..projects.permissions import StaffWritesOthersRead
 from . import redis_acl
 from .models import Machine
 from .selectors import machine_list
-from .serializers import AgentConfigOut, MachineIn, MachineOut, MachinePatch, MachineWithTokenOut
+from .serializers import MachineIn, MachineOut, MachinePatch
 from .services import (
     machine_authenticate,
     machine_create,
@@ -34,7 +33,7 @@ class MachineListView(APIView):
     def get(self, request):
         return Response(MachineOut(machine_list(), many=True).data)
 
-    @extend_schema(request=MachineIn, responses={201: MachineWithTokenOut})
+    @extend_schema(request=MachineIn, responses={201: MachineOut})
     def post(self, request):
         data = MachineIn(data=request.data)
         data.is_valid(raise_exception=True)
@@ -60,8 +59,7 @@ class MachineDetailView(APIView):
         data.is_valid(raise_exception=True)
         return Response(MachineOut(machine_update(machine=machine, **data.validated_data)).data)
 
-    @extend_schema(parameters=[OpenApiParameter("force", bool, description="stop its live nodes first")],
-                   responses={204: None, 409: ErrorOut})
+    @extend_schema(parameters=[OpenApiParameter("force", bool, description="stop its live nodes first")])
     def delete(self, request, machine_id: int):
         """Remove a machine; 409 while nodes of live jobs run there, unless `?force=true`."""
         machine_delete(machine=get_object_or_404(Machine, pk=machine_id), force=force_requested(request))
@@ -75,7 +73,7 @@ class MachineRotateTokenView(APIView):
     # Staff only: kept on this view whatever the API's default permission becomes.
     permission_classes = [IsAdminUser]
 
-    @extend_schema(request=None, responses={200: MachineWithTokenOut})
+    @extend_schema(request=None, responses={200: MachineOut})
     def post(self, request, machine_id: int):
         machine = get_object_or_404(Machine, pk=machine_id)
         token = machine_rotate_token(machine=machine)
@@ -95,7 +93,6 @@ class AgentConfigView(APIView):
     permission_classes = [AllowAny]
     authentication_classes: list = []
 
-    @extend_schema(responses={200: AgentConfigOut, 401: ErrorOut})
     def get(self, request):
         kind, _, token = request.headers.get("Authorization", "").partition(" ")
         machine = machine_authenticate(token=token) if kind == "Machine" else None

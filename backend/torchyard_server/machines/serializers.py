@@ -18,11 +18,6 @@ class MachineOut(serializers.ModelSerializer):
     usage = serializers.SerializerMethodField(help_text=(
         "What each project's live jobs take here; project names and counts only, so everyone who sees "
         "the cluster sees who uses it and no one sees other projects' jobs."))
-    capabilities = serializers.DictField(help_text=(
-        "what its agent reported: cpu_count, memory, disk_space, gpu_count, gpu_memory, gpus [{index, name, memory_mb}], ..."))
-    current_load = serializers.DictField(help_text="cpu_usage, memory_usage, gpu_usage [...], as of the last heartbeat")
-    labels = serializers.DictField(child=serializers.CharField())
-
     class Meta:
         model = Machine
         fields = [
@@ -59,25 +54,3 @@ class MachinePatch(serializers.Serializer):
     labels = serializers.DictField(child=serializers.CharField(max_length=200), required=False)
     status = serializers.ChoiceField(choices=["draining", "online"], required=False, help_text=(
         "draining: no new nodes are placed here; online: undo draining."))
-
-
-class MachineWithTokenOut(MachineOut):
-    """A machine just added, or whose token was just rotated: its token, shown this once."""
-
-    token = serializers.CharField(help_text="the machine's token: shown this once, never again")
-    agent_command = serializers.CharField(help_text="the command that starts its agent")
-
-    class Meta(MachineOut.Meta):
-        fields = [*MachineOut.Meta.fields, "token", "agent_command"]
-
-
-class AgentMachineOut(serializers.Serializer):
-    id = serializers.IntegerField()
-    name = serializers.CharField()
-    host = serializers.CharField()
-
-
-class AgentConfigOut(serializers.Serializer):
-    machine = AgentMachineOut()
-    redis_url = serializers.CharField(help_text="the broker and event stream the agent connects to")
-    storage_url = serializers.CharField(help_text="where checkpoints and artifacts are kept")

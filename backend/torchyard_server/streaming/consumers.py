@@ -16,7 +16,6 @@ from ..machines.serializers import MachineOut
 from ..projects.permissions import projects_visible_to
 from . import groups
 from .cluster import JobUpdates
-from .inbound import SendOnlyConsumer
 from .selectors import job_events
 from .telemetry import WEBSOCKETS
 
@@ -29,7 +28,7 @@ def _after(scope) -> int:
     from urllib.parse import parse_qs
 
     raw = (parse_qs(scope.get("query_string", b"").decode()).get("after") or ["0"])[0]
-    return int(raw) if raw.isascii() and raw.isdigit() else 0  # isdigit alone takes "²"
+    return int(raw) if raw.isdigit() else 0
 
 
 async def _refuse(consumer: AsyncJsonWebsocketConsumer, code: int) -> None:
@@ -39,7 +38,7 @@ async def _refuse(consumer: AsyncJsonWebsocketConsumer, code: int) -> None:
     await consumer.close(code=code)
 
 
-class JobStreamConsumer(SendOnlyConsumer):
+class JobStreamConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -93,7 +92,7 @@ class JobStreamConsumer(SendOnlyConsumer):
         return [e.as_message() for e in job_events(job_id=self.job_id, after=after, limit=REPLAY_BATCH)]
 
 
-class ClusterStreamConsumer(SendOnlyConsumer):
+class ClusterStreamConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
