@@ -35,7 +35,6 @@ from ..jobs.selectors import job_visible_or_404, jobs_visible_to
 from ..jobs.states import JOB_FINAL, NODE_LIVE
 from ..params import int_param
 from . import groups
-from .bulk import stored_after
 from .models import JobEvent
 from .selectors import job_events, job_events_tail
 
@@ -90,16 +89,12 @@ def _job_state(user: Any, job_id: int) -> dict[str, Any] | None:
     return {**job, "finished": job["status"] in JOB_FINAL and not live_nodes}
 
 
-def _read(user: Any, job_id: int, after: int, rank: int | None) -> tuple[dict[str, Any] | None, list[int], bytes]:
-    """The job's state, then the ids of the lines stored after the cursor and their `log` events,
-    written as one chunk (bulk.StoredEvent rows: no model instance, no encoding of a whole event
-    per line, one send per batch)."""
+def _read(user: Any, job_id: int, after: int, rank: int | None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     # The state first: a line stored after it was read comes in this read or the next one, and a
     # job seen finished stored its last lines before.
     state = _job_state(user, job_id)
-    rows = stored_after(job_id=job_id, after=after, limit=READ_BATCH, types=LOG, rank=rank)
-    chunk = "".join(f"id: {row.pk}\nevent: log\ndata: {row.text()}\n\n" for row in rows).encode()
-    return state, [row.pk for row in rows], chunk
+    lines = [e.as_message() for e in job_events(job_id=job_id, after=after, types=LOG, rank=rank, limit=READ_BATCH)]
+    return state, lines
 
 
 async def log_stream(*, user: Any, job_id: int, after: int, rank: int | None) -> AsyncIterator[bytes]:
@@ -113,10 +108,11 @@ async def log_stream(*, user: Any, job_id: int, after: int, rank: int | None) ->
         yield f"retry: {RETRY_MS}\n\n".encode()
         cursor = after
         while True:
-            state, lines, chunk = await sync_to_async(_read)(user, job_id, cursor, rank)
+            state, lines = await sync_to_async(_read)(user, job_id, cursor, rank)
+            for line in lines:
+                yield sse_message(line, event="log", id=line["id"])
             if lines:
-                yield chunk
-                cursor = lines[-1]
+                cursor = lines[-1]["id"]
                 if len(lines) == READ_BATCH:
                     continue  # more are stored: read on before waiting
             if state is None:
