@@ -11,12 +11,15 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from torchyard_server.streaming.auth import BrowserOriginValidator, TokenOrSessionAuthMiddleware  # noqa: E402
+from torchyard_server.streaming.backpressure import SendBacklogProbe  # noqa: E402
 from torchyard_server.streaming.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         # The admin's CSS/JS, served by daphne itself so embedded mode needs no other web server.
         "http": ASGIStaticFilesHandler(django_asgi_app),
-        "websocket": BrowserOriginValidator(TokenOrSessionAuthMiddleware(URLRouter(websocket_urlpatterns))),
+        # Outermost: it needs daphne's own `send` to see what a slow client leaves unread.
+        "websocket": SendBacklogProbe(
+            BrowserOriginValidator(TokenOrSessionAuthMiddleware(URLRouter(websocket_urlpatterns)))),
     }
 )

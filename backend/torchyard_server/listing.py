@@ -22,12 +22,22 @@ from rest_framework.fields import _UnvalidatedField as _Unvalidated
 from rest_framework.settings import api_settings
 
 # Fields whose representation of a value read from the database is the value itself.
-_AS_STORED = (serializers.CharField, serializers.ChoiceField, serializers.IntegerField, serializers.BooleanField,
-              serializers.FloatField, serializers.JSONField)
+_AS_STORED = (serializers.CharField, serializers.ChoiceField, serializers.IntegerField, serializers.BigIntegerField,
+              serializers.BooleanField, serializers.FloatField, serializers.JSONField)
+
+
+class StoredJsonOut(serializers.Serializer):
+    """A JSON column written out as it is stored (a shallow copy), its declared fields the shape
+    the OpenAPI schema gives it, so generated clients type it. What such a column holds was checked
+    on its way in (a JobSpec) or written by Torchyard's own agents (a machine's capabilities and
+    load); it is not checked again on every read, and a list copies it as it is."""
+
+    def to_representation(self, instance: Any) -> Any:
+        return dict(instance)
 
 
 def _as_stored(field: serializers.Field) -> bool:
-    if type(field) in _AS_STORED:
+    if type(field) in _AS_STORED or isinstance(field, StoredJsonOut):
         return True
     # A DictField of such values (labels: text to text), or of anything (DictField()'s default child).
     return type(field) is serializers.DictField and (type(field.child) in _AS_STORED or type(field.child) is _Unvalidated)

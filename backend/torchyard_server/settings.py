@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "torchyard_server.machines",
     "torchyard_server.bundles",
     "torchyard_server.jobs",
+    "torchyard_server.preferences",
     "torchyard_server.templates",
     "torchyard_server.artifacts",
     "torchyard_server.checkpoints",
@@ -51,6 +52,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "torchyard_server.web.middleware.refuse_nul_characters",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -84,7 +86,19 @@ TEMPLATES = [
 # --- Database: SQLite under the data dir (embedded) or DATABASE_URL (PostgreSQL) -----------------
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'torchyard.sqlite3'}")
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
-if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # A pool of connections per process rather than persistent ones: daphne runs each request on a
+    # thread of its own, so a persistent connection served one request and was left open until
+    # its thread was collected: a new PostgreSQL backend (a fork, cold caches) per request, dozens
+    # open under a polling dashboard. The pool hands warm ones out and takes them back when
+    # Django closes them (end of a request, of a task, of an ingest batch).
+    DB_POOL_SIZE = env_int("TORCHYARD_DB_POOL_SIZE", 32)
+    if DB_POOL_SIZE < 1:
+        raise ConfigError(f"TORCHYARD_DB_POOL_SIZE={DB_POOL_SIZE} must be at least 1")
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(2, DB_POOL_SIZE), "max_size": DB_POOL_SIZE, "timeout": 30}
+elif DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # Several processes write (web, controller, ingest): WAL + IMMEDIATE avoids "database is locked".
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {
@@ -174,6 +188,7 @@ FRONTEND_DIST = Path(env_str("TORCHYARD_FRONTEND_DIST", str(REPO_ROOT / "fronten
 LOGIN_URL = "/login"
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
+CSRF_FAILURE_VIEW = "torchyard_server.web.errors.csrf_failure"  # JSON, as every other refusal
 
 AUTHENTICATION_BACKENDS = [
     # First: refuses, before any password is checked, a username locked out from this address.
@@ -215,7 +230,7 @@ REST_FRAMEWORK = {
     # there): a client-sent X-Forwarded-For must not choose its own throttle bucket.
     "NUM_PROXIES": 0,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "torchyard_server.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "torchyard_server.web.errors.exception_handler",
@@ -228,6 +243,19 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # Only /api/health and the login page answer anonymously.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Operation ids and tags from the path after /api/ ("jobs_list", tag "jobs").
+    "SCHEMA_PATH_PREFIX": r"/api/",
+    # Names for the choice sets, so generated clients get stable, meaningful types.
+    "ENUM_NAME_OVERRIDES": {
+        "JobStatusEnum": "torchyard_server.jobs.models.Job.Status",
+        "NodeStatusEnum": "torchyard_server.jobs.models.JobNode.Status",
+        "MachineStatusEnum": "torchyard_server.machines.models.Machine.Status",
+        "MachineStatusChangeEnum": ["draining", "online"],
+        "EventTypeEnum": "torchyard_server.streaming.models.JobEvent.Type",
+        "PlannedBackendEnum": ["gloo", "nccl"],
+        "DistributedBackendEnum": ["auto", "gloo", "nccl"],
+        "TaskTypeEnum": ["TRAIN"],
+    },
 }
 
 LANGUAGE_CODE = "en-us"

@@ -7,11 +7,13 @@ from .artifacts import api as artifacts
 from .audit import api as audit
 from .bundles import api as bundles
 from .checkpoints import api as checkpoints
+from .checkpoints import summaries
 from .experiments import api as experiments
 from .jobs import agent_api, cluster, purge_api
 from .jobs import api as jobs
 from .machines import api as machines
 from .network import urls as network_urls
+from .preferences import api as preferences
 from .projects import api as projects
 from .streaming import api as streaming
 from .streaming import sse
@@ -43,6 +45,7 @@ api = [
     path("api/experiments", experiments.RunListView.as_view()),
     path("api/experiments/compare", experiments.RunCompareView.as_view()),
     path("api/experiments/<str:run_id>", experiments.RunDetailView.as_view()),
+    path("api/preferences/distributed", preferences.DistributedPreferencesView.as_view()),
     path("api/projects", projects.ProjectListView.as_view()),
     path("api/projects/<str:name>", projects.ProjectDetailView.as_view()),
     path("api/projects/<str:name>/members", projects.ProjectMembersView.as_view()),
@@ -50,6 +53,7 @@ api = [
     path("api/recipes", jobs.RecipeListView.as_view()),
     path("api/jobs", jobs.JobListView.as_view()),
     path("api/jobs/plan", jobs.JobPlanView.as_view()),
+    path("api/jobs/summaries", summaries.JobSummariesView.as_view()),
     path("api/jobs/purge", purge_api.JobPurgeView.as_view()),
     path("api/jobs/<int:job_id>", jobs.JobDetailView.as_view()),
     path("api/jobs/<int:job_id>/stop", jobs.JobStopView.as_view()),
@@ -65,6 +69,9 @@ api = [
     path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>", checkpoints.JobCheckpointManifestView.as_view()),
     path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>/files/<path:path>", checkpoints.JobCheckpointFileView.as_view()),
 ]
+
+# JSON for /api/ paths no route matches (web/errors.py).
+handler404 = "torchyard_server.web.errors.not_found"
 
 urlpatterns = [
     *api,

@@ -6,6 +6,7 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 from torchyard_server.accounts.services import api_token_create
+from torchyard_server.jobs.models import Job
 from torchyard_server.machines.services import machine_create, machine_record_heartbeat
 
 
@@ -45,6 +46,19 @@ def api(owner) -> APIClient:
 @pytest.fixture
 def anonymous() -> APIClient:
     return APIClient()
+
+
+@pytest.fixture
+def member(django_user_model):
+    """A WebSocket's headers for mia, a member of the default project, signed in with an API token."""
+    django_user_model.objects.create_user("mia", password="pw-mia")  # joins the default project
+    return [(b"authorization", f"Token {token_for(django_user_model.objects.get(username='mia'))}".encode())]
+
+
+@pytest.fixture
+def job(django_user_model, member):
+    """A job of mia's in the default project, for stream tests."""
+    return Job.objects.create(name="streamed", spec={}, owner=django_user_model.objects.get(username="mia"))
 
 
 def bring_online(name: str, *, gpus: list[dict] | None = None, cpu_count: int = 4):

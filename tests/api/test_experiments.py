@@ -80,7 +80,7 @@ def test_runs_are_every_attempt_of_the_jobs_a_user_may_see(runs, teammate):
     a, b = runs["a"], runs["b"]
     listed = signed_in(teammate).get("/api/experiments").json()
     assert [r["run_id"] for r in listed] == [f"{b.pk}.0", f"{a.pk}.1", f"{a.pk}.0"]
-    assert all(set(r) == RUN_FIELDS for r in listed)
+    assert all(set(r) == RUN_FIELDS | {"final_metrics"} for r in listed)
     first_try = listed[2]
     assert {k: first_try[k] for k in RUN_FIELDS - {"started_at", "finished_at"}} == {
         "run_id": f"{a.pk}.0", "job": a.pk, "attempt": 0, "name": "lr-0.1", "project": "default", "owner": "bob",
@@ -92,6 +92,22 @@ def test_runs_are_every_attempt_of_the_jobs_a_user_may_see(runs, teammate):
     assert {r["run_id"] for r in api.get(f"/api/experiments?job={a.pk}").json()} == {f"{a.pk}.0", f"{a.pk}.1"}
     assert [r["run_id"] for r in api.get("/api/experiments?project=lab").json()] == [f"{runs['hidden'].pk}.0"]
     assert [r["run_id"] for r in api.get("/api/experiments?status=failed").json()] == [f"{a.pk}.0"]
+
+
+def test_listed_runs_carry_each_metrics_final_and_best_value(runs, teammate):
+    a, b = runs["a"], runs["b"]
+    listed = {r["run_id"]: r["final_metrics"] for r in signed_in(teammate).get("/api/experiments").json()}
+    assert listed[f"{a.pk}.0"] == [{"name": "loss", "goal": "min", "last": 3.0 / 50, "last_step": 50, "best": 3.0 / 50}]
+    assert listed[f"{a.pk}.1"] == [
+        {"name": "acc", "goal": "max", "last": 1.0, "last_step": 100, "best": 1.0},
+        {"name": "loss", "goal": "min", "last": 3.0 / 100, "last_step": 100, "best": 3.0 / 100}]
+    assert listed[f"{b.pk}.0"] == [{"name": "loss", "goal": "min", "last": loss_b(80), "last_step": 80, "best": loss_b(80)}]
+    # The best of a series that went the wrong way is not its last value; a name without a goal has no best.
+    JobEvent.objects.create(job=b, attempt=0, rank=0, type="metric", ts=T0, dedupe_key="late",
+                            payload={"step": 81, "loss": 9.5, "grad_norm": 2.0, "note": "text is no metric"})
+    late = {r["run_id"]: r["final_metrics"] for r in signed_in(teammate).get("/api/experiments").json()}[f"{b.pk}.0"]
+    assert late == [{"name": "grad_norm", "goal": None, "last": 2.0, "last_step": 81, "best": None},
+                    {"name": "loss", "goal": "min", "last": 9.5, "last_step": 81, "best": loss_b(80)}]
 
 
 def test_a_run_shows_its_spec_nodes_metrics_checkpoints_and_artifacts(runs, teammate):

@@ -130,3 +130,47 @@ def test_heartbeats_are_applied_ahead_of_a_backlog_of_log_lines(stream, redis_ur
     assert JobEvent.objects.filter(job=job).count() <= 1_000
     assert stream.xlen(protocol.LIVENESS_STREAM) == 0
     stream.delete(protocol.LIVENESS_STREAM)
+
+
+def test_packed_entries_are_stored_event_by_event_once_and_sent_as_a_chain_of_frames(stream, redis_url, owner):
+    import asyncio
+    import json
+
+    from channels.layers import get_channel_layer
+    from torchyard_server.streaming import groups
+
+    job = Job.objects.create(name="j", spec={}, owner=owner)
+    layer = get_channel_layer()
+    loop = asyncio.new_event_loop()
+    channel = loop.run_until_complete(layer.new_channel())
+    loop.run_until_complete(layer.group_add(groups.job_group(job.pk), channel))
+    try:
+        ingest = Ingest(redis_url)
+        ingest.ensure_group()
+        ingest.step()  # its own backlog: empty
+        lines = [log_event(job.pk, seq) for seq in range(1, 1501)]
+        lines[7]["line"] = "a NUL \x00 that jsonb refuses"
+        for _, fields in protocol.pack_events(lines[:1000]):
+            stream.xadd(protocol.EVENT_STREAM, fields)
+        while ingest.step():
+            pass
+        # A producer that retried: the last 200 of those again, packed with 500 new ones.
+        for _, fields in protocol.pack_events(lines[800:]):
+            stream.xadd(protocol.EVENT_STREAM, fields)
+        while ingest.step():
+            pass
+
+        stored = list(JobEvent.objects.filter(job=job).order_by("id"))
+        assert [e.payload["line"] for e in stored] == [e["line"].replace("\x00", "\ufffd") for e in lines]
+        frames: list[dict] = []
+        while sum(f["count"] for f in frames) < len(stored):
+            message = loop.run_until_complete(asyncio.wait_for(layer.receive(channel), timeout=10))
+            frames += [json.loads(f["text"]) for f in message.get("frames", [])]
+        events = [e for f in frames for e in f["events"]]
+        assert [e["id"] for e in events] == [e.pk for e in stored]
+        assert events[8] == stored[8].as_message()
+        # Each frame names the one before: a client that missed one can tell.
+        assert [f["prev"] for f in frames] == [0] + [f["last"] for f in frames[:-1]]
+    finally:
+        loop.run_until_complete(layer.group_discard(groups.job_group(job.pk), channel))
+        loop.close()

@@ -118,6 +118,7 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/machines": READ_WRITE_STAFF,
     "api/machines/<int:machine_id>": READ_WRITE_STAFF,
     "api/machines/<int:machine_id>/rotate-token": staff_only,
+    "api/preferences/distributed": everyone_signed_in,  # each user's own, never anyone else's
     "api/projects": {"get": everyone_signed_in, "post": staff_only},
     "api/projects/<str:name>": project_read,
     "api/projects/<str:name>/members": {"get": project_read, "post": project_admin},
@@ -200,6 +201,9 @@ BODIES = {
     "api/auth/tokens": {"name": "matrix"},
     "api/jobs/purge": {"older_than_days": 0, "dry_run": True},
     "api/experiments/compare": lambda world: {"runs": [f"{world['job'].pk}.0"]},
+    "api/preferences/distributed": lambda world: {
+        "preferred_machines": [world["machine"].pk], "default_num_machines": 2, "default_procs_per_machine": 1,
+        "default_gpus_per_machine": 0, "auto_machine_selection": False},
 }
 
 
@@ -295,8 +299,8 @@ def url_for(route: str, world) -> str:
     values = {
         "job_id": world["job"].pk, "machine_id": world["machine"].pk, "checkpoint_id": world["checkpoint"].pk,
         "artifact_id": world["artifact"].pk, "path": "w.bin", "key": "model.txt", "sha256": "a" * 64,
-        "name": "gpu-a" if "by-name" in route else "lab", "username": "vic", "task_id": world["template"].pk,
-        "token_id": world["api_token"].pk, "run_id": f"{world['job'].pk}.0",
+        "name": "gpu-a" if "by-name" in route else "lab", "username": "vic",
+        "token_id": world["api_token"].pk, "task_id": world["template"].pk, "run_id": f"{world['job'].pk}.0",
     }
     url = route
     for conv in ("int", "str", "path"):

@@ -73,7 +73,8 @@ def test_a_script_that_never_leaves_its_process_group_has_it_destroyed_before_py
         "import atexit, gc, torch.distributed as dist\n"
         "from torch import nn\n"
         "from torchyard import sdk\n"
-        "atexit.register(lambda: print('after the sdk:', dist.is_initialized(), gc.collect() == 0, flush=True))\n"
+        # One write per line: both ranks share the pipe, and print() writes its arguments apart.
+        "atexit.register(lambda: print(f'after the sdk: {dist.is_initialized()} {gc.collect() == 0}', flush=True))\n"
         "assert sdk.init_process_group() is True\n"
         "model = nn.Linear(2, 2)\n"
         "model.cycle = [model]  # something in a reference cycle, as an FSDP model is\n"

@@ -181,9 +181,7 @@ class Supervisors:
         found = []
         for stream in (protocol.EVENT_STREAM, protocol.LIVENESS_STREAM):
             for _id, fields in self.redis.xrange(stream):
-                event = protocol.decode_event(fields)
-                if event.get("job") == job_id:
-                    found.append(event)
+                found.extend(e for e in protocol.decode_entry(fields) if e.get("job") == job_id)
         return found
 
     def wait_for(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 from torchyard.client import CliError, follow
-from torchyard.client.follow import JobFollower, JobRenderer, follow_job
+from torchyard.client.follow import CLOSE_RESUME, JobFollower, JobRenderer, follow_job
 from torchyard.client.http import ApiClient
 from websockets.sync.server import ServerConnection, serve
 
@@ -236,6 +236,34 @@ def test_the_follower_reconnects_from_its_cursor_without_losing_or_repeating_a_l
     assert paths == ["/api/jobs/7/stream?after=0", "/api/jobs/7/stream?after=3"]
     assert tokens == ["Token secret", "Token secret"]
     assert "reconnecting" in noted.getvalue()
+
+
+def test_dropped_for_falling_behind_it_resumes_at_once_from_its_cursor(stream_server):
+    def first(connection: ServerConnection, _: int) -> None:
+        send(connection, detail())
+        send(connection, {"type": "replayed", "last_id": 0})
+        send(connection, {"type": "events", "prev": 0, "last": 2, "count": 2,
+                          "events": [log(1, 0, "one"), log(2, 1, "two")]})
+        connection.close(code=CLOSE_RESUME)  # the server held too much this client had not read
+
+    def second(connection: ServerConnection, _: int) -> None:
+        send(connection, detail())
+        send(connection, {"type": "events", "replay": True, "events": [log(3, 0, "three")]})
+        send(connection, {"type": "replayed", "last_id": 3})
+        send(connection, {"type": "events", "events": [job_state(4, "completed", "every node exited 0")]})
+        connection.recv()
+
+    def never(_: float) -> None:
+        raise AssertionError("a resume must not wait")
+
+    server, paths, _ = stream_server([first, second])
+    console, buffer = plain_console()
+    notes, noted = plain_console()
+    assert JobFollower(ApiClient(server, "t"), 7, JobRenderer(console, 7), notes, sleep=never).run() == 0
+    assert buffer.getvalue().splitlines() == ["[rank 0] one", "[rank 1] two", "[rank 0] three",
+                                              "== job completed: every node exited 0"]
+    assert paths == ["/api/jobs/7/stream?after=0", "/api/jobs/7/stream?after=2"]
+    assert "resuming after event 2" in noted.getvalue()
 
 
 def test_a_job_that_ended_before_its_final_event_arrives_ends_after_a_grace(stream_server, monkeypatch):

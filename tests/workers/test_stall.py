@@ -45,6 +45,17 @@ def test_a_resume_from_an_older_step_counts_as_progress():
     assert watch.snapshot(now=8.0) == {"0": [30, 4.0]}
 
 
+def test_a_rank_that_reached_its_declared_total_is_finishing_not_stalled():
+    watch = StallWatch(timeout=5)
+    watch.step(0, 79, now=0.0, total=80)
+    watch.step(1, 79, now=0.0, total=80)
+    watch.step(0, 80, now=1.0, total=80)  # rank 0 is done; its evaluation and teardown take a while
+    watch.step(1, 80, now=1.0)            # a rank that declared no total is watched as before
+    assert [s.rank for s in watch.stalled(now=60.0)] == [1]
+    watch.step(0, 10, now=61.0, total=80)  # resumed from an older checkpoint: watched again
+    assert [s.rank for s in watch.stalled(now=70.0)] == [0]
+
+
 def test_the_stack_of_a_stopped_process_is_read_from_outside():
     proc = subprocess.Popen([sys.executable, "-c", "import time\ndef waiting_here():\n    time.sleep(60)\nwaiting_here()"])
     try:

@@ -42,7 +42,7 @@ def a_launch(**overrides) -> NodeLaunch:
 def stream_events(redis_url: str, job_id: int) -> list[dict]:
     client = redis.Redis.from_url(redis_url)
     try:
-        events = [protocol.decode_event(fields) for _id, fields in client.xrange(protocol.EVENT_STREAM)]
+        events = [e for _id, fields in client.xrange(protocol.EVENT_STREAM) for e in protocol.decode_entry(fields)]
     finally:
         client.close()
     return [e for e in events if e["job"] == job_id]
@@ -112,7 +112,80 @@ def test_a_full_buffer_drops_resource_samples_then_oldest_logs_but_never_states_
     assert publisher.flush() is False and publisher.drain(timeout_s=1) is False
 
 
+def test_a_flush_packs_its_events_into_few_entries_that_decode_to_the_same_events(redis_url: str):
+    launch = a_launch()
+    publisher = EventPublisher(launch, connect(redis_url))
+    client = redis.Redis.from_url(redis_url)
+    before = client.xlen(protocol.EVENT_STREAM)
+    lines = [f"line {i} \u00e9 \" \\ \t" for i in range(1500)] + ["x" * 100_000]
+    for line in lines:
+        publisher.emit(protocol.LOG, rank=2, stream="stdout", line=line)
+    assert publisher.flush(budget_s=5)
+    entries = client.xlen(protocol.EVENT_STREAM) - before
+    assert entries <= 10  # up to 500 events or ~64 KB an entry, not one per event
+    events = stream_events(redis_url, launch.job_id)
+    assert [e["line"] for e in events] == lines and [e["seq"] for e in events] == list(range(1, 1502))
+
+
+def test_it_stops_adding_while_ingest_is_behind_and_goes_on_once_it_caught_up(redis_url: str):
+    from torchyard.supervisor import publisher as publisher_module
+
+    launch = a_launch(machine_token=f"{next_job_id()}.{'s' * 32}")  # a machine stream of its own
+    client = redis.Redis.from_url(redis_url)
+    publisher = EventPublisher(launch, connect(redis_url), batch_size=100)
+    for i in range(300):
+        publisher.emit(protocol.LOG, line=f"line {i}")
+    assert publisher.flush(budget_s=5)  # nobody reads the stream yet: nothing to wait for
+
+    # Ingest reads it now, and is behind by more than the high-water mark.
+    client.xgroup_create(publisher.event_stream, protocol.EVENT_GROUP, id="0")
+    publisher._group_checked_at = -publisher_module.GROUP_CHECK_S  # look again now
+    backlog = [client.xadd(publisher.event_stream, {"e": "{}"}) for _ in range(publisher_module.STREAM_HIGH_WATER)]
+    for i in range(300, 600):
+        publisher.emit(protocol.LOG, line=f"line {i}")
+    assert publisher.flush(budget_s=5) is False  # one batch went, then it waits
+    held = client.xlen(publisher.event_stream)
+    assert publisher.flush(budget_s=1) is False and client.xlen(publisher.event_stream) == held
+    assert publisher.pending == 200 and publisher.room == publisher.read_ahead - 200
+
+    client.xdel(publisher.event_stream, *backlog)  # ingest stored them and deleted them
+    assert publisher.flush(budget_s=5)
+    lines = [e["line"] for _, fields in client.xrange(publisher.event_stream) for e in protocol.decode_entry(fields)
+             if e.get("job") == launch.job_id]
+    assert lines == [f"line {i}" for i in range(600)]
+
+
 # --- tails -----------------------------------------------------------------------------------------
+def test_a_tail_asked_for_fewer_lines_leaves_the_rest_in_the_file(tmp_path: Path):
+    path = tmp_path / "out.log"
+    path.write_bytes(b"".join(f"line {i}\n".encode() for i in range(10)) + b"part")
+    tail = FileTail(path)
+    assert tail.read_lines(max_lines=3) == ["line 0", "line 1", "line 2"] and not tail.at_end
+    assert tail.read_lines(max_lines=0) == [] and not tail.at_end
+    assert tail.read_lines(max_lines=4) == ["line 3", "line 4", "line 5", "line 6"]
+    assert tail.read_lines() == ["line 7", "line 8", "line 9"] and tail.at_end
+    assert tail.read_lines(final=True, max_lines=5) == ["part"]
+    tail.close()
+
+
+def test_a_tailer_with_little_room_shares_it_so_no_rank_waits_behind_another(tmp_path: Path):
+    log_dir = tmp_path / "torchrun"
+    tailer = RankLogTailer(log_dir, nproc_per_node=2)
+    for local_rank, count in ((0, 1000), (1, 5)):
+        folder = log_dir / "torchyard-1-1_abc" / "attempt_0" / str(local_rank)
+        folder.mkdir(parents=True)
+        (folder / "stdout.log").write_text("".join(f"r{local_rank} {i}\n" for i in range(count)))
+    lines = tailer.poll(max_lines=20)
+    assert len(lines) == 20 and [x.line for x in lines if x.local_rank == 1] == [f"r1 {i}" for i in range(5)]
+    assert not tailer.at_end
+    rest = []
+    while (more := tailer.poll(max_lines=300)) or not tailer.at_end:
+        rest += more
+    seen = [x.line for x in lines + rest if x.local_rank == 0]
+    assert seen == [f"r0 {i}" for i in range(1000)]
+    tailer.close()
+
+
 def test_a_tail_hands_back_whole_lines_and_the_last_one_at_the_end(tmp_path: Path):
     path = tmp_path / "out.log"
     tail = FileTail(path)

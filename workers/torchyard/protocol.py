@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,12 @@ def machine_unacked_keys(machine_id: int | str) -> dict[str, str]:
 EVENT_STREAM = "torchyard:events"
 EVENT_GROUP = "ingest"
 EVENT_FIELD = "e"
+# A node supervisor packs the events of one flush into few entries: a JSON array under "b", each
+# event as it would be under "e". Packing is what lets a node's log lines reach the database at
+# tens of thousands a second (one XADD, one entry to read and acknowledge, one json.loads for many).
+PACKED_FIELD = "b"
+PACKED_MAX_EVENTS = 500
+PACKED_MAX_BYTES = 64 * 1024
 # Bounded so a dead controller cannot fill Redis; ~approximate trimming is cheap.
 EVENT_STREAM_MAXLEN = 1_000_000
 # Heartbeats (nodes' and agents') travel apart: liveness must never wait behind a backlog of log
@@ -95,8 +102,21 @@ NODE_STOPPED = "stopped"
 FAILURE_LOG_LINES = 20
 
 
+def _compact_json_encoder() -> Callable[[Any], str]:
+    """json.dumps(value, separators=(",", ":"), default=str), about twice as fast on small events:
+    the C encoder built once (json.dumps and JSONEncoder.encode build one per call)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return json.JSONEncoder(separators=(",", ":"), default=str).encode
+    encoder = make(None, str, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+    return lambda value: "".join(encoder(value, 0))
+
+
+encode_json = _compact_json_encoder()
+
+
 def encode_event(event: dict[str, Any]) -> dict[Any, Any]:
-    return {EVENT_FIELD: json.dumps(event, separators=(",", ":"), default=str)}
+    return {EVENT_FIELD: encode_json(event)}
 
 
 def decode_event(fields: dict[Any, Any]) -> dict[str, Any]:
@@ -106,6 +126,36 @@ def decode_event(fields: dict[Any, Any]) -> dict[str, Any]:
     if isinstance(raw, bytes):
         raw = raw.decode()
     return json.loads(raw)
+
+
+def pack_events(events: list[dict[str, Any]], *, max_events: int = PACKED_MAX_EVENTS,
+                max_bytes: int = PACKED_MAX_BYTES) -> list[tuple[int, dict[Any, Any]]]:
+    """The fields of the entries that carry `events` in order, each with how many events it holds:
+    at most max_events, and about max_bytes (told by the length of their lines: an event is a few
+    hundred bytes besides), each entry encoded in one call."""
+    entries: list[tuple[int, dict[Any, Any]]] = []
+    start, size = 0, 0
+    for index, event in enumerate(events):
+        line = event.get("line")
+        weight = 200 + (len(line) if isinstance(line, str) else 0)
+        if index > start and (index - start >= max_events or size + weight > max_bytes):
+            entries.append((index - start, {PACKED_FIELD: encode_json(events[start:index])}))
+            start, size = index, 0
+        size += weight
+    if start < len(events):
+        entries.append((len(events) - start, {PACKED_FIELD: encode_json(events[start:])}))
+    return entries
+
+
+def decode_entry(fields: dict[Any, Any]) -> list[dict[str, Any]]:
+    """The events of one stream entry: one under "e", or several packed under "b"."""
+    raw = fields.get(PACKED_FIELD) or fields.get(PACKED_FIELD.encode())
+    if raw is None:
+        return [decode_event(fields)]
+    events = json.loads(raw)
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        raise ValueError("a packed stream entry must hold a list of events")
+    return events
 
 
 # --- Environment of every launched process -------------------------------------------------------

@@ -15,7 +15,6 @@ from django.contrib.auth.signals import user_logged_in
 from django.middleware.csrf import get_token
 from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import csrf_protect, ensure_csrf_cookie
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound
@@ -24,12 +23,13 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
+from ..openapi import ErrorOut
 from ..projects.permissions import submittable_projects
 from .models import ApiToken
 from .selectors import api_tokens_of
 from .services import api_token_create, api_token_revoke
 
-TOO_MANY = OpenApiResponse(OpenApiTypes.OBJECT, description="Too many attempts from this address, or this "
+TOO_MANY = OpenApiResponse(ErrorOut, description="Too many attempts from this address, or this "
                            "username is locked here after repeated failures: `detail` says for how long.")
 
 
@@ -93,18 +93,29 @@ def _me(user) -> dict:
 WRONG = {"detail": "wrong username or password."}
 
 
+class MeOut(serializers.Serializer):
+    username = serializers.CharField()
+    is_staff = serializers.BooleanField()
+    projects = serializers.ListField(child=serializers.CharField(), help_text="the projects this user may submit to")
+
+
+class CsrfOut(serializers.Serializer):
+    csrftoken = serializers.CharField(help_text="send it back as the X-CSRFToken header")
+
+
 @method_decorator(ensure_csrf_cookie, name="dispatch")
 class CsrfView(APIView):
     permission_classes = [AllowAny]
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(responses=CsrfOut)
     def get(self, request):
         return Response({"csrftoken": get_token(request)})
 
 
 @method_decorator(csrf_protect, name="dispatch")  # no login CSRF: a page elsewhere cannot log you in
 class LoginView(_PasswordSignIn):
-    @extend_schema(request=CredentialsIn, responses={200: dict, 429: TOO_MANY})
+    @extend_schema(request=CredentialsIn, responses={200: MeOut, 429: TOO_MANY, 403: OpenApiResponse(
+        ErrorOut, description="No CSRF cookie and token: GET /api/auth/csrf first.")})
     def post(self, request):
         data = CredentialsIn(data=request.data)
         data.is_valid(raise_exception=True)
@@ -118,12 +129,14 @@ class LoginView(_PasswordSignIn):
 class LogoutView(APIView):
     permission_classes = [AllowAny]
 
+    @extend_schema(request=None, responses={204: None})
     def post(self, request):
         logout(request)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class MeView(APIView):
+    @extend_schema(responses=MeOut)
     def get(self, request):
         return Response(_me(request.user))
 

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from torchyard.bundles import BundleError, size_text
 
+from ..openapi import ValidationErrorOut
 from .models import Bundle
 from .serializers import BundleDetailOut, BundleLimitsOut, BundleOut
 from .services import bundle_for_user, bundle_store
@@ -40,7 +41,7 @@ class BundleDetailView(APIView):
             raise ValidationError({"sha256": ["must be 64 lowercase hex digits."]})
         return sha256
 
-    @extend_schema(responses=BundleDetailOut)
+    @extend_schema(responses={200: BundleDetailOut, 400: ValidationErrorOut})
     def get(self, request, sha256: str):
         bundle = bundle_for_user(sha256=self._sha(sha256), user=request.user)
         if bundle is None:

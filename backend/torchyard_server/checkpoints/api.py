@@ -9,43 +9,34 @@ import posixpath
 
 from django.http import FileResponse
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiTypes, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..jobs.selectors import job_visible_or_404
-from ..jobs.serializers import JobDetailOut
 from ..renderers import DOWNLOAD_RENDERERS
 from .models import CheckpointManifest
 from .selectors import checkpoint_list
-from .serializers import CheckpointOut
+from .serializers import CheckpointOut, JobReportOut
 from .storage import OutsideJobStore, storage_for
+from .summaries import job_summaries
 
 
 class JobSummaryView(APIView):
     """Steps, throughput and ETA, and how each node is doing (seed 001's job summary)."""
 
+    @extend_schema(responses=JobReportOut)
     def get(self, request, job_id: int):
         job = job_visible_or_404(user=request.user, job_id=job_id)
-        data = JobDetailOut(job).data
-        duration = None
-        if job.started_at:
-            end = job.finished_at or None
-            from django.utils import timezone
-
-            duration = ((end or timezone.now()) - job.started_at).total_seconds()
-        return Response({
-            "id": job.pk, "name": job.name, "status": job.status, "status_reason": job.status_reason,
-            "attempt": job.attempt, "world_size": job.world_size, "progress": job.progress,
-            "duration_seconds": duration, "nodes": data["nodes"],
-            "checkpoints": checkpoint_list(job_id=job.pk).count(),
-        })
+        return Response(JobReportOut(job_summaries([job])[0]).data)
 
 
 class JobCheckpointManifestView(APIView):
     """The committed manifest.json itself, read from the store."""
 
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def get(self, request, job_id: int, checkpoint_id: int):
         row = _checkpoint_or_404(request, job_id, checkpoint_id)
         storage, key = _checkpoint_storage(row.uri, job_id)
@@ -61,6 +52,7 @@ class JobCheckpointFileView(APIView):
 
     renderer_classes = DOWNLOAD_RENDERERS
 
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
     def get(self, request, job_id: int, checkpoint_id: int, path: str):
         row = _checkpoint_or_404(request, job_id, checkpoint_id)
         entry = next((f for f in row.files if f.get("path") == path), None)
@@ -91,6 +83,7 @@ def _checkpoint_storage(uri: str, job_id: int):
 
 
 class JobCheckpointsView(APIView):
+    @extend_schema(responses=CheckpointOut(many=True))
     def get(self, request, job_id: int):
         job = job_visible_or_404(user=request.user, job_id=job_id)
         return Response(CheckpointOut(checkpoint_list(job_id=job.pk), many=True).data)

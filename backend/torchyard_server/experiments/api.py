@@ -1,18 +1,20 @@
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ..openapi import ErrorOut
 from ..params import int_param
-from .runs import run_detail, run_get, run_list, runs_compare
-from .serializers import CompareIn, CompareOut, RunDetailOut, RunOut
+from .runs import run_detail, run_get, run_list, run_rows, runs_compare
+from .serializers import CompareIn, CompareOut, RunDetailOut, RunRowOut
 
 
 class RunListView(APIView):
-    """Runs (attempts of jobs) of the projects the user may see, newest first (seed 003's experiments)."""
+    """Runs (attempts of jobs) of the projects the user may see, newest first (seed 003's experiments),
+    each with the final and best value of every metric it reported."""
 
-    @extend_schema(responses=RunOut(many=True), parameters=[
+    @extend_schema(responses=RunRowOut(many=True), parameters=[
         OpenApiParameter("job", int, description="Only this job's runs."),
         OpenApiParameter("project", str, description="Only this project's runs."),
         OpenApiParameter("status", str, description="Only runs that ended so (or, current, are in it)."),
@@ -23,7 +25,7 @@ class RunListView(APIView):
                         project=request.query_params.get("project") or None,
                         status=request.query_params.get("status") or None,
                         limit=int_param(request, "limit", 200, maximum=1000))
-        return Response(RunOut([r.as_row() for r in runs], many=True).data)
+        return Response(RunRowOut(run_rows(runs), many=True).data)
 
 
 class RunDetailView(APIView):
@@ -38,7 +40,8 @@ class RunCompareView(APIView):
     """Runs side by side: hyperparameters, final and best metrics, and every metric's series
     downsampled onto one step grid (min and max kept per bucket)."""
 
-    @extend_schema(request=CompareIn, responses=CompareOut)
+    @extend_schema(request=CompareIn, responses={200: CompareOut, 404: OpenApiResponse(
+        ErrorOut, description="A run that does not exist, or that this user may not see.")})
     def post(self, request):
         data = CompareIn(data=request.data)
         data.is_valid(raise_exception=True)

@@ -21,6 +21,7 @@ from ..streaming.metrics import (
     bucketed,
     grid_over,
     metric_events,
+    metric_finals,
     metric_names,
     metric_summary,
     step_bounds,
@@ -120,6 +121,23 @@ def run_list(*, user: Any, job_id: int | None = None, project: str | None = None
         if len(runs) >= limit:
             break
     return runs
+
+
+def run_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    """The runs as listed: each with every metric's final and best value (best by the metric's goal,
+    guessed from its name; null without one), read for all of them at once."""
+    finals = metric_finals(job_ids=sorted({run.job.pk for run in runs}))
+    rows = []
+    for run in runs:
+        metrics = finals.get((run.job.pk, run.attempt), {})
+        final_metrics = []
+        for name in sorted(metrics):
+            goal = goal_of(name, {})
+            found = metrics[name]
+            final_metrics.append({"name": name, "goal": goal, "last": found["last"], "last_step": found["last_step"],
+                                  "best": found[goal] if goal else None})
+        rows.append({**run.as_row(), "final_metrics": final_metrics})
+    return rows
 
 
 def run_get(*, user: Any, run_id: str) -> Run:

@@ -26,6 +26,19 @@ class RunOut(serializers.Serializer):
     hyperparameters = serializers.DictField(help_text="The spec's hyperparameters, as submitted.")
 
 
+class FinalMetricOut(serializers.Serializer):
+    name = serializers.CharField()
+    goal = serializers.ChoiceField(choices=["min", "max"], allow_null=True,
+                                   help_text="Which way is better, guessed from the name (loss: min, accuracy: max).")
+    last = serializers.FloatField(help_text="The final value: the last one reported.")
+    last_step = serializers.IntegerField(allow_null=True)
+    best = serializers.FloatField(allow_null=True, help_text="min or max, as the goal says; null without one.")
+
+
+class RunRowOut(RunOut):
+    final_metrics = FinalMetricOut(many=True, help_text="Every metric the run reported, by name.")
+
+
 class RunMetricOut(MetricSummaryOut):
     name = serializers.CharField()
 

@@ -14,6 +14,7 @@ from ..bundles.models import Bundle
 from ..bundles.services import bundle_storage
 from ..machines.models import Machine
 from ..machines.services import machine_authenticate
+from ..openapi import ErrorOut
 from ..renderers import DOWNLOAD_RENDERERS
 from .models import JobNode
 
@@ -52,7 +53,7 @@ class AgentBundleView(APIView):
     permission_classes = [AllowAny]
     authentication_classes: list = []
 
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 401: ErrorOut})
     def get(self, request, sha256: str):
         machine = machine_from_request(request)
         if machine is None:

@@ -8,7 +8,7 @@ from rest_framework.views import APIView
 from ..params import int_param
 from ..projects.permissions import require_job_control
 from .selectors import job_get, job_list, job_visible_or_404
-from .serializers import JobDetailOut, JobSummaryOut
+from .serializers import JobDetailOut, JobSummaryOut, PlanOut, RecipeOut
 from .services import job_delete, job_preview_plan, job_stop, job_submit
 from .spec import JobSpecSerializer, recipe_catalog
 from .states import JOB_LIVE
@@ -23,12 +23,17 @@ def _validated_spec(request) -> dict:
 class RecipeListView(APIView):
     """The built-in recipes a JobSpec's entrypoint may name, each with a one-paragraph summary."""
 
+    @extend_schema(responses=RecipeOut(many=True))
     def get(self, request):
         return Response(recipe_catalog())
 
 
 class JobListView(APIView):
-    @extend_schema(responses=JobSummaryOut(many=True), parameters=[OpenApiParameter("status", str), OpenApiParameter("project", str)])
+    @extend_schema(responses=JobSummaryOut(many=True), parameters=[
+        OpenApiParameter("status", str, description="only jobs in this state"),
+        OpenApiParameter("project", str, description="only this project's jobs"),
+        OpenApiParameter("limit", int, description="at most this many, newest first (default 200, at most 1000)"),
+    ])
     def get(self, request):
         limit = int_param(request, "limit", 200, maximum=1000)
         jobs = job_list(status=request.query_params.get("status"), user=request.user)
@@ -46,7 +51,7 @@ class JobListView(APIView):
 class JobPlanView(APIView):
     """Dry run: the execution plan the spec would get now. Nothing is launched."""
 
-    @extend_schema(request=JobSpecSerializer, responses={200: dict})
+    @extend_schema(request=JobSpecSerializer, responses=PlanOut)
     def post(self, request):
         return Response(job_preview_plan(spec=_validated_spec(request)))
 
@@ -56,6 +61,7 @@ class JobDetailView(APIView):
     def get(self, request, job_id: int):
         return Response(JobDetailOut(job_visible_or_404(user=request.user, job_id=job_id)).data)
 
+    @extend_schema(responses={202: JobDetailOut, 204: None})
     def delete(self, request, job_id: int):
         """Cancel a live job (as stop); delete a finished one with its events and records."""
         job = job_visible_or_404(user=request.user, job_id=job_id)

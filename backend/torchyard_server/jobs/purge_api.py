@@ -5,18 +5,19 @@ from __future__ import annotations
 import datetime as dt
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ..openapi import ErrorOut
 from ..projects.permissions import project_visible_or_404
 from .purge import jobs_purge, purge_candidates, purgeable_projects
 from .states import JOB_FINAL
 
 
 class JobPurgeIn(serializers.Serializer):
-    older_than_days = serializers.FloatField(min_value=0, help_text=(
+    older_than_days = serializers.FloatField(min_value=0, max_value=36_500, help_text=(
         "Jobs that finished (or, never started, were created) more than this many days ago; 0.5 is 12 hours."))
     project = serializers.CharField(required=False, help_text="Only this project's jobs (default: every project you may purge).")
     statuses = serializers.ListField(child=serializers.ChoiceField(choices=sorted(JOB_FINAL)), required=False,
@@ -64,7 +65,8 @@ class JobPurgeView(APIView):
     files in the store included (seed 001's `POST /jobs/purge`). Staff, or a project's admin for
     that project's jobs; `dry_run` answers the same without deleting anything."""
 
-    @extend_schema(request=JobPurgeIn, responses=JobPurgeOut)
+    @extend_schema(request=JobPurgeIn, responses={200: JobPurgeOut, 404: OpenApiResponse(
+        ErrorOut, description="A project that does not exist, or that this user may not see.")})
     def post(self, request):
         data = JobPurgeIn(data=request.data)
         data.is_valid(raise_exception=True)

@@ -1,14 +1,143 @@
 from __future__ import annotations
 
+import math
+
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from ..listing import StoredJsonOut
 from .models import Job, JobNode
 from .spec import public_spec
+
+
+class RecipeOut(serializers.Serializer):
+    entrypoint = serializers.CharField(help_text="what a JobSpec's entrypoint names, e.g. examples/mlp_ddp.py")
+    summary = serializers.CharField(help_text="the first paragraph of the recipe's docstring")
+
+
+class PlanNodeOut(serializers.Serializer):
+    node_rank = serializers.IntegerField()
+    machine_id = serializers.IntegerField()
+    machine_name = serializers.CharField()
+    host = serializers.CharField()
+    nproc = serializers.IntegerField()
+    rank_start = serializers.IntegerField()
+    rank_end = serializers.IntegerField()
+    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPU indexes on the machine")
+
+
+class PlanPreflightOut(serializers.Serializer):
+    master = serializers.CharField(help_text="host:port every node must reach before any rank starts")
+    versions = serializers.DictField(child=serializers.CharField(), help_text="each machine's torch and Python versions, by name")
+
+
+class PlanSkippedOut(serializers.Serializer):
+    machine_id = serializers.IntegerField()
+    machine_name = serializers.CharField()
+    reason = serializers.CharField(help_text='why no node went there: "offline", "draining", "suspect", '
+                                   '"2 GPUs free, 4 asked", "less than 40 GB per GPU", "busy: 3 processes of 4 cores, '
+                                   '2 more asked", "versions differ: ...", "not in the job\'s placement", "not needed: ..."')
+
+
+class PlanOut(serializers.Serializer):
+    """The execution plan: where each node runs, and the hyperparameters after the distributed
+    adjustments (DESIGN.md section 7)."""
+
+    world_size = serializers.IntegerField()
+    nnodes = serializers.IntegerField()
+    procs_per_node = serializers.IntegerField()
+    master_addr = serializers.CharField()
+    master_port = serializers.IntegerField()
+    backend = serializers.ChoiceField(choices=["gloo", "nccl"])
+    nodes = PlanNodeOut(many=True)
+    hyperparameters = serializers.DictField()
+    warnings = serializers.ListField(child=serializers.CharField())
+    # Plans stored before preflight existed have none.
+    preflight = PlanPreflightOut(required=False)
+    # Every machine the plan did not choose, with why (plans stored before it have none).
+    skipped = PlanSkippedOut(many=True, required=False)
+
+    class Meta:
+        optional_fields = ('preflight', 'skipped')
+
+
+class _Reported(serializers.Field):
+    """A number the ranks reported, as stored: null when it is absent or is not a finite number, so
+    what a script wrote never breaks a job's page."""
+
+    def __init__(self, kind: type[int] | type[float], **kwargs):
+        self.kind = kind
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def to_representation(self, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return None
+        return self.kind(value)
+
+
+@extend_schema_field({"type": "integer", "nullable": True})
+class ReportedInt(_Reported):
+    def __init__(self, **kwargs):
+        super().__init__(int, **kwargs)
+
+
+@extend_schema_field({"type": "number", "format": "double", "nullable": True})
+class ReportedFloat(_Reported):
+    def __init__(self, **kwargs):
+        super().__init__(float, **kwargs)
+
+
+class StalledRankOut(serializers.Serializer):
+    step = ReportedInt()
+    stalled_for = ReportedFloat(help_text="seconds without a step")
+    process_state = serializers.CharField(allow_null=True, help_text='"running", "sleeping", "stopped", ...')
+    last_line = serializers.CharField(allow_null=True, allow_blank=True)
+    machine = serializers.CharField(allow_null=True)
+    node_rank = ReportedInt()
+    event = serializers.IntegerField(help_text="the `stalled` event's id")
+
+
+class StallOut(serializers.Serializer):
+    """The control plane's view of the current attempt's stalled ranks (jobs/stalls.py)."""
+
+    attempt = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=["collective", "straggler", "rank"])
+    summary = serializers.CharField()
+    ranks = serializers.DictField(child=StalledRankOut(), help_text="by rank")
+
+
+class JobProgressOut(serializers.Serializer):
+    """A job's progress, folded from its ranks' metrics (jobs/rates.py); null until reported."""
+
+    step = ReportedInt()
+    total_steps = ReportedInt(help_text="declared by the script, or the spec's --steps")
+    loss = ReportedFloat()
+    lr = ReportedFloat()
+    throughput = ReportedFloat(help_text="every rank's latest throughput, summed")
+    throughput_by_rank = serializers.DictField(child=ReportedFloat(), default=dict,
+                                               help_text="each rank's latest throughput, by rank: a straggler stands out")
+    steps_per_second = ReportedFloat(help_text="over the current attempt")
+    samples_per_second = ReportedFloat()
+    eta_seconds = ReportedFloat()
+    stall = StallOut(allow_null=True, help_text="null unless ranks of the current attempt stalled")
+
+
+class NodeProgressOut(serializers.Serializer):
+    step = ReportedInt()
+    loss = ReportedFloat()
+    throughput = ReportedFloat()
+
+
+class NodeMachineOut(serializers.Serializer):
+    id = serializers.IntegerField(source="machine_id", allow_null=True, help_text="null once the machine is removed")
+    name = serializers.CharField(source="machine_name")
+    host = serializers.CharField()
 
 
 class JobSummaryOut(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
     project = serializers.CharField(source="project.name")
+    progress = JobProgressOut()
 
     class Meta:
         model = Job
@@ -19,7 +148,9 @@ class JobSummaryOut(serializers.ModelSerializer):
 
 
 class JobNodeOut(serializers.ModelSerializer):
-    machine = serializers.SerializerMethodField()
+    machine = NodeMachineOut(source="*")
+    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPU indexes on the machine")
+    progress = NodeProgressOut()
 
     class Meta:
         model = JobNode
@@ -28,11 +159,97 @@ class JobNodeOut(serializers.ModelSerializer):
             "status_reason", "exit_code", "pid", "last_heartbeat", "progress", "started_at", "finished_at",
         ]
 
-    def get_machine(self, node: JobNode) -> dict:
-        return {"id": node.machine_id, "name": node.machine_name, "host": node.host}
+
+# A job's spec as stored: what JobSpecSerializer (spec.py) made of the submitted one, every section
+# filled with its defaults. The fields a submission may leave out stay optional here.
+class JobCodeOut(serializers.Serializer):
+    bundle = serializers.CharField(help_text="sha256 of the job's code bundle")
+    size = serializers.IntegerField(help_text="the bundle's archive bytes")
+
+
+class JobRuntimeOut(serializers.Serializer):
+    pip = serializers.ListField(child=serializers.CharField())
+
+
+class JobResourcesOut(serializers.Serializer):
+    nodes = serializers.IntegerField()
+    procs_per_node = serializers.IntegerField()
+    gpus_per_node = serializers.IntegerField()
+    min_gpu_memory = serializers.IntegerField(help_text="MB per GPU")
+    workers = serializers.IntegerField(help_text="DistroML's form: the world size, spread by the planner")
+    gpus_per_worker = serializers.IntegerField()
+
+    class Meta:
+        # Either nodes and procs_per_node, or workers (and gpus_per_worker when given).
+        optional_fields = ("nodes", "procs_per_node", "workers", "gpus_per_worker")
+
+
+class JobPlacementOut(serializers.Serializer):
+    policy = serializers.ChoiceField(choices=["pack", "spread"])
+    machines = serializers.ListField(child=serializers.CharField(), help_text="manual placement, the master first")
+    oversubscribe = serializers.BooleanField()
+
+
+class JobDistributedOut(serializers.Serializer):
+    backend = serializers.ChoiceField(choices=["auto", "gloo", "nccl"])
+    launcher = serializers.ChoiceField(choices=["torchrun"])
+    strategy = serializers.ChoiceField(choices=["data_parallel"])
+
+
+class JobScalingOut(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=["keep_global_batch", "scale_global_batch", "none"])
+    lr_rule = serializers.ChoiceField(choices=["linear", "sqrt"])
+    warmup_steps = serializers.IntegerField()
+
+
+class JobCheckpointingOut(serializers.Serializer):
+    enabled = serializers.BooleanField()
+    every_n_steps = serializers.IntegerField()
+    store = serializers.ChoiceField(choices=["default", "local", "s3"])
+    keep = serializers.IntegerField()
+
+
+class JobFaultToleranceOut(serializers.Serializer):
+    max_restarts = serializers.IntegerField()
+    heartbeat_timeout = serializers.FloatField()
+    stall_timeout = serializers.FloatField(allow_null=True, help_text="null: 10x the job's median step time, at least 60 s")
+    on_stall = serializers.ChoiceField(choices=["report", "recover"])
+
+
+class JobCompressionOut(serializers.Serializer):
+    enabled = serializers.BooleanField()
+    hook = serializers.ChoiceField(choices=["fp16", "bf16", "powersgd"])
+
+
+class JobSpecOut(StoredJsonOut):
+    name = serializers.CharField()
+    project = serializers.CharField()
+    entrypoint = serializers.CharField(help_text="a script in the job's code, or a built-in recipe")
+    module = serializers.CharField(help_text="run as `python -m MODULE` from the job's code instead of an entrypoint")
+    code = JobCodeOut(help_text="absent for a built-in recipe")
+    runtime = JobRuntimeOut()
+    args = serializers.ListField(child=serializers.CharField())
+    env = serializers.DictField(child=serializers.CharField())
+    secret_env = serializers.DictField(child=serializers.CharField(), help_text="names only: every value is ***")
+    resources = JobResourcesOut()
+    placement = JobPlacementOut()
+    distributed = JobDistributedOut()
+    hyperparameters = serializers.DictField(help_text="as submitted: the script's own, any JSON")
+    scaling = JobScalingOut()
+    checkpointing = JobCheckpointingOut()
+    fault_tolerance = JobFaultToleranceOut()
+    compression = JobCompressionOut()
+    framework = serializers.ChoiceField(choices=["pytorch"])
+    model = serializers.CharField(help_text="DistroML's model name the entrypoint was chosen by")
+    dataset = serializers.CharField()
+
+    class Meta:
+        optional_fields = ("entrypoint", "module", "code", "secret_env", "model", "dataset")
 
 
 class JobDetailOut(JobSummaryOut):
+    spec = JobSpecOut(help_text="the validated JobSpec; secret_env values as ***")
+    plan = PlanOut(allow_null=True, help_text="null until the job is dispatched")
     nodes = serializers.SerializerMethodField()
 
     class Meta(JobSummaryOut.Meta):
@@ -44,6 +261,7 @@ class JobDetailOut(JobSummaryOut):
         data["spec"] = public_spec(data["spec"] or {})
         return data
 
+    @extend_schema_field(JobNodeOut(many=True))
     def get_nodes(self, job: Job) -> list[dict]:
         # The current attempt's nodes; earlier attempts are in /api/jobs/{id}/nodes?attempt=N.
         nodes = [n for n in job.nodes.all() if n.attempt == job.attempt]

@@ -83,6 +83,19 @@ def validate_entrypoint(value: str) -> str:
     return normalized
 
 
+def refuse_nul_characters(value: Any) -> None:
+    """Free-form JSON (hyperparameters) is stored as PostgreSQL jsonb, whose text cannot hold NUL."""
+    if isinstance(value, str) and "\x00" in value:
+        raise serializers.ValidationError("text may not contain NUL characters (\\u0000).")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            refuse_nul_characters(key)
+            refuse_nul_characters(item)
+    elif isinstance(value, list):
+        for item in value:
+            refuse_nul_characters(item)
+
+
 class CodeSerializer(serializers.Serializer):
     bundle = serializers.RegexField(
         r"^[0-9a-f]{64}$", help_text="sha256 of a bundle uploaded with PUT /api/bundles/{sha256}",
@@ -197,7 +210,7 @@ class JobSpecSerializer(serializers.Serializer):
     resources = ResourcesSerializer(required=False)
     placement = PlacementSerializer(required=False)
     distributed = DistributedSerializer(required=False)
-    hyperparameters = serializers.DictField(default=dict)
+    hyperparameters = serializers.DictField(default=dict, validators=[refuse_nul_characters])
     scaling = ScalingSerializer(required=False)
     checkpointing = CheckpointingSerializer(required=False)
     fault_tolerance = FaultToleranceSerializer(required=False)

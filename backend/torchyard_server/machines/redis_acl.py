@@ -47,8 +47,9 @@ COMMANDS = (
     "discard",
     # Queue bindings (sets), and kombu's scripts that refresh and sweep the expiring ones.
     "sadd", "srem", "smembers", "exists", "time", "zrangebyscore", "evalsha", "script|load", "script|exists",
-    # Its event streams, and their length: the supervisors' flow control waits while ingest is behind.
-    "xadd", "xlen",
+    # Its event streams, their length and whether ingest reads them (its consumer group): the
+    # supervisors' flow control waits while ingest is behind.
+    "xadd", "xlen", "xinfo|groups",
     # Remote control (ping, shutdown of a worker): broadcasts arrive over pub/sub.
     "psubscribe", "punsubscribe",
 )

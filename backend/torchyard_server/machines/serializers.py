@@ -3,7 +3,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..listing import FlatListSerializer
+from ..listing import FlatListSerializer, StoredJsonOut
 from .models import Machine
 from .registries import machine_usage
 
@@ -14,10 +14,57 @@ class MachineUsageOut(serializers.Serializer):
     processes = serializers.IntegerField(help_text="processes its live nodes run here")
 
 
+class MachineGpuOut(serializers.Serializer):
+    index = serializers.IntegerField()
+    name = serializers.CharField()
+    memory_mb = serializers.IntegerField()
+
+
+class MachineCacheOut(serializers.Serializer):
+    bundles = serializers.ListField(child=serializers.CharField(), help_text="sha256 of each code bundle unpacked there")
+    environments = serializers.ListField(child=serializers.CharField(), help_text="key of each prepared virtualenv")
+
+    class Meta:
+        # A heartbeat without a cache summary stores {}.
+        optional_fields = ("bundles", "environments")
+
+
+# What an agent reports (agent/capabilities.py, agent/main.py heartbeat_once). A machine whose agent
+# never connected has reported nothing ({}), and an older agent leaves newer keys out: every field may
+# be missing.
+class MachineCapabilitiesOut(StoredJsonOut):
+    cpu_count = serializers.IntegerField()
+    memory = serializers.IntegerField(help_text="bytes")
+    disk_space = serializers.IntegerField(help_text="bytes free where the agent works")
+    gpu_count = serializers.IntegerField()
+    gpu_memory = serializers.IntegerField(help_text="MB, every GPU's together")
+    gpus = MachineGpuOut(many=True)
+    python_version = serializers.CharField(help_text="the training Python's; empty when it could not be read")
+    torch_version = serializers.CharField(help_text="the training Python's torch; empty when it could not be read")
+    cache = MachineCacheOut(help_text="what its caches hold: it is what makes a launch fast")
+
+    class Meta:
+        optional_fields = ("cpu_count", "memory", "disk_space", "gpu_count", "gpu_memory", "gpus", "python_version",
+                           "torch_version", "cache")
+
+
+class MachineLoadOut(StoredJsonOut):
+    cpu_usage = serializers.FloatField(help_text="percent")
+    memory_usage = serializers.FloatField(help_text="percent")
+    gpu_usage = serializers.ListField(child=serializers.FloatField(), help_text="percent, by GPU index")
+
+    class Meta:
+        optional_fields = ("cpu_usage", "memory_usage", "gpu_usage")
+
+
 class MachineOut(serializers.ModelSerializer):
     usage = serializers.SerializerMethodField(help_text=(
         "What each project's live jobs take here; project names and counts only, so everyone who sees "
         "the cluster sees who uses it and no one sees other projects' jobs."))
+    capabilities = MachineCapabilitiesOut(help_text="what its agent reported")
+    current_load = MachineLoadOut(help_text="as of the last heartbeat")
+    labels = serializers.DictField(child=serializers.CharField())
+
     class Meta:
         model = Machine
         fields = [
@@ -54,3 +101,25 @@ class MachinePatch(serializers.Serializer):
     labels = serializers.DictField(child=serializers.CharField(max_length=200), required=False)
     status = serializers.ChoiceField(choices=["draining", "online"], required=False, help_text=(
         "draining: no new nodes are placed here; online: undo draining."))
+
+
+class MachineWithTokenOut(MachineOut):
+    """A machine just added, or whose token was just rotated: its token, shown this once."""
+
+    token = serializers.CharField(help_text="the machine's token: shown this once, never again")
+    agent_command = serializers.CharField(help_text="the command that starts its agent")
+
+    class Meta(MachineOut.Meta):
+        fields = [*MachineOut.Meta.fields, "token", "agent_command"]
+
+
+class AgentMachineOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    host = serializers.CharField()
+
+
+class AgentConfigOut(serializers.Serializer):
+    machine = AgentMachineOut()
+    redis_url = serializers.CharField(help_text="the broker and event stream the agent connects to")
+    storage_url = serializers.CharField(help_text="where checkpoints and artifacts are kept")

@@ -105,27 +105,28 @@ def _heartbeat_values(event: dict[str, Any]) -> tuple[dict | None, dict, dict, s
 def _heartbeats_in_one_update(claimed: dict[int, tuple[str, dict[str, Any]]], now: Any) -> list[int]:
     # The status is worked out from the row's own `drained` inside the UPDATE (reported_status's
     # rule), so a drain landing meanwhile is never overwritten. The token check compares SHA-256 hashes, as the lookup does.
-    columns: list[list[Any]] = [[] for _ in range(7)]
+    rows = []
     for machine_id, (token_hash, event) in claimed.items():
         capabilities, cache, load, version, running = _heartbeat_values(event)
-        for column, value in zip(columns, (machine_id, token_hash, json.dumps(capabilities) if capabilities else None,
-                                           json.dumps(cache), json.dumps(load), version, running), strict=True):
-            column.append(value)
+        rows.append({"id": machine_id, "token_hash": token_hash, "capabilities": capabilities, "cache": cache,
+                     "load": load, "agent_version": version, "running": running})
     table = connection.ops.quote_name(Machine._meta.db_table)
-    # One array per column: a thousand rows are seven parameters, not seven thousand.
+    # The rows as one JSON parameter, written by the json module in C: a thousand rows are one
+    # parameter, not seven thousand, and not seven arrays, whose elements psycopg quotes one by one
+    # in Python (most of a batch's time, profiled).
     sql = f"""
         UPDATE {table} AS m SET
             status = CASE WHEN m.drained THEN %s WHEN v.running THEN %s ELSE %s END,
             -- What its caches hold (bundles, environments) rides along: it is what makes a launch fast.
             capabilities = COALESCE(v.capabilities, m.capabilities) || jsonb_build_object('cache', v.cache),
             current_load = v.load, agent_version = v.agent_version, last_heartbeat = %s, updated_at = %s
-        FROM unnest(%s::bigint[], %s::text[], %s::jsonb[], %s::jsonb[], %s::jsonb[], %s::text[], %s::boolean[])
-            AS v(id, token_hash, capabilities, cache, load, agent_version, running)
+        FROM json_to_recordset(%s::json)
+            AS v(id bigint, token_hash text, capabilities jsonb, cache jsonb, load jsonb, agent_version text, running boolean)
         WHERE m.id = v.id AND m.token_hash = v.token_hash AND m.status = ANY(%s)
         RETURNING m.id"""
     statuses = [Machine.Status.DRAINING, Machine.Status.BUSY, Machine.Status.ONLINE]  # as reported_status says
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*statuses, now, now, *columns, HEARTBEAT_FROM])
+        cursor.execute(sql, [*statuses, now, now, json.dumps(rows), HEARTBEAT_FROM])
         return [row[0] for row in cursor.fetchall()]
 
 

@@ -34,6 +34,7 @@ from ..machines.models import Machine
 from ..machines.selectors import machine_list
 from ..machines.serializers import MachineOut
 from ..machines.services import machine_delete
+from ..openapi import ErrorOut
 from ..projects.permissions import CanSubmitSomewhere, IsStaff, require_job_control
 from ..renderers import DOWNLOAD_RENDERERS
 from ..templates.services import on_one_machine
@@ -42,6 +43,7 @@ from .seed import DistributedTrainingConfig, job_status, seed_body
 from .serializers import (
     CapabilitiesOut,
     DistributedJobStatusOut,
+    DistributedPlanOut,
     ExecuteJobIn,
     HealthCheckOut,
     LocalJobOutputOut,
@@ -62,7 +64,7 @@ def _status(job: Job, *, machine_id: int | None = None, seed_job_id: str | None 
 class NetworkMachineView(MachineDetailView):
     """The canonical machine view; the seed's DELETE answers with a message instead of a 204."""
 
-    @extend_schema(parameters=[FORCE], responses={200: MessageOut})
+    @extend_schema(parameters=[FORCE], responses={200: MessageOut, 409: ErrorOut})
     def delete(self, request, machine_id: int):
         machine_delete(machine=get_object_or_404(Machine, pk=machine_id), force=force_requested(request))
         return Response({"message": "machine removed"})
@@ -71,7 +73,7 @@ class NetworkMachineView(MachineDetailView):
 class NetworkMachineByNameView(APIView):
     permission_classes = [IsStaff]
 
-    @extend_schema(parameters=[FORCE], responses={200: MessageOut})
+    @extend_schema(parameters=[FORCE], responses={200: MessageOut, 409: ErrorOut})
     def delete(self, request, name: str):
         machine_delete(machine=get_object_or_404(Machine, name=name), force=force_requested(request))
         return Response({"message": f"machine {name} removed"})
@@ -153,7 +155,7 @@ class NetworkCapabilitiesView(APIView):
 
 
 class DistributedPlanView(APIView):
-    @extend_schema(request=DistributedTrainingConfig)
+    @extend_schema(request=DistributedTrainingConfig, responses=DistributedPlanOut)
     def post(self, request):
         spec = seed_body(request)
         return Response({"job_id": None, "execution_plan": job_preview_plan(spec=spec), "spec": spec})

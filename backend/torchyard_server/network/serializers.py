@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from ..artifacts.serializers import ArtifactOut
 from ..jobs.models import Job, JobNode
+from ..jobs.serializers import PlanOut
 from ..jobs.spec import JobSpecSerializer
 from ..machines.models import Machine
 from ..machines.serializers import MachineOut
@@ -55,6 +56,12 @@ class HealthCheckOut(serializers.Serializer):
 class CapabilitiesOut(serializers.Serializer):
     capabilities = serializers.DictField(help_text="cpu_count, memory, disk_space, gpu_count, gpu_memory, gpus, ...")
     current_load = serializers.DictField(help_text="cpu_usage, memory_usage, gpu_usage")
+
+
+class DistributedPlanOut(serializers.Serializer):
+    job_id = serializers.IntegerField(allow_null=True, help_text="always null: a plan launches nothing")
+    execution_plan = PlanOut()
+    spec = serializers.DictField(help_text="the JobSpec the request became")
 
 
 class DistributedNodeStatusOut(serializers.Serializer):

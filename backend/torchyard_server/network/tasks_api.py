@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 from ..jobs.models import Job
 from ..jobs.spec import JobSpecSerializer, public_spec
 from ..machines.models import Machine
+from ..openapi import ValidationErrorOut
 from ..projects.permissions import can_control_job, require_submit
 from ..templates.models import JobTemplate
 from ..templates.selectors import template_visible_or_404, templates_visible_to
@@ -145,7 +146,8 @@ def _queue(request, task_id: int, machine_id: int | None = None) -> Response:
     return Response(DistributedJobStatusOut(job_status(Job.objects.get(pk=job.pk))).data, status=status.HTTP_201_CREATED)
 
 
-QUEUED = {201: DistributedJobStatusOut}
+# 400: the machines can never hold the job (PlanError: `detail`, and why for each machine in `skipped`).
+QUEUED = {201: DistributedJobStatusOut, 400: ValidationErrorOut}
 
 
 class TaskQueueDistributedView(APIView):

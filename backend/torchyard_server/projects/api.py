@@ -94,6 +94,7 @@ class ProjectMemberView(APIView):
         membership, _ = membership_set(project=membership.project, user=membership.user, role=data.validated_data["role"])
         return Response(MembershipOut(membership).data)
 
+    @extend_schema(responses={204: None})
     def delete(self, request, name: str, username: str):
         membership = self._membership(request, name, username)
         membership_remove(project=membership.project, user=membership.user)

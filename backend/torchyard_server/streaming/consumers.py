@@ -1,34 +1,51 @@
 """WebSocket streams. One consumer per stream kind; permission checked on connect.
 
-Channels hands a consumer its messages one at a time, so a job stream can join the group first,
-replay the database after the client's cursor, and then drop live events it already replayed:
-no gap, no duplicate."""
+A job stream replays the database after the client's cursor, joins the job's group, replays what was
+stored meanwhile, then forwards live frames (frames.py) above its cursor: Channels hands a consumer
+its messages one at a time, so nothing slips between replay and live, and no event comes twice.
+
+A client that cannot keep up is dropped with CLOSE_RESUME, and reconnects with ?after=<the last id
+it has>: when the server holds more than SEND_BACKLOG_LIMIT bytes it has not read (backpressure.py),
+or when a live frame shows that events meant for it were dropped on the way (its `prev` is above
+the cursor: a channel-layer queue that overflowed, a broadcast that failed). So memory stays bounded
+whatever a client does, and no client misses an event without being told. A replay waits for the
+client to read what it was sent before it sends more.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import json
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from ..jobs.selectors import job_list, jobs_visible_to
 from ..jobs.serializers import job_detail_data, job_summary_data
-from ..machines.selectors import machine_list
-from ..machines.serializers import MachineOut
+from ..machines.selectors import machine_list_json
 from ..projects.permissions import projects_visible_to
 from . import groups
+from .backpressure import send_backlog
+from .bulk import stored_after
 from .cluster import JobUpdates
-from .selectors import job_events
+from .frames import events_frame, frame_text
+from .inbound import SendOnlyConsumer
 from .telemetry import WEBSOCKETS
 
 REPLAY_BATCH = 1000
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+# Fell behind: reconnect at once with ?after=<the last event id you have>; nothing is lost.
+CLOSE_RESUME = 4429
+SEND_BACKLOG_LIMIT = 4 << 20
+REPLAY_WAIT_S = 0.05
 
 
 def _after(scope) -> int:
     from urllib.parse import parse_qs
 
     raw = (parse_qs(scope.get("query_string", b"").decode()).get("after") or ["0"])[0]
-    return int(raw) if raw.isdigit() else 0
+    return int(raw) if raw.isascii() and raw.isdigit() else 0  # isdigit alone takes "²"
 
 
 async def _refuse(consumer: AsyncJsonWebsocketConsumer, code: int) -> None:
@@ -38,7 +55,7 @@ async def _refuse(consumer: AsyncJsonWebsocketConsumer, code: int) -> None:
     await consumer.close(code=code)
 
 
-class JobStreamConsumer(AsyncJsonWebsocketConsumer):
+class JobStreamConsumer(SendOnlyConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -51,16 +68,15 @@ class JobStreamConsumer(AsyncJsonWebsocketConsumer):
             return
         self.group = groups.job_group(self.job_id)
         self.cursor = _after(self.scope)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.dropped = False
         await self.accept()
         WEBSOCKETS.opened(self, "job")
         await self.send_json({"type": "job", "job": detail})
-        while True:
-            batch = await self._replay(self.cursor)
-            if not batch:
-                break
-            await self.send_json({"type": "events", "events": batch, "replay": True})
-            self.cursor = batch[-1]["id"]
+        # Replayed before joining, so live batches do not pile up for a client still far behind;
+        # then again after: a batch stored after that second read is broadcast after it, to us.
+        await self._replay()
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self._replay()
         # From here on, everything is live.
         await self.send_json({"type": "replayed", "last_id": self.cursor})
 
@@ -70,12 +86,39 @@ class JobStreamConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def job_events(self, message):
-        fresh = [e for e in message["events"] if e["id"] > self.cursor]
-        if fresh:
-            self.cursor = fresh[-1]["id"]
-            await self.send_json({"type": "events", "events": fresh})
+        for frame in message["frames"]:
+            if self.dropped or frame["last"] <= self.cursor:
+                continue
+            missed = frame["prev"] is not None and frame["prev"] > self.cursor
+            if missed or send_backlog(self.scope) > SEND_BACKLOG_LIMIT:
+                self.dropped = True  # what is still queued for us is ignored until the close is through
+                await self.close(code=CLOSE_RESUME)
+                return
+            text = frame["text"] if frame["first"] > self.cursor else self._above_cursor(frame["text"])
+            await self.send(text_data=text)
+            self.cursor = frame["last"]
+
+    def _above_cursor(self, text: str) -> str:
+        """A frame that overlaps what the replay sent: only its events above the cursor."""
+        events = [e for e in json.loads(text)["events"] if e["id"] > self.cursor]
+        return events_frame(events, prev=self.cursor)
+
+    async def _replay(self) -> None:
+        """Send what is stored after the cursor, a frame per REPLAY_BATCH events, each once the
+        client has read most of what it was sent before."""
+        while True:
+            read = await self._read(self.cursor)
+            if read is None:
+                return
+            while send_backlog(self.scope) > SEND_BACKLOG_LIMIT // 2:
+                await asyncio.sleep(REPLAY_WAIT_S)
+            last, frame = read
+            await self.send(text_data=frame)
+            self.cursor = last
 
     async def job_changed(self, message):
+        if self.dropped:
+            return
         detail = await self._detail()
         if detail is None:  # deleted, or the user left its project
             await self.close(code=CLOSE_NOT_FOUND)
@@ -88,11 +131,15 @@ class JobStreamConsumer(AsyncJsonWebsocketConsumer):
         return job_detail_data(job) if job else None
 
     @database_sync_to_async
-    def _replay(self, after: int):
-        return [e.as_message() for e in job_events(job_id=self.job_id, after=after, limit=REPLAY_BATCH)]
+    def _read(self, after: int) -> tuple[int, str] | None:
+        """The next replay frame after the cursor, and its last id; None when there is none."""
+        rows = stored_after(job_id=self.job_id, after=after, limit=REPLAY_BATCH)
+        if not rows:
+            return None
+        return rows[-1].pk, frame_text([row.text() for row in rows], prev=after, last=rows[-1].pk, replay=True)
 
 
-class ClusterStreamConsumer(AsyncJsonWebsocketConsumer):
+class ClusterStreamConsumer(SendOnlyConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -102,7 +149,7 @@ class ClusterStreamConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         WEBSOCKETS.opened(self, "cluster")
         machines, jobs = await self._snapshot()
-        await self.send_json({"type": "machines", "machines": machines})
+        await self.send_machines(machines)
         await self.send_json({"type": "jobs", "jobs": jobs})
 
     async def disconnect(self, code):
@@ -112,7 +159,11 @@ class ClusterStreamConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_discard(groups.CLUSTER, self.channel_name)
 
     async def cluster_machines(self, message):
-        await self.send_json({"type": "machines", "machines": message["machines"]})
+        await self.send_machines(message["machines"])
+
+    async def send_machines(self, machines: str) -> None:
+        """The machine table, JSON text as machine_list_json wrote it (tasks.py), sent on as it is."""
+        await self.send(text_data='{"type": "machines", "machines": ' + machines + "}")
 
     async def cluster_job(self, message):
         # Coalesced (cluster.py): the latest of each job, one message per JOB_UPDATES_EVERY.
@@ -126,6 +177,6 @@ class ClusterStreamConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def _snapshot(self):
-        machines = MachineOut(machine_list(), many=True).data
+        machines = machine_list_json()
         jobs = [job_summary_data(j) for j in job_list(user=self.scope["user"])[:200]]
         return machines, jobs

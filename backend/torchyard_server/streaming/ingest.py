@@ -6,6 +6,14 @@ fans each batch out to the job's WebSocket group. A batch is stored and applied 
 and acknowledged only after it commits, so every stored event is applied exactly once: a restart,
 or a batch that failed, re-reads the unacknowledged entries, and dedupe keys make that safe.
 
+Fast path (backend/README.md, "The event path"): supervisors pack many events per stream entry; a
+batch is stored with one COPY under ids taken from the table's sequence in one round trip (bulk
+insert elsewhere than PostgreSQL), without first looking its dedupe keys up: a key stored before
+makes the COPY fail and the batch is stored again the careful way, as it always is when re-reading
+after a restart. Only the events that change something (states, metrics, checkpoints, stalls,
+artifacts) are applied; the batch goes to each job's group as one message of frames written once
+(frames.py), which the WebSocket consumers forward as they are.
+
 A machine acts only as itself: its agent and supervisors write only to its own streams
 (protocol.machine_event_stream / machine_liveness_stream), and from those this loop accepts a node's
 events only while the node is placed on that machine, and agent heartbeats only for that machine;
@@ -20,13 +28,12 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from typing import Any
 
 import redis
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-from django.db import close_old_connections, transaction
+from django.db import IntegrityError, close_old_connections, transaction
+from django.db.models import Max
 from torchyard import protocol
 
 from ..artifacts.services import artifacts_record
@@ -38,6 +45,8 @@ from ..jobs.stalls import job_record_stall
 from ..machines.models import Machine
 from ..machines.services import machine_record_heartbeats
 from . import groups
+from .bulk import StoredEvent, count_or_none, insert_events, timestamp
+from .frames import live_frames
 from .models import JobEvent
 from .telemetry import IngestStats
 
@@ -45,11 +54,21 @@ log = logging.getLogger(__name__)
 PERSISTED = {protocol.STATE, protocol.LOG, protocol.METRIC, protocol.RESOURCE, protocol.CHECKPOINT, protocol.ARTIFACT,
              protocol.PREFLIGHT, protocol.STALLED}
 ENVELOPE = {"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts", "key"}
+# What apply() acts on; log lines, resource samples and preflights are only stored and sent.
+APPLIED = {protocol.STATE, protocol.METRIC, protocol.CHECKPOINT, protocol.STALLED, protocol.ARTIFACT}
 CONSUMER = "controller"
+# Entries read per stream in one batch: a supervisor packs up to protocol.PACKED_MAX_EVENTS events
+# in one, so a batch holds up to ~10,000 events per stream under a flood, one entry per event for the
+# controller's own.
+READ_ENTRIES = 20
+# Jobs whose last broadcast id is remembered (the `prev` of their next frame); others are looked up.
+REMEMBERED_JOBS = 10_000
 # Metrics move progress and node liveness on the job page; refresh its snapshot this often at most.
 JOB_REFRESH_EVERY = 2.0
 # How often the machine table is read for machines whose streams are not read yet.
 DISCOVER_EVERY = 1.0
+# While heartbeats flow, how long a step waits for events before it reads the liveness streams again.
+BEATS_WAIT_MS = 100
 
 
 def _entry_order(entry_id: Any) -> tuple[int, int]:
@@ -68,11 +87,11 @@ def _dedupe_key(event: dict[str, Any]) -> str | None:
 
 
 class Ingest:
-    def __init__(self, redis_url: str, *, batch: int = 1000, block_ms: int = 200):
+    def __init__(self, redis_url: str, *, batch: int = READ_ENTRIES, block_ms: int = 200):
         self.redis = redis.Redis.from_url(redis_url, socket_timeout=30, socket_connect_timeout=5)
         self.batch = batch
         self.block_ms = block_ms
-        self.layer = get_channel_layer()
+        self.sender = groups.GroupSender()
         self._last_refresh: dict[int, float] = {}
         self._backlog = True  # re-read our own unacknowledged entries first
         # Streams read, each with the machine it belongs to (None: the controller's shared streams).
@@ -80,6 +99,9 @@ class Ingest:
         self.liveness_streams: dict[str, int | None] = {}
         self._last_discover = 0.0
         self.telemetry = IngestStats()  # entries applied and their wait, for /metrics
+        self._placed: dict[int, tuple[int | None, int, int]] = {}  # the nodes of the batch, from authorize()
+        # The id of the last event broadcast per job: the `prev` of its next frame.
+        self._last_sent: OrderedDict[int, int] = OrderedDict()
 
     def ensure_group(self) -> None:
         """Create our consumer group on the shared streams and on every machine's."""
@@ -150,10 +172,13 @@ class Ingest:
             self.discover_machines()
         beats = self.read_liveness()
         backlog = self._backlog
-        # While heartbeats flow (a thousand agents: 500 a second), go round again at once rather than
-        # wait block_ms for events: the next beats are read as soon as these are applied.
+        # While heartbeats flow (a thousand agents: 500 a second), wait for events BEATS_WAIT_MS rather
+        # than block_ms, so the next beats wait that long at most; but not go round at once: every
+        # round reads every machine's two streams (two commands of a thousand keys), and going round
+        # at once did that as often as the CPU allowed, for a few beats a time. An event that comes
+        # ends the wait at once either way.
         handled = self._consume(self.event_streams, "0" if backlog else ">", count=self.batch,
-                                block=None if backlog or beats else self.block_ms)
+                                block=None if backlog else min(BEATS_WAIT_MS, self.block_ms) if beats else self.block_ms)
         if backlog and not handled:
             self._backlog = False
         self.telemetry.report(self.redis)
@@ -181,10 +206,11 @@ class Ingest:
             return 0
         entries.sort(key=lambda entry: _entry_order(entry[1]))
         close_old_connections()
-        decoded = []
+        decoded: list[tuple[int | None, dict[str, Any]]] = []
         for stream, entry_id, fields in entries:
             try:
-                decoded.append((streams.get(stream), protocol.decode_event(fields)))
+                machine = streams.get(stream)
+                decoded.extend((machine, event) for event in protocol.decode_entry(fields))
             except (ValueError, TypeError):
                 log.warning("ingest: dropping undecodable entry %s of %s", entry_id, stream)
         self.process(self.authorize(decoded))
@@ -207,6 +233,7 @@ class Ingest:
         placed = {pk: (machine_id, job_id, attempt) for pk, machine_id, job_id, attempt in
                   JobNode.objects.filter(pk__in={n for n in node_ids if isinstance(n, int)})
                   .values_list("pk", "machine_id", "job_id", "attempt")}
+        self._placed = placed  # store() needs to know these nodes and their jobs exist: no second query
         kept: list[dict[str, Any]] = []
         dropped: dict[tuple[Any, ...], int] = defaultdict(int)
         for machine_id, event in decoded:
@@ -249,46 +276,71 @@ class Ingest:
         if node_beats:
             node_record_heartbeats(beats=node_beats)
         if persisted:
-            # Stored and applied in one transaction: a crash or an error between the two must not
-            # leave an event stored (so skipped as a duplicate when re-read) but never applied, a
-            # lost `completed` or `checkpoint`. Side effects wait for the commit (on_commit).
-            with transaction.atomic():
-                rows = self.store(persisted)
-                self.apply(rows)
-            self.broadcast(rows)
+            self.broadcast(self.store_and_apply(persisted))
 
-    def store(self, events: list[dict[str, Any]]) -> list[JobEvent]:
+    def store_and_apply(self, events: list[dict[str, Any]]) -> list[StoredEvent]:
+        """Stored and applied in one transaction: a crash or an error between the two must not leave
+        an event stored (so skipped as a duplicate when re-read) but never applied, a lost
+        `completed` or `checkpoint`. Side effects wait for the commit (on_commit). The dedupe keys
+        are looked up first only when the batch may hold stored events: re-read after a restart or
+        a failure, or refused by the unique key (the whole transaction is then rolled back)."""
+        careful = self._backlog
+        while True:
+            try:
+                with transaction.atomic():
+                    rows = self.store(events, careful=careful)
+                    self.apply(rows)
+                return rows
+            except IntegrityError:
+                if careful:
+                    raise
+                careful = True
+
+    def store(self, events: list[dict[str, Any]], *, careful: bool = True) -> list[StoredEvent]:
         keyed = [(key, e) for e in events if (key := _dedupe_key(e))]
-        jobs = set(Job.objects.filter(pk__in={e["job"] for _, e in keyed}).values_list("pk", flat=True))
-        node_ids = {e["node"] for _, e in keyed if e.get("node") is not None}
-        nodes = set(JobNode.objects.filter(pk__in=node_ids).values_list("pk", flat=True))
-        seen = set(JobEvent.objects.filter(dedupe_key__in=[k for k, _ in keyed]).values_list("dedupe_key", flat=True))
+        # Nodes and jobs that exist: those authorize() just read, the others looked up (all of them
+        # when careful: a batch refused by a foreign key finds out what went away since).
+        known = {} if careful else {pk: job for pk, (_, job, _) in self._placed.items()}
+        node_ids = {e["node"] for _, e in keyed if isinstance(e.get("node"), int)}
+        if missing_nodes := node_ids - known.keys():
+            known.update(JobNode.objects.filter(pk__in=missing_nodes).values_list("pk", "job_id"))
+        nodes, jobs = set(known), set(known.values())
+        if missing_jobs := {e["job"] for _, e in keyed} - jobs:
+            jobs.update(Job.objects.filter(pk__in=missing_jobs).values_list("pk", flat=True))
+        seen: set[str] = set()
+        if careful:
+            seen = set(JobEvent.objects.filter(dedupe_key__in=[k for k, _ in keyed]).values_list("dedupe_key", flat=True))
         rows, batch_keys = [], set()
         for key, e in keyed:
             if e["job"] not in jobs or key in seen or key in batch_keys:
                 continue
             batch_keys.add(key)
-            payload = {k: v for k, v in e.items() if k not in ENVELOPE}
-            if e["type"] == protocol.STATE and "scope" not in payload:
+            # What is left once the envelope is taken out is the payload (the event itself stays
+            # whole: a batch refused by the unique key is stored again from the same events).
+            payload = dict(e)
+            envelope = {k: payload.pop(k) for k in ENVELOPE if k in payload}
+            if envelope["type"] == protocol.STATE and "scope" not in payload:
                 payload["scope"] = "node"
-            rows.append(
-                JobEvent(
-                    job_id=e["job"],
-                    node_id=e.get("node") if e.get("node") in nodes else None,
-                    attempt=int(e.get("attempt") or 0),
-                    node_rank=e.get("node_rank"),
-                    rank=e.get("rank"),
-                    type=e["type"],
-                    ts=dt.datetime.fromtimestamp(float(e.get("ts") or time.time()), tz=dt.UTC),
-                    payload=payload,
-                    dedupe_key=key,
-                )
-            )
-        return JobEvent.objects.bulk_create(rows, batch_size=500)
+            node = envelope.get("node")
+            rows.append(StoredEvent(
+                job_id=envelope["job"],
+                node_id=node if node in nodes else None,
+                attempt=count_or_none(envelope.get("attempt")) or 0,
+                node_rank=count_or_none(envelope.get("node_rank")),
+                rank=count_or_none(envelope.get("rank")),
+                type=envelope["type"],
+                ts=timestamp(envelope.get("ts") or time.time()),
+                payload=payload,
+                dedupe_key=key,
+            ))
+        insert_events(rows)
+        return rows
 
-    def apply(self, rows: list[JobEvent]) -> None:
+    def apply(self, rows: list[StoredEvent]) -> None:
         metrics: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for row in rows:
+            if row.type not in APPLIED:
+                continue
             if row.type == protocol.STATE and row.node_id and row.payload.get("scope") == "node" and "previous" not in row.payload:
                 node_report_state(event={**row.payload, "node": row.node_id})
             elif row.type == protocol.METRIC:
@@ -305,12 +357,22 @@ class Ingest:
             job_record_progress(job_id=job_id, metrics=items)
 
     # --- fan-out --------------------------------------------------------------------------------
-    def broadcast(self, rows: list[JobEvent]) -> None:
-        by_job: dict[int, list[JobEvent]] = defaultdict(list)
+    def broadcast(self, rows: list[StoredEvent]) -> None:
+        """One group message per job and batch: its events as frames written once (frames.py), each
+        naming the job's event before it, so a client that missed one (a dropped message, a failed
+        send below) knows to resume from its cursor."""
+        by_job: dict[int, list[StoredEvent]] = defaultdict(list)
         for row in rows:
             by_job[row.job_id].append(row)
+        messages: list[tuple[str, dict[str, Any]]] = []
         for job_id, items in by_job.items():
-            self._send(groups.job_group(job_id), {"type": "job.events", "events": [r.as_message() for r in items]})
+            prev = self._prev_sent(job_id, items[0].pk)
+            frames = live_frames([(r.pk, r.text()) for r in items], prev=prev)
+            messages.append((groups.job_group(job_id), {"type": "job.events", "frames": frames}))
+            self._last_sent[job_id] = items[-1].pk
+            self._last_sent.move_to_end(job_id)
+            if len(self._last_sent) > REMEMBERED_JOBS:
+                self._last_sent.popitem(last=False)
             changed = any(r.type in (protocol.STATE, protocol.STALLED) for r in items)
             now = time.monotonic()
             due = any(r.type == protocol.METRIC for r in items) and (
@@ -320,14 +382,23 @@ class Ingest:
                 self._last_refresh[job_id] = now
                 job = Job.objects.select_related("owner").filter(pk=job_id).first()
                 if job is not None:
-                    self._send(groups.job_group(job_id), {"type": "job.changed"})
-                    self._send(groups.CLUSTER, {"type": "cluster.job", "job": job_summary_data(job)})
+                    messages.append((groups.job_group(job_id), {"type": "job.changed"}))
+                    summary = _jsonable(job_summary_data(job))
+                    messages.append((groups.CLUSTER, {"type": "cluster.job", "job": summary}))
+        if messages:
+            self._send(messages)
 
-    def _send(self, group: str, message: dict[str, Any]) -> None:
+    def _prev_sent(self, job_id: int, first: int) -> int | None:
+        """The id of the job's event before `first`: remembered, or looked up (after a restart)."""
+        if job_id in self._last_sent:
+            return self._last_sent[job_id]
+        return JobEvent.objects.filter(job_id=job_id, id__lt=first).aggregate(last=Max("id"))["last"] or 0
+
+    def _send(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
         try:
-            async_to_sync(self.layer.group_send)(group, _jsonable(message))
-        except Exception as exc:  # the database has it; a client reconnecting with ?after= catches up
-            log.warning("ingest: broadcast to %s failed: %s", group, exc)
+            self.sender.send(messages)
+        except Exception as exc:  # the database has it; the next frame tells its clients to resume
+            log.warning("ingest: broadcast to %s failed: %s", ", ".join(sorted({g for g, _ in messages})), exc)
 
 
 def _jsonable(value: Any) -> Any:

@@ -221,3 +221,44 @@ def metric_summary(*, job_id: int, attempt: int, names: list[str] | None = None)
             "count": totals[f"{alias}_count"],
         }
     return summary
+
+
+def metric_finals(*, job_ids: list[int]) -> dict[tuple[int, int], dict[str, dict[str, Any]]]:
+    """Per (job, attempt) of these jobs, per name: the last value reported (and its step), min and
+    max. One query for them all (a window over the metric events of the jobs), so a list of runs
+    costs one scan of their metric events, not a query per run and name."""
+    if not job_ids:
+        return {}
+    table = JobEvent._meta.db_table
+    if connection.vendor == "postgresql":
+        pairs = f"{table} e, jsonb_each(e.payload) kv"
+        value = "(kv.value #>> '{}')::double precision"
+        step = "CASE WHEN jsonb_typeof(e.payload -> 'step') = 'number' THEN (e.payload ->> 'step')::double precision END"
+        is_number = "jsonb_typeof(kv.value) = 'number'"
+    elif connection.vendor == "sqlite":
+        pairs = f"{table} e, json_each(e.payload) kv"
+        value = "kv.value"
+        step = "CASE WHEN json_type(e.payload, '$.step') IN ('integer', 'real') THEN json_extract(e.payload, '$.step') END"
+        is_number = "kv.type IN ('integer', 'real')"
+    else:
+        raise NotSupportedError(f"metrics are read on PostgreSQL and SQLite only, not {connection.vendor}")
+    series = "PARTITION BY e.job_id, e.attempt, kv.key"
+    sql = (
+        f"SELECT job_id, attempt, name, value, step, low, high FROM ("
+        f"SELECT e.job_id AS job_id, e.attempt AS attempt, kv.key AS name, {value} AS value, {step} AS step, "
+        f"ROW_NUMBER() OVER ({series} ORDER BY e.id DESC) AS newest, "
+        f"MIN({value}) OVER ({series}) AS low, MAX({value}) OVER ({series}) AS high "
+        f"FROM {pairs} WHERE e.job_id IN ({', '.join(['%s'] * len(job_ids))}) AND e.type = %s AND {is_number}"
+        f") finals WHERE newest = 1"
+    )
+    finals: dict[tuple[int, int], dict[str, dict[str, Any]]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*job_ids, str(JobEvent.Type.METRIC)])
+        for job_id, attempt, name, last, step, low, high in cursor.fetchall():
+            if name in NOT_SERIES:
+                continue
+            finals.setdefault((job_id, attempt), {})[name] = {
+                "last": float(last), "last_step": int(step) if step is not None else None,
+                "min": float(low), "max": float(high),
+            }
+    return finals

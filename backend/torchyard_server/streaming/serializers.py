@@ -25,6 +25,20 @@ class EventPageOut(serializers.Serializer):
     next_after = serializers.IntegerField(help_text="pass as `after` for the events that follow")
 
 
+class LogStreamEventOut(serializers.Serializer):
+    """One Server-Sent Event of `/api/jobs/{id}/logs/stream`, its fields as the SSE format names them."""
+
+    event = serializers.ChoiceField(choices=["log", "end"])
+    id = serializers.CharField(required=False, help_text="a log event's id (EventSource's Last-Event-ID)")
+    data = serializers.CharField(help_text=(
+        "JSON: a log event, as /api/jobs/{id}/logs shows it; at the end, the job's "
+        "{job, status, status_reason, last_id}"))
+    retry = serializers.IntegerField(required=False, help_text="ms an EventSource waits before it reconnects")
+
+    class Meta:
+        optional_fields = ('id', 'retry')
+
+
 class MetricBucketOut(serializers.Serializer):
     step = serializers.IntegerField(help_text="the bucket's first step on the grid")
     first_step = serializers.IntegerField(help_text="the first step reported in the bucket")

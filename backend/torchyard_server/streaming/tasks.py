@@ -1,8 +1,11 @@
 """The cluster stream's machine table, sent by the controller (beat, every MACHINES_EVERY).
 
-Not from the ingest loop: serializing a thousand machines takes a while, and heartbeats must not
-wait for it. Skipped while no dashboard holds the cluster stream open (the web processes report
-their clients, telemetry.py): a client gets the whole table when it connects anyway.
+Not from the ingest loop: heartbeats must not wait for it. Skipped while no dashboard holds the
+cluster stream open (the web processes report their clients, telemetry.py): a client gets the whole
+table when it connects anyway. The table goes as the JSON text PostgreSQL writes
+(machine_list_json), which the web processes send on as it is: a thousand machines as Python
+objects cost every web process tens of milliseconds of its event loop to unpack, and each of its
+clients as many again to write out, every MACHINES_EVERY.
 """
 
 from __future__ import annotations
@@ -15,8 +18,7 @@ from celery import shared_task
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from ..machines.selectors import machine_list
-from ..machines.serializers import MachineOut
+from ..machines.selectors import machine_list_json
 from . import groups, telemetry
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,6 @@ def broadcast_machines() -> bool:
         return False
     if not listening["cluster"]:
         return False
-    data = MachineOut(machine_list(), many=True).data
-    async_to_sync(get_channel_layer().group_send)(groups.CLUSTER, {"type": "cluster.machines", "machines": data})
+    async_to_sync(get_channel_layer().group_send)(groups.CLUSTER, {"type": "cluster.machines",
+                                                                   "machines": machine_list_json()})
     return True

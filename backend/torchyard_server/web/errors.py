@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.http import JsonResponse
+from django.views import defaults
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -17,3 +19,16 @@ def exception_handler(exc, context):
     if isinstance(exc, MachineInUse):
         return Response({"detail": str(exc), "live_nodes": exc.live_nodes}, status=status.HTTP_409_CONFLICT)
     return drf_exception_handler(exc, context)
+
+
+def not_found(request, exception=None):
+    """A path under /api/ that no route matches (a job id that is not a number, a typo) answers as
+    the API's other 404s do: JSON with a detail. Django's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": f"no route {request.path}."}, status=status.HTTP_404_NOT_FOUND)
+    return defaults.page_not_found(request, exception)
+
+
+def csrf_failure(request, reason: str = ""):
+    """Django's CSRF refusal (the login form's), as a JSON 403 like every other refusal of the API."""
+    return JsonResponse({"detail": f"CSRF check failed: {reason}"}, status=status.HTTP_403_FORBIDDEN)

@@ -34,6 +34,9 @@ from .output import say
 FINAL = {"completed": 0, "failed": 1, "stopped": 1}
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+# The server dropped us for falling behind (a slow terminal under a flood of lines): resume at once
+# from the cursor, which loses and repeats nothing (consumers.py CLOSE_RESUME).
+CLOSE_RESUME = 4429
 RANK_COLOURS = ("cyan", "green", "magenta", "yellow", "blue", "bright_cyan", "bright_green", "bright_magenta",
                 "bright_yellow", "bright_blue")
 STATE_STYLES = {
@@ -414,6 +417,9 @@ class JobFollower:
                     raise CliError("the server refused the API token on the job stream (see `torchyard token`)") from None
                 if code == CLOSE_NOT_FOUND:
                     raise CliError(f"job {self.job_id}: no such job (or not one this token may see)") from None
+                if code == CLOSE_RESUME:
+                    say(self.notes, f"job stream: fell behind; resuming after event {self.cursor}", style="dim")
+                    continue
                 problem = f"connection closed ({code or 'no close code'})"
             except InvalidStatus as exc:
                 status = exc.response.status_code

@@ -32,7 +32,8 @@ def _batch(hyperparameters: dict[str, Any]) -> int | None:
     value = hyperparameters.get(BATCH_KEY)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 1:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value != int(value) or value < 1):
         raise ValueError(f"hyperparameter {BATCH_KEY} must be a positive integer, got {value!r}")
     return int(value)
 
@@ -82,8 +83,14 @@ def adjust_hyperparameters(
         if rule not in LR_RULES:
             raise ValueError(f"unknown lr_rule {rule!r}; expected one of {', '.join(LR_RULES)}")
         if lr_key is not None:
+            try:
+                lr = float(result[lr_key])  # a string too: YAML reads 1e-3 as one
+            except (TypeError, ValueError):
+                lr = math.nan
             factor = world_size if rule == "linear" else math.sqrt(world_size)
-            result[lr_key] = float(result[lr_key]) * factor
+            if not math.isfinite(lr * factor):
+                raise ValueError(f"hyperparameter {lr_key} must be a finite number, got {result[lr_key]!r}")
+            result[lr_key] = lr * factor
         if scaling.get("warmup_steps") is not None:
             warmup = scaling["warmup_steps"]
             if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:

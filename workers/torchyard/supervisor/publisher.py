@@ -2,7 +2,15 @@
 
 Every event gets the envelope `{"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts"}`;
 `seq` counts from 1 per supervisor run and is never reused, so the controller's ingest (idempotent by
-(node, seq)) can drop the duplicates a retried pipeline may produce.
+(node, seq)) can drop the duplicates a retried pipeline may produce. A flush packs its events into
+few stream entries (protocol.pack_events).
+
+Flow control, so a node whose ranks print faster than the event path stores loses nothing and no
+process grows: the publisher stops adding while its machine's stream holds STREAM_HIGH_WATER
+unread entries (ingest deletes what it has stored, so XLEN is the backlog) and goes on below
+STREAM_LOW_WATER; the supervisor reads its ranks' files only while the buffer has `room`, so a
+flood waits in those files, on disk, instead of in memory. The publisher waits only while ingest
+reads the stream (its consumer group is there): with no reader it would wait forever.
 """
 
 from __future__ import annotations
@@ -24,7 +32,15 @@ log = logging.getLogger(__name__)
 
 ENVELOPE_KEYS = ("type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts")
 DEFAULT_MAX_BUFFER = 50_000
-BATCH_SIZE = 1_000
+# The supervisor reads rank output only while fewer events than this wait here (`room`): far enough
+# below DEFAULT_MAX_BUFFER that log lines are never shed for a flood, only for a Redis away too long.
+READ_AHEAD = 20_000
+BATCH_SIZE = 2_000
+# Unread entries of the machine's event stream (packed: up to protocol.PACKED_MAX_EVENTS each)
+# above which the publisher waits, and below which it goes on.
+STREAM_HIGH_WATER = 400
+STREAM_LOW_WATER = 200
+GROUP_CHECK_S = 10.0
 # Short timeouts keep one monitor iteration short while Redis is unreachable.
 SOCKET_TIMEOUT_S = 2.0
 CONNECT_TIMEOUT_S = 1.0
@@ -78,6 +94,7 @@ class EventPublisher:
         self.client = client
         self.event_stream, self.liveness_stream = streams_of(launch)
         self.max_buffer = max_buffer
+        self.read_ahead = min(READ_AHEAD, max_buffer)
         self.batch_size = batch_size
         self.published = 0
         self.dropped: Counter[str] = Counter()
@@ -89,10 +106,21 @@ class EventPublisher:
         self._seq = 0
         self._failures = 0
         self._retry_at = 0.0
+        # Waiting for ingest to work the stream's backlog down (flow control, module docstring).
+        self._held = False
+        self._may_measure = True
+        self._read_by_ingest = False
+        self._group_checked_at = -GROUP_CHECK_S
+        self.held_count = 0
 
     @property
     def pending(self) -> int:
         return len(self._buffer) + (self._beat is not None)
+
+    @property
+    def room(self) -> int:
+        """How many more events a reader of rank output should hand over now (flow control)."""
+        return max(0, self.read_ahead - len(self._buffer))
 
     def emit(
         self, event_type: str, *, rank: int | None = None, ts: float | None = None, **payload: Any
@@ -159,18 +187,12 @@ class EventPublisher:
             self.published += 1
         deadline = time.monotonic() + budget_s
         while self._buffer and time.monotonic() < deadline:
-            batch = [self._buffer[i] for i in range(min(self.batch_size, len(self._buffer)))]
             try:
-                pipe = self.client.pipeline(transaction=False)
-                for event in batch:
-                    fields: dict[Any, Any] = protocol.encode_event(event)
-                    pipe.xadd(
-                        self.event_stream,
-                        fields,
-                        maxlen=protocol.EVENT_STREAM_MAXLEN,
-                        approximate=True,
-                    )
-                pipe.execute()
+                if self._held and self._stream_backlog() > STREAM_LOW_WATER:
+                    return False
+                self._held = False
+                batch = [self._buffer[i] for i in range(min(self.batch_size, len(self._buffer)))]
+                backlog = self._send(batch)
             except (redis.RedisError, OSError) as exc:
                 self._on_failure(exc)
                 return False
@@ -180,7 +202,65 @@ class EventPublisher:
             if self._failures:
                 log.info("redis reachable again; %d events pending", len(self._buffer))
             self._failures = 0
+            if backlog >= STREAM_HIGH_WATER:
+                self._held = True
+                self.held_count += 1
         return not self._buffer
+
+    def _send(self, batch: list[dict[str, Any]]) -> int:
+        """XADD the batch, packed, in one round trip (with XLEN while ingest reads the stream);
+        the stream's backlog after it, 0 when not measured."""
+        measure = self._flow_control()
+        pipe = self.client.pipeline(transaction=False)  # type: ignore[union-attr]
+        for _, fields in protocol.pack_events(batch):
+            pipe.xadd(self.event_stream, fields, maxlen=protocol.EVENT_STREAM_MAXLEN, approximate=True)
+        if measure:
+            pipe.xlen(self.event_stream)
+        replies = pipe.execute(raise_on_error=False)
+        for reply in replies[:-1] if measure else replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return self._backlog_of(replies[-1]) if measure else 0
+
+    def _stream_backlog(self) -> int:
+        if not self._flow_control():
+            return 0
+        try:
+            return self._backlog_of(self.client.xlen(self.event_stream))  # type: ignore[union-attr]
+        except redis.ResponseError as exc:
+            return self._backlog_of(exc)
+
+    def _flow_control(self) -> bool:
+        """Whether to wait for ingest: only while it reads this stream (its consumer group exists,
+        looked at every GROUP_CHECK_S). A supervisor run by hand, or a test's, has no reader to
+        wait for; and a Redis user not allowed XLEN and XINFO turns flow control off (said once)."""
+        if not self._may_measure:
+            return False
+        now = time.monotonic()
+        if now >= self._group_checked_at + GROUP_CHECK_S:
+            self._group_checked_at = now
+            try:
+                groups = self.client.xinfo_groups(self.event_stream)  # type: ignore[union-attr]
+            except redis.ResponseError as exc:
+                self._read_by_ingest = False
+                if "no such key" not in str(exc).lower():
+                    self._no_flow_control(exc)
+                return False
+            names = {g["name"].decode() if isinstance(g["name"], bytes) else g["name"] for g in groups}
+            self._read_by_ingest = protocol.EVENT_GROUP in names
+        return self._read_by_ingest
+
+    def _backlog_of(self, reply: Any) -> int:
+        if isinstance(reply, redis.ResponseError):
+            self._no_flow_control(reply)
+            return 0
+        if isinstance(reply, Exception):
+            raise reply
+        return int(reply)
+
+    def _no_flow_control(self, reason: Exception) -> None:
+        self._may_measure = self._held = False
+        log.warning("cannot read the backlog of %s (%s): publishing without flow control", self.event_stream, reason)
 
     def _on_failure(self, exc: Exception) -> None:
         delay = RETRY_BACKOFF_S[min(self._failures, len(RETRY_BACKOFF_S) - 1)]

@@ -8,7 +8,8 @@ advances again) with its Python stack, taken from outside the process by py-spy:
 from the script is needed, and a stopped process can be read too.
 
 Only ranks that report steps (`sdk.report(step=...)`) can be watched: without steps there is no
-notion of progress to lose.
+notion of progress to lose. A rank that reached the total it declared (`sdk.set_total_steps`) has
+finished training: its last evaluation, checkpoint and teardown make no steps, and are not a stall.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class _Rank:
     advanced_at: float
     intervals: deque[float] = field(default_factory=lambda: deque(maxlen=64))
     reported: bool = False
+    finished: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,18 +57,17 @@ class StallWatch:
         self.explicit_timeout = timeout
         self._ranks: dict[int, _Rank] = {}
 
-    def step(self, rank: int, step: int, now: float) -> None:
-        """A rank reported `step` at `now` (monotonic seconds)."""
+    def step(self, rank: int, step: int, now: float, total: int | None = None) -> None:
+        """A rank reported `step` at `now` (monotonic seconds), of `total` when it declared one."""
         known = self._ranks.get(rank)
         if known is None:
-            self._ranks[rank] = _Rank(step=step, advanced_at=now)
-            return
-        if step == known.step:
-            return
-        if step > known.step:
-            known.intervals.append((now - known.advanced_at) / (step - known.step))
-        # A step going back is a resume from a checkpoint: progress all the same.
-        known.step, known.advanced_at, known.reported = step, now, False
+            known = self._ranks[rank] = _Rank(step=step, advanced_at=now)
+        elif step != known.step:
+            if step > known.step:
+                known.intervals.append((now - known.advanced_at) / (step - known.step))
+            # A step going back is a resume from a checkpoint: progress all the same.
+            known.step, known.advanced_at, known.reported = step, now, False
+        known.finished = total is not None and step >= total
 
     def timeout(self) -> float:
         if self.explicit_timeout is not None:
@@ -81,7 +82,7 @@ class StallWatch:
         limit = self.timeout()
         found = []
         for rank, known in sorted(self._ranks.items()):
-            if not known.reported and now - known.advanced_at >= limit:
+            if not known.reported and not known.finished and now - known.advanced_at >= limit:
                 known.reported = True
                 found.append(Stall(rank=rank, step=known.step, stalled_for=round(now - known.advanced_at, 1),
                                    timeout=round(limit, 1)))

@@ -125,7 +125,8 @@ class SupervisorResult:
 class SupervisorSettings:
     """Timings; the environment can override the two a test may want shorter."""
 
-    poll_interval_s: float = 0.1
+    # How often rank output and SDK events are read: half of it is what a line waits here on average.
+    poll_interval_s: float = 0.05
     # torchrun ends its workers ~0.7 s after SIGTERM; the rest is margin for slow teardown.
     stop_grace_s: float = 5.0
     # How long torchrun may outlive a failed local worker (it waits up to 30 s on the others).
@@ -534,7 +535,13 @@ class NodeSupervisor:
             self.publisher.flush()
             if exit_code is not None:
                 return exit_code
-            time.sleep(self.settings.poll_interval_s)
+            if not self._more_to_read():
+                time.sleep(self.settings.poll_interval_s)
+
+    def _more_to_read(self) -> bool:
+        """The ranks' files hold lines that the last read left for want of room, and there is room
+        now: read on at once rather than after a poll interval."""
+        return self._tailer is not None and not self._tailer.at_end and self.publisher.room > 0
 
     def _begin_stop(self, now: float) -> None:
         self._stop_sent = True
@@ -600,7 +607,7 @@ class NodeSupervisor:
     def _drain_local_sources(self, final: bool = False) -> None:
         """Turn new log lines and SDK datagrams into events (not yet sent)."""
         if self._tailer is not None:
-            for item in self._tailer.poll(final=final):
+            for item in self._tailer.poll(final=final, max_lines=self.publisher.room):
                 rank = self.launch.rank_start + item.local_rank
                 line = self._mask(item.line)
                 self._recent[item.stream].append({"rank": rank, "stream": item.stream, "line": line})
@@ -641,7 +648,9 @@ class NodeSupervisor:
         ts = event.pop("ts", None)
         step = event.get("step")
         if event_type == protocol.METRIC and rank is not None and isinstance(step, int) and not isinstance(step, bool):
-            self._stalls.step(rank, step, time.monotonic())
+            total = event.get("total_steps")
+            self._stalls.step(rank, step, time.monotonic(),
+                              total if isinstance(total, int) and not isinstance(total, bool) else None)
         self.publisher.emit(
             event_type,
             rank=rank,
@@ -718,7 +727,7 @@ class NodeSupervisor:
         steps = [
             self._kill_torchrun_now,
             lambda: swept.extend(self._sweep() if self._proc is not None else []),
-            lambda: self._drain_local_sources(final=True),
+            self._drain_to_the_end,
             self._close_local_sources,
             self._collect_outputs,
         ]
@@ -728,6 +737,31 @@ class NodeSupervisor:
             except Exception:
                 log.exception("while winding down")
         return swept
+
+    def _drain_to_the_end(self) -> None:
+        """The ranks are gone: publish every line they left in their files, as fast as the event
+        path takes them (the files hold a flood, not this process's memory), beating meanwhile so
+        the node is not taken for lost. Gives up when nothing could be sent for final_delivery_s."""
+        progress_at, next_beat = time.monotonic(), 0.0
+        while True:
+            published = self.publisher.published
+            self._drain_local_sources(final=True)
+            if self._tailer is None or self._tailer.at_end:
+                return
+            now = time.monotonic()
+            if now >= next_beat:
+                self.publisher.emit(protocol.HEARTBEAT, status=self.state.value, pid=None,
+                                    pending_events=self.publisher.pending)
+                next_beat = now + self.launch.heartbeat_interval
+            self.publisher.flush()
+            if self.publisher.published > published:
+                progress_at = now
+            elif now - progress_at > self.settings.final_delivery_s:
+                log.error("the event path took nothing for %.0f s: the ranks' last lines stay unpublished",
+                          self.settings.final_delivery_s)
+                return
+            if self.publisher.room == 0:
+                time.sleep(self.settings.poll_interval_s)
 
     def _collect_outputs(self) -> None:
         """Copy what the node wrote under its output directory into the store; one `artifact` event

@@ -7,6 +7,7 @@ tailer globs until it has seen every expected file.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -17,6 +18,8 @@ MAX_LINE_BYTES = 16 * 1024
 MAX_READ_BYTES = 4 * 1024 * 1024
 # The last read after the writer is gone takes what is left, up to this much.
 MAX_FINAL_READ_BYTES = 64 * 1024 * 1024
+# A read for at most N lines reads about N times this many bytes (what is not needed is unread).
+BYTES_PER_LINE_GUESS = 256
 STREAMS = ("stdout", "stderr")
 
 
@@ -27,20 +30,36 @@ class FileTail:
         self.path = Path(path)
         self._file: BinaryIO | None = None
         self._partial = b""
+        self.at_end = True  # the last read reached the end of the file (or there is no file yet)
 
-    def read_lines(self, final: bool = False) -> list[str]:
-        """New complete lines; with final=True also the unterminated last line (the writer is gone)."""
+    def read_lines(self, final: bool = False, max_lines: int | None = None) -> list[str]:
+        """New complete lines, at most max_lines (the rest stays in the file for the next call);
+        with final=True also the unterminated last line (the writer is gone)."""
+        if max_lines is not None and max_lines <= 0:
+            self.at_end = False  # not known: nothing was read
+            return []
         if self._file is None:
             try:
                 self._file = open(self.path, "rb")  # noqa: SIM115 - kept open across calls
             except FileNotFoundError:
                 return []
-        data = self._file.read(MAX_FINAL_READ_BYTES if final else MAX_READ_BYTES)
+        limit = MAX_FINAL_READ_BYTES if final else MAX_READ_BYTES
+        if max_lines is not None:
+            limit = min(limit, max(BYTES_PER_LINE_GUESS * max_lines, 64 * 1024))
+        data = self._file.read(limit)
+        self.at_end = len(data) < limit
         if not data and not (final and self._partial):
             return []
         chunks = (self._partial + data).split(b"\n")
         self._partial = chunks.pop()
-        if final and self._partial:
+        if max_lines is not None and len(chunks) > max_lines:
+            # Unread again: the bytes after the kept lines all came from this read (the first
+            # chunk, which holds the earlier partial line, is always kept).
+            self._file.seek(-sum(len(c) + 1 for c in chunks[max_lines:]) - len(self._partial), os.SEEK_CUR)
+            del chunks[max_lines:]
+            self._partial = b""
+            self.at_end = False
+        if final and self._partial and self.at_end:
             chunks.append(self._partial)
             self._partial = b""
         while len(self._partial) > MAX_LINE_BYTES:
@@ -87,12 +106,32 @@ class RankLogTailer:
             if key not in self._tails:
                 self._tails[key] = FileTail(path)
 
-    def poll(self, final: bool = False) -> list[RankLine]:
-        """Lines written since the last poll, file by file (each file's lines stay in order)."""
+    @property
+    def at_end(self) -> bool:
+        """Every file was read to its end by the last poll."""
+        return all(tail.at_end for tail in self._tails.values())
+
+    def poll(self, final: bool = False, max_lines: int | None = None) -> list[RankLine]:
+        """Lines written since the last poll, file by file (each file's lines stay in order), at
+        most max_lines in all: the rest is read by a later poll. Each file may first take an equal
+        share, then what the others left: a flooding rank cannot hold back the others' lines."""
         self._discover()
         lines: list[RankLine] = []
-        for (local_rank, stream), tail in sorted(self._tails.items()):
-            lines.extend(RankLine(local_rank, stream, text) for text in tail.read_lines(final=final))
+        tails = sorted(self._tails.items())
+        if max_lines is None or not tails:
+            for (local_rank, stream), tail in tails:
+                lines.extend(RankLine(local_rank, stream, text) for text in tail.read_lines(final=final))
+            return lines
+        share = max(1, max_lines // len(tails))
+        for first_pass in (True, False):
+            for (local_rank, stream), tail in tails:
+                left = max_lines - len(lines)
+                if left <= 0:
+                    return lines
+                if first_pass or not tail.at_end:
+                    budget = min(share, left) if first_pass else left
+                    lines.extend(RankLine(local_rank, stream, text)
+                                 for text in tail.read_lines(final=final, max_lines=budget))
         return lines
 
     def close(self) -> None:

@@ -1,0 +1,83 @@
+"""Job summaries (seed 001): where a job stands, how fast it goes and when it should be done, with
+its nodes and checkpoints; one job's (`/api/jobs/{id}/summary`) or every visible job's
+(`/api/jobs/summaries`). The progress numbers are the ones ingest folds from metric events
+(jobs.services.job_record_progress); a summary only reads them. Here, in the lower app that knows
+both jobs and checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Max
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..jobs.models import Job
+from ..jobs.selectors import job_list
+from ..params import int_param
+from .models import CheckpointManifest
+from .serializers import JobReportOut
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def job_summary(job: Job, checkpoints: dict[str, Any] | None = None) -> dict[str, Any]:
+    progress = job.progress or {}
+    step, total = progress.get("step"), progress.get("total_steps")
+    duration = None
+    if job.started_at:
+        duration = ((job.finished_at or timezone.now()) - job.started_at).total_seconds()
+    checkpoints = checkpoints or {}
+    return {
+        "id": job.pk, "name": job.name, "project": job.project.name, "owner": job.owner.username,
+        "status": job.status, "status_reason": job.status_reason, "attempt": job.attempt, "restarts": job.restarts,
+        "world_size": job.world_size, "step": step, "total_steps": total,
+        "percent": min(100.0, 100.0 * step / total) if isinstance(step, int) and isinstance(total, int) and total > 0 else None,
+        "steps_per_second": _number(progress.get("steps_per_second")),
+        "samples_per_second": _number(progress.get("samples_per_second")),
+        "throughput": _number(progress.get("throughput")),
+        "loss": _number(progress.get("loss")),
+        "eta_seconds": _number(progress.get("eta_seconds")),
+        "created_at": job.created_at, "started_at": job.started_at, "finished_at": job.finished_at,
+        "duration_seconds": duration,
+        "checkpoints": checkpoints.get("count", 0), "last_checkpoint_step": checkpoints.get("last_step"),
+        "progress": progress,
+        "nodes": [n for n in job.nodes.all() if n.attempt == job.attempt],
+    }
+
+
+def job_summaries(jobs: list[Job]) -> list[dict[str, Any]]:
+    """Summaries of several jobs, their checkpoints counted in one query."""
+    counts = {
+        row["job_id"]: {"count": row["count"], "last_step": row["last_step"]}
+        for row in CheckpointManifest.objects.filter(job_id__in=[j.pk for j in jobs], deleted=False)
+        .values("job_id").order_by("job_id").annotate(count=Count("id"), last_step=Max("step"))
+    }
+    return [job_summary(job, counts.get(job.pk)) for job in jobs]
+
+
+class JobSummariesView(APIView):
+    """The summary of every job the user may see, newest first (seed 001's `GET /jobs/summaries`)."""
+
+    @extend_schema(responses=JobReportOut(many=True), parameters=[
+        OpenApiParameter("status", str, description="Only jobs in these states, comma-separated."),
+        OpenApiParameter("project", str, description="Only this project's jobs."),
+        OpenApiParameter("limit", int, description="At most this many (default 200, at most 1000)."),
+    ])
+    def get(self, request):
+        limit = int_param(request, "limit", 200, maximum=1000)
+        jobs = job_list(user=request.user).prefetch_related("nodes")
+        statuses = [s for s in request.query_params.get("status", "").split(",") if s]
+        unknown = [s for s in statuses if s not in Job.Status.values]
+        if unknown:
+            raise ValidationError({"status": [f"not a job status: {s!r}." for s in unknown]})
+        if statuses:
+            jobs = jobs.filter(status__in=statuses)
+        if request.query_params.get("project"):
+            jobs = jobs.filter(project__name=request.query_params["project"])
+        return Response(JobReportOut(job_summaries(list(jobs[:limit])), many=True).data)

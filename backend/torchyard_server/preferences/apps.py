@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PreferencesConfig(AppConfig):
+    name = "torchyard_server.preferences"
+    label = "preferences"
