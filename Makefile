@@ -8,6 +8,9 @@ BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.installed
 NPM_STAMP := node_modules/.installed
 DIST := frontend/dist/index.html
+# The dashboard's API types, generated from the server's OpenAPI schema and committed.
+API_TYPES := frontend/src/lib/api-schema.d.ts
+SCHEMA_CMD := cd backend && DATABASE_URL=sqlite:///:memory: ../$(BIN)/python manage.py spectacular --validate --fail-on-warn --format openapi-json
 # The CPU torch wheel lies here on the project's machines; pip would otherwise fetch a CUDA build.
 WHEELS := $(wildcard /opt/wheels)
 PIP_FIND := $(if $(WHEELS),--find-links $(WHEELS),)
@@ -17,7 +20,7 @@ FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.conf
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/torchyard
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/9
 
-.PHONY: run test install frontend services lint pytest npm-test bench clean browser
+.PHONY: run test install frontend services lint pytest npm-test bench clean browser api-types
 
 run: install frontend
 	$(BIN)/torchyard-server run
@@ -64,10 +67,22 @@ lint: install $(NPM_STAMP)
 	$(BIN)/mypy backend/torchyard_server workers/torchyard
 	$(BIN)/lint-imports
 	cd backend && DATABASE_URL=sqlite:///:memory: ../$(BIN)/python manage.py makemigrations --check --dry-run
+	@# The OpenAPI schema is valid OpenAPI (tests/api/test_schema_fuzz.py holds the API to it), and the
+	@# dashboard's generated types are the ones it gives.
+	@mkdir -p var
+	$(SCHEMA_CMD) --file ../var/openapi.json
+	npx openapi-typescript var/openapi.json --default-non-nullable false --output var/api-schema.d.ts >/dev/null
+	@cmp -s var/api-schema.d.ts $(API_TYPES) || (echo "$(API_TYPES) is stale: run 'make api-types' and commit it" >&2; exit 1)
 	npm run lint
 
 pytest: install frontend services browser
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Regenerates the dashboard's API types after a change to a serializer or view.
+api-types: install $(NPM_STAMP)
+	@mkdir -p var
+	$(SCHEMA_CMD) --file ../var/openapi.json
+	npx openapi-typescript var/openapi.json --default-non-nullable false --output $(API_TYPES)
 
 npm-test: $(NPM_STAMP)
 	npm test

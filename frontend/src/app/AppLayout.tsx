@@ -49,6 +49,7 @@ export function AppLayout() {
           </NavLink>
           <NavLink to="/machines">Machines</NavLink>
           <NavLink to="/jobs">Jobs</NavLink>
+          <NavLink to="/experiments">Experiments</NavLink>
           <NavLink to="/topology">Topology</NavLink>
           <div className="spacer" />
           <NavLink to="/tokens" className="sidebar-foot">

@@ -1,6 +1,7 @@
 import { Link, Route, Routes } from 'react-router-dom'
 import { LoginPage } from '../features/auth/components/LoginPage'
 import { RequireAuth } from '../features/auth/components/RequireAuth'
+import { ExperimentsPage } from '../features/experiments/components/ExperimentsPage'
 import { JobDetailPage } from '../features/jobs/components/JobDetailPage'
 import { JobsPanel } from '../features/jobs/components/JobsPanel'
 import { MachinesPanel } from '../features/machines/components/MachinesPanel'
@@ -36,6 +37,7 @@ export function AppRoutes() {
           <Route path="machines" element={<MachinesPanel />} />
           <Route path="jobs" element={<JobsPanel />} />
           <Route path="jobs/:id" element={<JobDetailPage />} />
+          <Route path="experiments" element={<ExperimentsPage />} />
           <Route path="tokens" element={<TokensPage />} />
           <Route path="topology" element={<TopologyPage />} />
           <Route path="*" element={<NotFound />} />

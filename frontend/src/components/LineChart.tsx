@@ -1,7 +1,7 @@
 import { useEffect, useRef } from 'react'
 import type uPlot from 'uplot'
 import 'uplot/dist/uPlot.min.css'
-import { alignSeries, type ChartSeries } from './chart-data'
+import { alignSeries, seriesColour, type ChartSeries } from './chart-data'
 
 interface LineChartProps {
   series: ChartSeries[]
@@ -12,9 +12,6 @@ interface LineChartProps {
   /** Keeps every chart with the same key on one cursor. */
   syncKey?: string
 }
-
-/** Attempt 0, 1, 2 ...: distinct enough on white, in the dashboard's palette. */
-const COLOURS = ['#2f6fde', '#ee4c2c', '#1f8a4c', '#b7791f', '#8250df', '#13807c', '#c9372c', '#6b7480']
 
 /**
  * uPlot needs matchMedia and a 2D canvas (it reads the pixel ratio as it loads); jsdom, where the
@@ -134,7 +131,7 @@ function mountChart(UPlot: typeof uPlot, { el, height, syncKey, labels, data, fo
       { label: 'step' },
       ...labels.map((label, i) => ({
         label,
-        stroke: COLOURS[i % COLOURS.length],
+        stroke: seriesColour(i),
         width: 1.5,
         spanGaps: true,
         points: { show: false },

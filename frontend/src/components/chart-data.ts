@@ -1,5 +1,11 @@
 import type uPlot from 'uplot'
 
+/** Line 0, 1, 2 ... (attempts, compared runs): distinct enough on white, in the dashboard's palette. */
+const SERIES_COLOURS = ['#2f6fde', '#ee4c2c', '#1f8a4c', '#b7791f', '#8250df', '#13807c', '#c9372c', '#6b7480']
+
+/** The colour of a chart's line `index`, so a legend or table beside it can match. */
+export const seriesColour = (index: number) => SERIES_COLOURS[index % SERIES_COLOURS.length]
+
 export interface Point {
   x: number
   y: number

@@ -1,3 +1,5 @@
+import createClient, { type Middleware } from 'openapi-fetch'
+import type { paths } from './api-schema'
 import type { ApiErrorBody } from './types'
 
 /** Thrown for every non-2xx answer; `body` is the parsed JSON (DRF errors) when there is one. */
@@ -41,19 +43,14 @@ export async function ensureCsrfCookie(force = false): Promise<string | null> {
     const existing = readCookie(CSRF_COOKIE)
     if (existing) return existing
   }
-  csrfRequest ??= fetch('/api/auth/csrf', { credentials: 'same-origin' })
+  csrfRequest ??= api
+    .GET('/api/auth/csrf')
     .then(() => undefined)
     .finally(() => {
       csrfRequest = null
     })
   await csrfRequest
   return readCookie(CSRF_COOKIE)
-}
-
-export interface RequestOptions {
-  method?: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'
-  body?: unknown
-  signal?: AbortSignal
 }
 
 async function parseBody(response: Response): Promise<unknown> {
@@ -67,58 +64,79 @@ async function parseBody(response: Response): Promise<unknown> {
   }
 }
 
-function isCsrfFailure(status: number, body: unknown): boolean {
-  return (
-    status === 403 &&
-    typeof body === 'object' &&
-    body !== null &&
-    typeof (body as ApiErrorBody).detail === 'string' &&
-    /csrf/i.test((body as ApiErrorBody).detail as string)
-  )
+async function isCsrfFailure(response: Response): Promise<boolean> {
+  if (response.status !== 403) return false
+  const body = await parseBody(response.clone())
+  return typeof body === 'object' && body !== null && 'detail' in body && typeof body.detail === 'string' && /csrf/i.test(body.detail)
 }
 
-async function send(path: string, options: RequestOptions, csrfToken: string | null): Promise<Response> {
-  const method = options.method ?? 'GET'
-  const headers: Record<string, string> = { Accept: 'application/json' }
-  if (options.body !== undefined) headers['Content-Type'] = 'application/json'
-  if (csrfToken) headers['X-CSRFToken'] = csrfToken
-  return fetch(path, {
-    method,
-    headers,
-    body: options.body === undefined ? undefined : JSON.stringify(options.body),
-    credentials: 'same-origin',
-    signal: options.signal,
-  })
+async function throwUnlessOk(response: Response): Promise<Response> {
+  if (response.ok) return response
+  const body = await parseBody(response)
+  const errorBody = typeof body === 'object' && body !== null ? (body as ApiErrorBody) : body ? { detail: String(body) } : null
+  throw new ApiError(response.status, errorBody)
+}
+
+function withToken(request: Request, token: string | null): Request {
+  if (!token) return request
+  const headers = new Headers(request.headers)
+  headers.set('X-CSRFToken', token)
+  return new Request(request, { headers })
 }
 
 /**
- * The one way the dashboard talks to `/api`: JSON in and out, session cookie, CSRF header on
- * unsafe methods. A CSRF rejection (stale token after login/logout rotation) is retried once with
- * a fresh cookie.
+ * The session's rules for every request to `/api`: the CSRF header on unsafe methods, one retry
+ * with a fresh cookie when Django rejects the token (it rotates on login and logout), and an
+ * ApiError for any answer that is not a 2xx.
  */
-export async function apiRequest<T>(path: string, options: RequestOptions = {}): Promise<T> {
-  const unsafe = UNSAFE_METHODS.has(options.method ?? 'GET')
-  let token = unsafe ? await ensureCsrfCookie() : null
-  let response = await send(path, options, token)
-  let body = await parseBody(response)
-  if (unsafe && isCsrfFailure(response.status, body)) {
-    token = await ensureCsrfCookie(true)
-    response = await send(path, options, token)
-    body = await parseBody(response)
-  }
-  if (!response.ok) {
-    const errorBody =
-      typeof body === 'object' && body !== null ? (body as ApiErrorBody) : body ? { detail: String(body) } : null
-    throw new ApiError(response.status, errorBody)
-  }
-  return body as T
+async function sendInSession(request: Request, send: (request: Request) => Promise<Response>): Promise<Response> {
+  if (!UNSAFE_METHODS.has(request.method)) return throwUnlessOk(await send(request))
+  // The body can be read once: the retry sends a copy taken before the first try.
+  const retry = request.clone()
+  const response = await send(withToken(request, await ensureCsrfCookie()))
+  if (!(await isCsrfFailure(response))) return throwUnlessOk(response)
+  return throwUnlessOk(await send(withToken(retry, await ensureCsrfCookie(true))))
 }
 
-export const api = {
-  get: <T>(path: string, signal?: AbortSignal) => apiRequest<T>(path, { signal }),
-  post: <T>(path: string, body?: unknown) => apiRequest<T>(path, { method: 'POST', body }),
-  patch: <T>(path: string, body?: unknown) => apiRequest<T>(path, { method: 'PATCH', body }),
-  delete: <T = void>(path: string) => apiRequest<T>(path, { method: 'DELETE' }),
+/**
+ * openapi-fetch middleware for the session's rules (sendInSession). It sends the request itself,
+ * since a CSRF retry is a second fetch; a non-2xx answer rejects the call with an ApiError, so
+ * TanStack Query sees a failed query and a caller's `data` is always a success's.
+ */
+export const sessionMiddleware: Middleware = {
+  onRequest: ({ request, options }) => sendInSession(request, options.fetch),
+}
+
+/**
+ * The one way the dashboard talks to `/api`: `api.GET('/api/jobs/{job_id}', { params: { path:
+ * { job_id } } })` and openapi-fetch's other methods, paths, parameters, bodies and answers typed
+ * by the server's OpenAPI schema (api-schema.d.ts, `make api-types`). JSON in and out, the session
+ * cookie, and sessionMiddleware's rules; `dataOf()` gives a call's answer.
+ */
+export const api = createClient<paths>({
+  // Absolute, as `new Request()` needs outside a browser (the tests); always this page's origin.
+  baseUrl: window.location.origin,
+  credentials: 'same-origin',
+  headers: { Accept: 'application/json' },
+  // Looked up on every call rather than once here, so a test's stubbed fetch is the one used.
+  fetch: (request) => globalThis.fetch(request),
+})
+api.use(sessionMiddleware)
+
+/** The `data` of a call's success, as the schema types it; undefined where the route answers 204. */
+export type SuccessData<Answer> = Answer extends { data: infer D; error?: never } ? ([D] extends [never] ? undefined : D) : never
+
+/**
+ * What a call of `api` answered on success. sessionMiddleware has thrown an ApiError for every
+ * other answer, so `data` is the success's: openapi-fetch's types cannot know it, hence the one
+ * assertion here.
+ */
+export async function dataOf<Answer extends { data?: unknown; error?: unknown; response: Response }>(
+  call: Promise<Answer>,
+): Promise<SuccessData<Answer>> {
+  const answer = await call
+  if (!answer.response.ok) throw new ApiError(answer.response.status, null)
+  return answer.data as SuccessData<Answer>
 }
 
 /**

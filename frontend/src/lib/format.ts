@@ -31,6 +31,13 @@ export function formatLoss(value: number | null | undefined): string {
   return Math.abs(value) >= 0.01 ? value.toFixed(4) : value.toExponential(2)
 }
 
+/** How a metric's values read: a loss to four places (or in exponent form), throughput to one, the rest to three. */
+export function metricFormatter(name: string): (value: number) => string {
+  if (name === 'loss') return formatLoss
+  if (name === 'throughput') return (value) => formatNumber(value, 1)
+  return (value) => formatNumber(value, 3)
+}
+
 export function formatDuration(seconds: number | null | undefined): string {
   if (seconds == null || Number.isNaN(seconds)) return '—'
   const s = Math.max(0, Math.round(seconds))

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { FakeWebSocket } from '../test/fake-websocket'
-import { ReconnectingStream } from './stream'
+import { CLOSE_RESUME, ReconnectingStream } from './stream'
 
 describe('ReconnectingStream', () => {
   beforeEach(() => {
@@ -54,6 +54,25 @@ describe('ReconnectingStream', () => {
     expect(FakeWebSocket.latest().closedByClient).toBe(true)
     vi.advanceTimersByTime(60_000)
     expect(FakeWebSocket.instances).toHaveLength(4)
+  })
+
+  it('resumes at once from a fresh cursor when the server says it fell behind', () => {
+    let cursor = 0
+    const stream = new ReconnectingStream({ url: () => `ws://x/s?after=${cursor}`, onMessage: () => {} })
+    stream.start()
+    // Two failed tries first: a resume must not wait out their backoff.
+    FakeWebSocket.latest().drop()
+    vi.advanceTimersByTime(500)
+    FakeWebSocket.latest().drop()
+    vi.advanceTimersByTime(1000)
+    const socket = FakeWebSocket.latest()
+    socket.open()
+    cursor = 1234
+    socket.refuse(CLOSE_RESUME)
+    vi.advanceTimersByTime(0)
+    expect(FakeWebSocket.instances).toHaveLength(4)
+    expect(FakeWebSocket.latest().url).toBe('ws://x/s?after=1234')
+    stream.stop()
   })
 
   it('stops retrying when the server refuses the stream and says why', () => {

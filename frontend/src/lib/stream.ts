@@ -16,6 +16,13 @@ export interface ReconnectingStreamOptions {
 /** Application close codes of the server's streams that mean "do not retry". */
 const REFUSED = new Set([4401, 4403, 4404])
 
+/**
+ * The server dropped us because we fell behind (it held too much we had not read, or live events
+ * meant for us were lost on the way): reconnect at once; `url()` carries the cursor, so the replay
+ * resumes from the last event we have. Not a failure: no backoff.
+ */
+export const CLOSE_RESUME = 4429
+
 /** A connection that stayed up this long counts as healthy: the next drop retries quickly. */
 const HEALTHY_AFTER_MS = 5_000
 
@@ -110,6 +117,10 @@ export class ReconnectingStream {
       }
       if (this.openedAt !== null && Date.now() - this.openedAt >= HEALTHY_AFTER_MS) this.failures = 0
       this.options.onStatus?.('closed')
+      if (event.code === CLOSE_RESUME && this.openedAt !== null) {
+        this.timer = setTimeout(() => this.connect(), 0)
+        return
+      }
       this.scheduleReconnect()
     }
   }

@@ -1,4 +1,4 @@
-import type { JobDetail, JobSummary, Machine } from '../lib/types'
+import type { JobDetail, JobNode, JobProgress, JobSpec, JobSummary, Machine } from '../lib/types'
 
 export function machine(overrides: Partial<Machine> = {}): Machine {
   return {
@@ -7,6 +7,7 @@ export function machine(overrides: Partial<Machine> = {}): Machine {
     host: '10.0.0.11',
     port: 8001,
     status: 'online',
+    drained: false,
     capabilities: {
       cpu_count: 16,
       memory: 64 * 1024 ** 3,
@@ -33,7 +34,8 @@ export function jobSummary(overrides: Partial<JobSummary> = {}): JobSummary {
     status_reason: '',
     world_size: 4,
     attempt: 0,
-    progress: { step: 120, total_steps: 500, throughput: 812.5, loss: 0.42, eta_seconds: 30 },
+    restarts: 0,
+    progress: progress({ step: 120, total_steps: 500, throughput: 812.5, loss: 0.42, eta_seconds: 30 }),
     created_at: '2025-01-01T10:00:00Z',
     started_at: '2025-01-01T10:00:05Z',
     finished_at: null,
@@ -43,54 +45,80 @@ export function jobSummary(overrides: Partial<JobSummary> = {}): JobSummary {
   }
 }
 
+/** A job's progress as the server writes it: every number null until the ranks report it. */
+export function progress(overrides: Partial<JobProgress> = {}): JobProgress {
+  return {
+    step: null,
+    total_steps: null,
+    loss: null,
+    lr: null,
+    throughput: null,
+    throughput_by_rank: {},
+    steps_per_second: null,
+    samples_per_second: null,
+    eta_seconds: null,
+    stall: null,
+    ...overrides,
+  }
+}
+
+/** A spec as the server stores it: what was submitted, every section filled with its defaults. */
+export function jobSpec(overrides: Partial<JobSpec> = {}): JobSpec {
+  return {
+    name: 'char-gpt',
+    project: 'default',
+    entrypoint: 'examples/char_gpt.py',
+    runtime: { pip: [] },
+    args: ['--steps', '500'],
+    env: {},
+    resources: { nodes: 2, procs_per_node: 1, gpus_per_node: 0, min_gpu_memory: 0 },
+    placement: { policy: 'pack', machines: [], oversubscribe: false },
+    distributed: { backend: 'auto', launcher: 'torchrun', strategy: 'data_parallel' },
+    hyperparameters: {},
+    scaling: { mode: 'keep_global_batch', lr_rule: 'linear', warmup_steps: 0 },
+    checkpointing: { enabled: true, every_n_steps: 200, store: 'default', keep: 3 },
+    fault_tolerance: { max_restarts: 3, heartbeat_timeout: 10, stall_timeout: null, on_stall: 'report' },
+    compression: { enabled: false, hook: 'fp16' },
+    framework: 'pytorch',
+    ...overrides,
+  }
+}
+
+/** A running node of attempt 0 on machine `machineId`, one process. */
+export function jobNode(overrides: Partial<JobNode> = {}): JobNode {
+  return {
+    id: 51,
+    attempt: 0,
+    node_rank: 0,
+    machine: { id: 1, name: 'alpha', host: '10.0.0.11' },
+    nproc: 1,
+    rank_start: 0,
+    rank_end: 0,
+    gpus: [],
+    status: 'running',
+    status_reason: '',
+    exit_code: null,
+    pid: null,
+    last_heartbeat: null,
+    progress: { step: null, loss: null, throughput: null },
+    started_at: null,
+    finished_at: null,
+    ...overrides,
+  }
+}
+
 export function jobDetail(overrides: Partial<JobDetail> = {}): JobDetail {
   const base = jobSummary({ id: 5, name: 'char-gpt', world_size: 2, ...overrides })
   return {
     ...base,
-    spec: {
-      name: base.name,
-      entrypoint: 'examples/char_gpt.py',
-      args: ['--steps', '500'],
-      env: {},
-      resources: { nodes: 2, procs_per_node: 1, gpus_per_node: 0, min_gpu_memory: 0 },
-      placement: { policy: 'pack', machines: [] },
-      distributed: { backend: 'auto' },
-      hyperparameters: {},
-      scaling: { mode: 'keep_global_batch' },
-      checkpointing: { enabled: true, every_n_steps: 200, keep: 3 },
-      fault_tolerance: { max_restarts: 3, heartbeat_timeout: 10 },
-    },
+    spec: jobSpec({ name: base.name }),
     plan: null,
     master_addr: '10.0.0.11',
     master_port: 29500,
     nodes: [
-      {
-        id: 51,
-        attempt: 0,
-        node_rank: 0,
-        machine: { id: 1, name: 'alpha', host: '10.0.0.11' },
-        nproc: 1,
-        rank_start: 0,
-        rank_end: 0,
-        status: 'running',
-        exit_code: null,
-        last_heartbeat: null,
-        progress: null,
-      },
-      {
-        id: 52,
-        attempt: 0,
-        node_rank: 1,
-        machine: { id: 2, name: 'beta', host: '10.0.0.12' },
-        nproc: 1,
-        rank_start: 1,
-        rank_end: 1,
-        status: 'running',
-        exit_code: null,
-        last_heartbeat: null,
-        progress: null,
-      },
+      jobNode(),
+      jobNode({ id: 52, node_rank: 1, machine: { id: 2, name: 'beta', host: '10.0.0.12' }, rank_start: 1, rank_end: 1 }),
     ],
     ...overrides,
-  } as JobDetail
+  }
 }

@@ -25,16 +25,19 @@ export function json(body: unknown, status = 200): Response {
  */
 export function mockFetch(routes: Record<string, Handler>): RecordedRequest[] {
   const requests: RecordedRequest[] = []
-  const fetchMock = vi.fn(async (input: RequestInfo | URL, init: RequestInit = {}) => {
-    const url = new URL(String(input), window.location.origin)
-    const method = (init.method ?? 'GET').toUpperCase()
+  const fetchMock = vi.fn(async (input: RequestInfo | URL, init?: RequestInit) => {
+    // The API client hands fetch a Request; read it as the server would.
+    const sent = new Request(input instanceof Request ? input : new URL(String(input), window.location.origin), init)
+    const url = new URL(sent.url)
+    const method = sent.method.toUpperCase()
+    const text = await sent.text()
     const request: RecordedRequest = {
       method,
       path: url.pathname,
       url,
-      headers: new Headers(init.headers),
-      body: typeof init.body === 'string' ? JSON.parse(init.body) : undefined,
-      credentials: init.credentials,
+      headers: sent.headers,
+      body: text ? JSON.parse(text) : undefined,
+      credentials: sent.credentials,
     }
     requests.push(request)
     const handler = routes[`${method} ${url.pathname}`]

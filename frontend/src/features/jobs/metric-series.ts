@@ -15,14 +15,19 @@ export function primarySeries(metrics: MetricEvent[]): MetricEvent[] {
   return metrics.filter((m) => m.rank === lowest)
 }
 
+/** Chart order: loss, throughput, lr, then the rest alphabetically (an Array.sort comparator). */
+export function byChartOrder(a: string, b: string): number {
+  const rank = (n: string) => (FIRST.includes(n) ? FIRST.indexOf(n) : FIRST.length)
+  return rank(a) - rank(b) || a.localeCompare(b)
+}
+
 /** Every metric name reported, in the history or on the stream, in chart order. */
 export function metricNames(history: JobMetrics | undefined, live: MetricEvent[]): string[] {
   const names = new Set(history?.names ?? [])
   for (const m of live) {
     for (const [key, value] of Object.entries(m)) if (!NOT_SERIES.has(key) && typeof value === 'number') names.add(key)
   }
-  const rank = (n: string) => (FIRST.includes(n) ? FIRST.indexOf(n) : FIRST.length)
-  return [...names].filter((n) => !NOT_SERIES.has(n)).sort((a, b) => rank(a) - rank(b) || a.localeCompare(b))
+  return [...names].filter((n) => !NOT_SERIES.has(n)).sort(byChartOrder)
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { Machine } from '../../lib/types'
 import type { JobSpecInput } from './api/create-job'
+import type { DistributedPreferences, DistributedPreferencesInput } from './api/distributed-preferences'
 
 export interface EnvRow {
   key: string
@@ -86,4 +87,33 @@ export function freeGpus(machine: Machine): number {
   const total = machine.capabilities.gpu_count ?? machine.capabilities.gpus?.length ?? 0
   const held = machine.usage.reduce((sum, use) => sum + use.gpus, 0)
   return Math.max(0, total - held)
+}
+
+/** The form with the user's saved distributed defaults in place (seed 000's DistributedPreferences). */
+export function withPreferences(form: NewJobFormState, preferences: DistributedPreferences): NewJobFormState {
+  return {
+    ...form,
+    nodes: String(preferences.default_num_machines),
+    procs_per_node: String(preferences.default_procs_per_machine),
+    gpus_per_node: String(preferences.default_gpus_per_machine),
+    selection: preferences.auto_machine_selection ? 'auto' : 'manual',
+    machines: preferences.preferred_machine_names,
+  }
+}
+
+/**
+ * The form's distributed settings as the defaults to save. The picked machines go by id, in their
+ * order (the first would be the master), kept even under automatic selection, for the next manual
+ * pick; a name no longer in the cluster is left out. Numbers go as typed: the server says which is
+ * out of range.
+ */
+export function preferencesOf(form: NewJobFormState, machines: Machine[]): DistributedPreferencesInput {
+  const ids = new Map(machines.map((m) => [m.name, m.id]))
+  return {
+    preferred_machines: form.machines.flatMap((name) => (ids.has(name) ? [ids.get(name)!] : [])),
+    default_num_machines: Number(form.nodes),
+    default_procs_per_machine: Number(form.procs_per_node),
+    default_gpus_per_machine: Number(form.gpus_per_node),
+    auto_machine_selection: form.selection === 'auto',
+  }
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import type { JobDetail, JobNode, Machine } from '../../lib/types'
-import { jobDetail, machine } from '../../test/fixtures'
+import { jobDetail, jobNode, machine, progress } from '../../test/fixtures'
 import {
   CONTROL_PLANE_HEIGHT,
   JOB_NODE_HEIGHT,
@@ -32,20 +32,15 @@ function gpuMachine(id: number, gpus: number, overrides: Partial<Machine> = {}):
 }
 
 function node(jobId: number, rank: number, machineId: number, nproc = 2, gpus: number[] = []): JobNode {
-  return {
+  return jobNode({
     id: jobId * 100 + rank,
-    attempt: 0,
     node_rank: rank,
     machine: { id: machineId, name: `m${machineId}`, host: `10.0.0.${machineId}` },
     nproc,
     rank_start: rank * nproc,
     rank_end: rank * nproc + nproc - 1,
     gpus,
-    status: 'running',
-    exit_code: null,
-    last_heartbeat: null,
-    progress: null,
-  }
+  })
 }
 
 function job(id: number, machineIds: number[], overrides: Partial<JobDetail> = {}): JobDetail {
@@ -158,7 +153,7 @@ describe('layoutTopology', () => {
       jobs: [
         job(5, [1, 2], {
           status: 'recovering',
-          progress: { step: 400, total_steps: 500, throughput: 1, loss: 0.1, eta_seconds: 1 },
+          progress: progress({ step: 400, total_steps: 500, throughput: 1, loss: 0.1, eta_seconds: 1 }),
         }),
       ],
       controlPlane: { title: 'Control plane', detail: 'changed' },
@@ -237,8 +232,8 @@ describe('layoutTopology', () => {
   })
 
   it("draws only a job's newest attempt", () => {
-    const recovered = job(5, [1, 2])
-    recovered.nodes = [...recovered.nodes.map((n) => ({ ...n, attempt: 0 })), { ...node(5, 0, 2), id: 900, attempt: 1 }]
+    const first = job(5, [1, 2])
+    const recovered = { ...first, nodes: [...first.nodes.map((n) => ({ ...n, attempt: 0 })), { ...node(5, 0, 2), id: 900, attempt: 1 }] }
     const layout = layoutTopology({ machines: [gpuMachine(1, 0), gpuMachine(2, 0)], jobs: [recovered] })
     expect(jobNodes(layout).map((n) => [n.id, n.parentId])).toEqual([['job-5-node-0', 'machine-2']])
   })

@@ -146,6 +146,7 @@ function removedMachine(node: JobNode): Machine {
     host: node.machine.host,
     port: 0,
     status: 'offline',
+    drained: false,
     capabilities: {},
     current_load: {},
     labels: {},

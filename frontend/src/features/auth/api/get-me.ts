@@ -1,10 +1,9 @@
 import { queryOptions, useQuery, type QueryClient } from '@tanstack/react-query'
-import { api } from '../../../lib/api'
-import type { Me } from '../../../lib/types'
+import { api, dataOf } from '../../../lib/api'
 
 export const meQueryKey = ['auth', 'me'] as const
 
-export const getMe = (signal?: AbortSignal) => api.get<Me>('/api/auth/me', signal)
+export const getMe = (signal?: AbortSignal) => dataOf(api.GET('/api/auth/me', { signal }))
 
 export const meQueryOptions = () =>
   queryOptions({

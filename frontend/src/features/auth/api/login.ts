@@ -1,14 +1,11 @@
 import { useMutation, useQueryClient } from '@tanstack/react-query'
-import { api } from '../../../lib/api'
+import { api, dataOf } from '../../../lib/api'
+import type { components } from '../../../lib/api-schema'
 import { meQueryOptions } from './get-me'
 
-export interface Credentials {
-  username: string
-  password: string
-}
+export type Credentials = components['schemas']['CredentialsIn']
 
-export const login = (credentials: Credentials) =>
-  api.post<{ username: string }>('/api/auth/login', credentials)
+export const login = (credentials: Credentials) => dataOf(api.POST('/api/auth/login', { body: credentials }))
 
 export const useLogin = () => {
   const queryClient = useQueryClient()

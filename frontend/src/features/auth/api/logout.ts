@@ -1,7 +1,7 @@
 import { useMutation, useQueryClient } from '@tanstack/react-query'
-import { api } from '../../../lib/api'
+import { api, dataOf } from '../../../lib/api'
 
-export const logout = () => api.post<void>('/api/auth/logout')
+export const logout = () => dataOf(api.POST('/api/auth/logout'))
 
 export const useLogout = () => {
   const queryClient = useQueryClient()

@@ -1,14 +1,5 @@
 import type { QueryClient } from '@tanstack/react-query'
-import type {
-  JobDetail,
-  JobEvent,
-  JobStatus,
-  JobStreamMessage,
-  JobSummary,
-  MetricEvent,
-  NodeStatus,
-  StateEvent,
-} from '../../../lib/types'
+import type { JobDetail, JobEvent, JobStreamMessage, JobSummary, MetricEvent, StateEvent } from '../../../lib/types'
 import { jobQueryKey } from './get-job'
 import { jobsQueryKey } from './get-jobs'
 import { emptyJobEvents, jobEventsQueryKey, mergeJobEvents, type JobEventsState } from './job-events'
@@ -21,6 +12,7 @@ const summaryOf = (job: JobSummary): JobSummary => ({
   status_reason: job.status_reason,
   world_size: job.world_size,
   attempt: job.attempt,
+  restarts: job.restarts,
   progress: job.progress,
   created_at: job.created_at,
   started_at: job.started_at,
@@ -77,10 +69,11 @@ export function applyEventsToJob(job: JobDetail, events: JobEvent[]): JobDetail 
   function applyState(event: StateEvent) {
     if (event.scope === 'job') {
       if (event.previous === next.status) {
-        next = { ...next, status: event.status as JobStatus, status_reason: event.reason ?? '' }
+        next = { ...next, status: event.status, status_reason: event.reason ?? '' }
       }
     } else if (event.node != null) {
-      editNode(event.node, (n) => (n.status === event.previous ? { ...n, status: event.status as NodeStatus } : n))
+      const { previous, status } = event
+      editNode(event.node, (n) => (n.status === previous ? { ...n, status } : n))
     }
   }
 

@@ -1,14 +1,11 @@
 import { useMutation, useQueryClient } from '@tanstack/react-query'
-import { api } from '../../../lib/api'
-import type { JobDetail, JobSpec } from '../../../lib/types'
+import { api, dataOf } from '../../../lib/api'
+import type { JobSpecInput } from '../../../lib/types'
 import { setJobDetail } from './cache'
 
-type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? (T[K] extends unknown[] ? T[K] : DeepPartial<T[K]>) : T[K] }
+export type { JobSpecInput }
 
-/** What the form sends: the server fills every omitted section with its defaults. */
-export type JobSpecInput = Pick<JobSpec, 'name' | 'entrypoint'> & DeepPartial<Omit<JobSpec, 'name' | 'entrypoint'>>
-
-export const createJob = (spec: JobSpecInput) => api.post<JobDetail>('/api/jobs', spec)
+export const createJob = (spec: JobSpecInput) => dataOf(api.POST('/api/jobs', { body: spec }))
 
 export const useCreateJob = () => {
   const queryClient = useQueryClient()

@@ -1,12 +1,12 @@
 import { useQuery } from '@tanstack/react-query'
-import { api } from '../../../lib/api'
-import type { Checkpoint } from '../../../lib/types'
+import { api, dataOf } from '../../../lib/api'
 
 /** A job's committed checkpoints; `seen` (checkpoint events streamed so far) refetches on each new one. */
 export const useCheckpoints = (jobId: number, seen: number) =>
   useQuery({
     queryKey: ['jobs', jobId, 'checkpoints', seen] as const,
-    queryFn: ({ signal }) => api.get<Checkpoint[]>(`/api/jobs/${jobId}/checkpoints`, signal),
+    queryFn: ({ signal }) =>
+      dataOf(api.GET('/api/jobs/{job_id}/checkpoints', { params: { path: { job_id: jobId } }, signal })),
     placeholderData: (previous) => previous,
   })
 

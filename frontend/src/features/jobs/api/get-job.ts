@@ -1,11 +1,12 @@
 import { queryOptions, useQuery } from '@tanstack/react-query'
-import { api } from '../../../lib/api'
+import { api, dataOf } from '../../../lib/api'
 import { POLL_FALLBACK_MS } from '../../../lib/cluster-stream-status'
-import { LIVE_JOB_STATUSES, type JobDetail } from '../../../lib/types'
+import { LIVE_JOB_STATUSES } from '../../../lib/types'
 
 export const jobQueryKey = (id: number) => ['jobs', 'detail', id] as const
 
-export const getJob = (id: number, signal?: AbortSignal) => api.get<JobDetail>(`/api/jobs/${id}`, signal)
+export const getJob = (id: number, signal?: AbortSignal) =>
+  dataOf(api.GET('/api/jobs/{job_id}', { params: { path: { job_id: id } }, signal }))
 
 export const jobQueryOptions = (id: number) =>
   queryOptions({ queryKey: jobQueryKey(id), queryFn: ({ signal }) => getJob(id, signal) })

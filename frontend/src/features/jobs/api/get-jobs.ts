@@ -1,11 +1,10 @@
 import { queryOptions, useQuery } from '@tanstack/react-query'
-import { api } from '../../../lib/api'
+import { api, dataOf } from '../../../lib/api'
 import { POLL_FALLBACK_MS, useClusterStreamLive } from '../../../lib/cluster-stream-status'
-import type { JobSummary } from '../../../lib/types'
 
 export const jobsQueryKey = ['jobs', 'list'] as const
 
-export const getJobs = (signal?: AbortSignal) => api.get<JobSummary[]>('/api/jobs', signal)
+export const getJobs = (signal?: AbortSignal) => dataOf(api.GET('/api/jobs', { signal }))
 
 export const jobsQueryOptions = () =>
   queryOptions({ queryKey: jobsQueryKey, queryFn: ({ signal }) => getJobs(signal) })

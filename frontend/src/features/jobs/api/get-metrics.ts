@@ -1,6 +1,5 @@
 import { useQuery } from '@tanstack/react-query'
-import { api } from '../../../lib/api'
-import type { JobMetrics } from '../../../lib/types'
+import { api, dataOf } from '../../../lib/api'
 
 /** Buckets per series asked of the server: about one per pixel of a chart on a laptop screen. */
 export const HISTORY_POINTS = 600
@@ -12,6 +11,12 @@ export const HISTORY_POINTS = 600
 export const useMetricHistory = (jobId: number) =>
   useQuery({
     queryKey: ['jobs', jobId, 'metrics'] as const,
-    queryFn: ({ signal }) => api.get<JobMetrics>(`/api/jobs/${jobId}/metrics?points=${HISTORY_POINTS}`, signal),
+    queryFn: ({ signal }) =>
+      dataOf(
+        api.GET('/api/jobs/{job_id}/metrics', {
+          params: { path: { job_id: jobId }, query: { points: HISTORY_POINTS } },
+          signal,
+        }),
+      ),
     staleTime: Infinity,
   })

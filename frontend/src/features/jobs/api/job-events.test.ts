@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest'
-import type { JobEvent, MetricEvent } from '../../../lib/types'
+import type { JobEvent, LogEvent, MetricEvent } from '../../../lib/types'
 import { emptyJobEvents, LOG_LINE_CAP, mergeJobEvents } from './job-events'
 
-const metric = (id: number, step: number, attempt: number): MetricEvent =>
-  ({ id, job: 1, node: 1, node_rank: 0, rank: 0, attempt, ts: '2026-11-22T00:00:00Z', type: 'metric', step, loss: 1 }) as MetricEvent
+const metric = (id: number, step: number, attempt: number): MetricEvent => ({
+  id, job: 1, node: 1, node_rank: 0, rank: 0, attempt, seq: null, ts: '2026-11-22T00:00:00Z', type: 'metric', step, loss: 1,
+})
 
 describe('mergeJobEvents', () => {
   it('lets a recovered attempt replace the steps it redid, so the curve never runs backwards', () => {
@@ -21,12 +22,13 @@ describe('mergeJobEvents', () => {
 
 describe('mergeJobEvents keeps preflight and stall reports', () => {
   it('files them apart from logs and metrics', () => {
-    const base = { job: 1, node: 1, node_rank: 1, rank: null, attempt: 0, ts: '2026-11-22T00:00:00Z' }
-    const state = mergeJobEvents(emptyJobEvents(), [
+    const base = { job: 1, node: 1, node_rank: 1, rank: null, attempt: 0, seq: null, ts: '2026-11-22T00:00:00Z' }
+    const reports: JobEvent[] = [
       { ...base, id: 1, type: 'preflight', ok: false, error: 'cannot reach the master at 10.0.0.1:29500: no route to host' },
       { ...base, id: 2, rank: 1, type: 'stalled', step: 5, stalled_for: 8, timeout: 8, process_state: 'stopped',
         last_line: 'x', stack: 'Thread 1', hostname: 'h', on_stall: 'recover' },
-    ] as JobEvent[])
+    ]
+    const state = mergeJobEvents(emptyJobEvents(), reports)
     expect(state.preflight.map((e) => e.error)).toEqual(['cannot reach the master at 10.0.0.1:29500: no route to host'])
     expect(state.stalls.map((e) => [e.rank, e.step])).toEqual([[1, 5]])
     expect(state.logs).toEqual([])
@@ -34,19 +36,20 @@ describe('mergeJobEvents keeps preflight and stall reports', () => {
 })
 
 describe('mergeJobEvents keeps the timeline and a bounded log window', () => {
-  const base = { job: 1, node: 1, node_rank: 0, rank: 0, attempt: 0, ts: '2026-11-22T00:00:00Z' }
+  const base = { job: 1, node: 1, node_rank: 0, rank: 0, attempt: 0, seq: null, ts: '2026-11-22T00:00:00Z' }
 
   it('keeps state transitions in order', () => {
-    const state = mergeJobEvents(emptyJobEvents(), [
+    const transitions: JobEvent[] = [
       { ...base, id: 1, type: 'state', scope: 'job', previous: 'queued', status: 'running', reason: '' },
       { ...base, id: 2, type: 'state', scope: 'node', previous: 'running', status: 'failed', reason: 'exit code 1' },
-    ] as JobEvent[])
+    ]
+    const state = mergeJobEvents(emptyJobEvents(), transitions)
     expect(state.states.map((e) => e.status)).toEqual(['running', 'failed'])
   })
 
   it('drops the oldest lines past the window and says it did', () => {
     const lines = (from: number, count: number) =>
-      Array.from({ length: count }, (_, i) => ({ ...base, id: from + i, type: 'log', stream: 'stdout', line: `l${from + i}` })) as JobEvent[]
+      Array.from({ length: count }, (_, i): LogEvent => ({ ...base, id: from + i, type: 'log', stream: 'stdout', line: `l${from + i}` }))
     let state = mergeJobEvents(emptyJobEvents(), lines(1, LOG_LINE_CAP))
     expect(state.logsTrimmed).toBe(false)
     state = mergeJobEvents(state, lines(LOG_LINE_CAP + 1, 10))

@@ -1,9 +1,8 @@
 import { useMutation, useQueryClient } from '@tanstack/react-query'
-import { api } from '../../../lib/api'
-import type { JobDetail } from '../../../lib/types'
+import { api, dataOf } from '../../../lib/api'
 import { setJobDetail } from './cache'
 
-export const stopJob = (id: number) => api.post<JobDetail>(`/api/jobs/${id}/stop`)
+export const stopJob = (id: number) => dataOf(api.POST('/api/jobs/{job_id}/stop', { params: { path: { job_id: id } } }))
 
 export const useStopJob = () => {
   const queryClient = useQueryClient()

@@ -4,7 +4,7 @@ import type { PreflightEvent, StalledEvent } from '../../../lib/types'
 import { jobDetail } from '../../../test/fixtures'
 import { HealthPanel } from './HealthPanel'
 
-const base = { job: 1, node: 1, rank: null, attempt: 1, ts: '2026-11-22T00:00:00Z' }
+const base = { job: 1, node: 1, rank: null, attempt: 1, seq: null, ts: '2026-11-22T00:00:00Z' }
 
 describe('HealthPanel', () => {
   it('shows nothing until a node has something to say', () => {

@@ -2,15 +2,15 @@ import { act, screen, waitFor, within } from '@testing-library/react'
 import { describe, expect, it, vi } from 'vitest'
 import { ClusterStreamProvider } from '../../../app/ClusterStreamProvider'
 import { FakeWebSocket } from '../../../test/fake-websocket'
-import { jobSummary } from '../../../test/fixtures'
+import { jobSummary, progress } from '../../../test/fixtures'
 import { json, mockFetch } from '../../../test/http'
 import { renderWithProviders } from '../../../test/render'
 import { JobsPanel } from './JobsPanel'
 
 const jobs = [
-  jobSummary({ id: 3, name: 'gpt-small', status: 'running', progress: { step: 120, total_steps: 500, throughput: 812.5, loss: 1.2, eta_seconds: 40 } }),
+  jobSummary({ id: 3, name: 'gpt-small', status: 'running', progress: progress({ step: 120, total_steps: 500, throughput: 812.5, loss: 1.2, eta_seconds: 40 }) }),
   jobSummary({ id: 2, name: 'mlp-a', status: 'failed', status_reason: 'node 1 lost', attempt: 3 }),
-  jobSummary({ id: 1, name: 'mlp-b', status: 'queued', world_size: null, progress: { step: null, total_steps: null, throughput: null, loss: null, eta_seconds: null } }),
+  jobSummary({ id: 1, name: 'mlp-b', status: 'queued', world_size: null, progress: progress() }),
 ]
 
 function row(name: string) {

@@ -10,7 +10,7 @@ const BOX_HEIGHT = 460
 withElementSize(900, BOX_HEIGHT)
 
 function line(id: number, text: string, rank = id % 4, stream: LogEvent['stream'] = 'stdout'): LogEvent {
-  return { id, job: 5, node: 51, node_rank: rank >> 1, rank, type: 'log', ts: '2025-01-01T10:00:00Z', stream, line: text }
+  return { id, job: 5, node: 51, node_rank: rank >> 1, rank, attempt: 0, seq: null, type: 'log', ts: '2025-01-01T10:00:00Z', stream, line: text }
 }
 
 /** "[rank N] text" of each row in the DOM, top to bottom. */

@@ -1,15 +1,12 @@
 import { useMemo } from 'react'
 import { LineChart } from '../../../components/LineChart'
-import { formatLoss, formatNumber } from '../../../lib/format'
+import { metricFormatter } from '../../../lib/format'
 import type { MetricEvent } from '../../../lib/types'
 import { useMetricHistory } from '../api/get-metrics'
 import { metricNames, primarySeries, seriesFor } from '../metric-series'
 
-const formatterFor = (name: string) =>
-  name === 'loss' ? formatLoss : name === 'throughput' ? (y: number) => formatNumber(y, 1) : (y: number) => formatNumber(y, 3)
-
 function MetricChart({ name, series }: { name: string; series: ReturnType<typeof seriesFor> }) {
-  const format = formatterFor(name)
+  const format = metricFormatter(name)
   const last = series.at(-1)?.points.at(-1)?.y
   return (
     <div className="metric-block" data-metric={name}>

@@ -2,6 +2,7 @@ import { Field } from '../../../components/Field'
 import { FieldErrors } from '../../../components/FieldErrors'
 import { useMachines } from '../../machines/api/get-machines'
 import { freeGpus, isPlaceable, type NewJobFormState } from '../new-job-spec'
+import { SaveDefaultsButton } from './SaveDefaultsButton'
 
 type NumberKey = 'nodes' | 'procs_per_node' | 'gpus_per_node' | 'min_gpu_memory_gb' | 'max_restarts'
 
@@ -96,6 +97,7 @@ export function NewJobDistributedFields({ form, errors, onChange }: Props) {
         ))}
       </fieldset>
       {form.selection === 'manual' && <MachinePicker form={form} errors={errors} onChange={onChange} />}
+      <SaveDefaultsButton form={form} />
     </fieldset>
   )
 }

@@ -5,9 +5,10 @@ import { FieldErrors } from '../../../components/FieldErrors'
 import { isApiError } from '../../../lib/api'
 import type { JobDetail } from '../../../lib/types'
 import { useCreateJob, type JobSpecInput } from '../api/create-job'
+import { useDistributedPreferences } from '../api/distributed-preferences'
 import { useRecipes } from '../api/get-recipes'
 import { usePlanJob } from '../api/plan-job'
-import { buildSpec, initialFormState, type NewJobFormState } from '../new-job-spec'
+import { buildSpec, initialFormState, withPreferences, type NewJobFormState } from '../new-job-spec'
 import { errorsByField, planRefusalOf } from './new-job-errors'
 import { NewJobDistributedFields } from './NewJobDistributedFields'
 import { NewJobExtraFields } from './NewJobExtraFields'
@@ -37,6 +38,14 @@ export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
   const projects = useMe().data?.projects ?? []
   const [form, setForm] = useState<NewJobFormState>(initialFormState)
   const change = (patch: Partial<NewJobFormState>) => setForm((f) => ({ ...f, ...patch }))
+  // The user's saved distributed defaults fill the form once, as they arrive; never saved, the
+  // built-in ones stay. A later "Save as my defaults" changes the next form, not this one.
+  const preferences = useDistributedPreferences().data
+  const [prefilled, setPrefilled] = useState(false)
+  if (preferences && !prefilled) {
+    setPrefilled(true)
+    if (preferences.updated_at) setForm((f) => withPreferences(f, preferences))
+  }
   const set = (key: 'name' | 'project' | 'entrypoint' | 'steps' | 'batch_size' | 'lr' | 'scaling') =>
     (e: { target: { value: string } }) => change({ [key]: e.target.value })
 

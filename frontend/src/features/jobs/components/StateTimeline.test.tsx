@@ -1,12 +1,16 @@
 import { render, screen, within } from '@testing-library/react'
 import { describe, expect, it } from 'vitest'
-import type { StalledEvent, StateEvent } from '../../../lib/types'
+import type { JobStatus, NodeStatus, StalledEvent, StateEvent } from '../../../lib/types'
 import { StateTimeline } from './StateTimeline'
 
-const base = { job: 5, rank: null, ts: '2025-01-01T10:00:00Z' }
+const base = { job: 5, rank: null, seq: null, ts: '2025-01-01T10:00:00Z' }
 
-function state(id: number, scope: 'job' | 'node', previous: string, status: string, reason = '', attempt = 0, nodeRank: number | null = null): StateEvent {
-  return { ...base, id, node: nodeRank == null ? null : 50 + nodeRank, node_rank: nodeRank, attempt, type: 'state', scope, previous, status, reason }
+function jobState(id: number, previous: JobStatus, status: JobStatus, reason = '', attempt = 0): StateEvent {
+  return { ...base, id, node: null, node_rank: null, attempt, type: 'state', scope: 'job', previous, status, reason }
+}
+
+function nodeState(id: number, nodeRank: number, previous: NodeStatus, status: NodeStatus, reason = '', attempt = 0): StateEvent {
+  return { ...base, id, node: 50 + nodeRank, node_rank: nodeRank, attempt, type: 'state', scope: 'node', previous, status, reason }
 }
 
 const stall: StalledEvent = {
@@ -17,11 +21,11 @@ const stall: StalledEvent = {
 describe('StateTimeline', () => {
   it('lists every job and node transition with its reason, oldest first, recoveries and stalls marked', () => {
     const states = [
-      state(1, 'job', 'queued', 'running', 'dispatched to 2 nodes'),
-      state(3, 'node', 'running', 'failed', 'exit code 1', 0, 1),
-      state(7, 'job', 'running', 'recovering', 'node 1 failed: exit code 1'),
-      state(9, 'job', 'recovering', 'running', 'resumed from step 40', 1),
-      state(12, 'job', 'running', 'completed', '', 1),
+      jobState(1, 'queued', 'running', 'dispatched to 2 nodes'),
+      nodeState(3, 1, 'running', 'failed', 'exit code 1'),
+      jobState(7, 'running', 'recovering', 'node 1 failed: exit code 1'),
+      jobState(9, 'recovering', 'running', 'resumed from step 40', 1),
+      jobState(12, 'running', 'completed', '', 1),
     ]
     render(<StateTimeline states={states} stalls={[stall]} />)
     const items = within(screen.getByRole('list', { name: 'Transitions' })).getAllByRole('listitem')

@@ -1,68 +1,76 @@
-import { useState, type FormEvent } from 'react'
+import { useMemo, useState, type FormEvent } from 'react'
 import { Field } from '../../../components/Field'
 import { FieldErrors } from '../../../components/FieldErrors'
+import { OneTimeSecret } from '../../../components/OneTimeSecret'
 import { flattenFieldErrors, isApiError } from '../../../lib/api'
-import type { MachineCreated } from '../../../lib/types'
+import type { Machine } from '../../../lib/types'
 import { agentCommand, useCreateMachine } from '../api/create-machine'
+import { hasErrors, parseLabels, validateAddMachine, type AddMachineInput } from './add-machine-validation'
 
-/** Shown once after registering: the token is not retrievable later. */
-function AgentCommand({ machine, onDone }: { machine: MachineCreated; onDone: () => void }) {
-  const command = agentCommand(window.location.origin, machine.token)
-  const [copied, setCopied] = useState(false)
-  const copy = () => {
-    // navigator.clipboard exists only on secure origins (https or localhost).
-    navigator.clipboard?.writeText(command).then(
-      () => setCopied(true),
-      () => setCopied(false),
+type Touched = Partial<Record<keyof AddMachineInput, boolean>>
+
+export function AddMachineForm({ machines, onClose }: { machines: readonly Machine[]; onClose: () => void }) {
+  const create = useCreateMachine()
+  const [input, setInput] = useState<AddMachineInput>({ name: '', host: '', labels: '' })
+  // A field's problems show once something was typed in it (or it was left, or Add was pressed), not
+  // before: an empty form is not wrong yet.
+  const [touched, setTouched] = useState<Touched>({})
+  const takenNames = useMemo(() => new Set(machines.map((m) => m.name)), [machines])
+
+  if (create.data) {
+    const machine = create.data
+    return (
+      <OneTimeSecret secret={agentCommand(window.location.origin, machine.token)} onDone={onClose}>
+        Machine <strong>{machine.name}</strong> added. Run this on it to start its agent and join the cluster. The
+        token is shown only once:
+      </OneTimeSecret>
     )
   }
-  return (
-    <div className="notice" role="status">
-      <p>
-        Machine <strong>{machine.name}</strong> registered. Run this on it to start its agent. The token is shown
-        only once:
-      </p>
-      <pre className="command">{command}</pre>
-      <div className="row">
-        {typeof navigator !== 'undefined' && navigator.clipboard && (
-          <button type="button" onClick={copy}>
-            {copied ? 'Copied' : 'Copy'}
-          </button>
-        )}
-        <button type="button" onClick={onDone}>
-          Done
-        </button>
-      </div>
-    </div>
-  )
-}
 
-export function AddMachineForm({ onClose }: { onClose: () => void }) {
-  const create = useCreateMachine()
-  const [name, setName] = useState('')
-  const [host, setHost] = useState('')
-
-  if (create.data) return <AgentCommand machine={create.data} onDone={onClose} />
-
-  const errors =
+  const local = validateAddMachine(input, takenNames)
+  const server =
     create.error && isApiError(create.error) && create.error.status === 400
       ? flattenFieldErrors(create.error.body)
       : create.error
         ? { '': [create.error.message] }
         : {}
+  const errorsOf = (field: keyof AddMachineInput) => (touched[field] ? local[field] : undefined) ?? server[field]
+
+  const edit = (field: keyof AddMachineInput) => (value: string) => {
+    setInput((old) => ({ ...old, [field]: value }))
+    setTouched((old) => ({ ...old, [field]: true }))
+    // The server's answer was about what was there before.
+    if (create.error) create.reset()
+  }
+  const leave = (field: keyof AddMachineInput) => () => setTouched((old) => ({ ...old, [field]: true }))
 
   const onSubmit = (event: FormEvent<HTMLFormElement>) => {
     event.preventDefault()
-    create.mutate({ name: name.trim(), host: host.trim() })
+    setTouched({ name: true, host: true, labels: true })
+    if (hasErrors(local)) return
+    create.mutate({ name: input.name.trim(), host: input.host.trim(), labels: parseLabels(input.labels).labels })
   }
 
+  const inputProps = (field: keyof AddMachineInput) => ({
+    name: field,
+    value: input[field],
+    onChange: (e: { target: { value: string } }) => edit(field)(e.target.value),
+    onBlur: leave(field),
+    'aria-invalid': errorsOf(field)?.length ? true : undefined,
+    autoComplete: 'off',
+    spellCheck: false,
+  })
+
   return (
-    <form className="inline-form" onSubmit={onSubmit} aria-label="Add machine">
-      <Field label="Name" errors={errors.name}>
-        <input name="name" required value={name} onChange={(e) => setName(e.target.value)} placeholder="gpu-01" />
+    <form className="inline-form add-machine-form" onSubmit={onSubmit} aria-label="Add machine" noValidate>
+      <Field label="Name" errors={errorsOf('name')}>
+        <input {...inputProps('name')} maxLength={100} placeholder="gpu-01" />
       </Field>
-      <Field label="Host" errors={errors.host}>
-        <input name="host" required value={host} onChange={(e) => setHost(e.target.value)} placeholder="10.0.0.12" />
+      <Field label="Host" errors={errorsOf('host')}>
+        <input {...inputProps('host')} maxLength={255} placeholder="10.0.0.12" />
+      </Field>
+      <Field label="Labels" errors={errorsOf('labels')}>
+        <input {...inputProps('labels')} placeholder="rack=3, gpu=a100" />
       </Field>
       <div className="form-actions">
         <button type="submit" className="primary" disabled={create.isPending}>
@@ -72,7 +80,10 @@ export function AddMachineForm({ onClose }: { onClose: () => void }) {
           Cancel
         </button>
       </div>
-      <FieldErrors messages={errors['']} block />
+      <p className="form-hint">
+        The host is the address the other machines reach it at. Adding it gives a command to run there, with its token.
+      </p>
+      <FieldErrors messages={server['']} block />
     </form>
   )
 }

@@ -1,75 +1,297 @@
-import { screen, within } from '@testing-library/react'
+import { act, screen, waitFor, within } from '@testing-library/react'
 import userEvent from '@testing-library/user-event'
-import { describe, expect, it, vi } from 'vitest'
+import { describe, expect, it } from 'vitest'
+import { applyClusterMessage } from '../../../app/cluster-stream'
 import { machine } from '../../../test/fixtures'
 import { csrfRoute, json, mockFetch } from '../../../test/http'
 import { renderWithProviders } from '../../../test/render'
+import type { Machine } from '../../../lib/types'
 import { MachinesPanel } from './MachinesPanel'
 
+const staff = { 'GET /api/auth/me': () => json({ username: 'ada', is_staff: true, projects: ['default'] }) }
+const viewer = { 'GET /api/auth/me': () => json({ username: 'vic', is_staff: false, projects: [] }) }
+
+function gpuMachine(overrides: Partial<Machine> = {}): Machine {
+  return machine({
+    id: 2,
+    name: 'beta',
+    host: '10.0.0.12',
+    capabilities: {
+      cpu_count: 32,
+      memory: 128 * 1024 ** 3,
+      gpu_count: 2,
+      gpu_memory: 2 * 81920,
+      gpus: [
+        { index: 0, name: 'A100', memory_mb: 81920 },
+        { index: 1, name: 'A100', memory_mb: 81920 },
+      ],
+    },
+    current_load: { cpu_usage: 55, memory_usage: 71, gpu_usage: [93, 4] },
+    labels: { rack: '3', zone: 'b' },
+    ...overrides,
+  })
+}
+
+const row = (name: string) => screen.getByRole('row', { name })
+
 describe('machines', () => {
-  it('lists machines and, after adding one, shows its one-time agent command', async () => {
-    const registered = [machine()]
-    const beta = machine({ id: 2, name: 'beta', host: '10.0.0.12', status: 'pending', capabilities: {}, current_load: {}, last_heartbeat: null })
-    const requests = mockFetch({
-      ...csrfRoute(),
-      'GET /api/machines': () => json(registered),
-      'POST /api/machines': () => {
-        registered.push(beta)
-        return json({ ...beta, token: 'tok-secret' }, 201)
-      },
-    })
-    renderWithProviders(<MachinesPanel />)
+  it('shows each machine: status, capabilities, CPU / memory / per-GPU bars, heartbeat and labels; the stream keeps them live', async () => {
+    mockFetch({ ...csrfRoute(), ...staff, 'GET /api/machines': () => json([machine(), gpuMachine()]) })
+    const { client } = renderWithProviders(<MachinesPanel />)
 
-    const alphaRow = (await screen.findByText('alpha')).closest('tr')!
-    expect(within(alphaRow).getByText('online')).toHaveClass('badge-online')
-    expect(within(alphaRow).getByText('10.0.0.11')).toBeInTheDocument()
-    expect(within(alphaRow).getByText('64.0')).toBeInTheDocument()
+    const alpha = await screen.findByRole('row', { name: 'alpha' })
+    expect(within(alpha).getByText('online')).toHaveClass('badge-online')
+    expect(within(alpha).getByText('10.0.0.11')).toBeInTheDocument()
+    expect(within(alpha).getByText('16 CPUs · 64.0 GiB')).toBeInTheDocument()
+    expect(within(alpha).getByText('no GPUs')).toBeInTheDocument()
+    expect(within(alpha).getByText('just now')).toBeInTheDocument()
 
-    const user = userEvent.setup()
-    await user.click(screen.getByRole('button', { name: 'Add machine' }))
-    await user.type(screen.getByLabelText('Name'), 'beta')
-    await user.type(screen.getByLabelText('Host'), '10.0.0.12')
-    await user.click(screen.getByRole('button', { name: 'Add' }))
+    const beta = row('beta')
+    expect(within(beta).getByText('2 × A100 · 80 GiB each')).toBeInTheDocument()
+    expect(within(beta).getByTitle('CPU 55%')).toBeInTheDocument()
+    expect(within(beta).getByTitle('Memory 71%')).toBeInTheDocument()
+    expect(within(beta).getByTitle('GPU 0 (A100) 93%')).toBeInTheDocument()
+    expect(within(beta).getByTitle('GPU 1 (A100) 4%')).toBeInTheDocument()
+    expect(within(within(beta).getByRole('list', { name: 'Labels' })).getAllByRole('listitem').map((li) => li.textContent)).toEqual([
+      'rack=3',
+      'zone=b',
+    ])
 
-    expect(await screen.findByText(`torchyard agent --server ${window.location.origin} --token tok-secret`)).toBeInTheDocument()
-    expect(requests.find((r) => r.method === 'POST')!.body).toEqual({ name: 'beta', host: '10.0.0.12' })
-    // The new (pending, not yet reporting) machine is in the table too.
-    expect(within(screen.getByText('beta', { selector: 'td' }).closest('tr')!).getByText('pending')).toBeInTheDocument()
-
-    await user.click(screen.getByRole('button', { name: 'Done' }))
-    expect(screen.queryByText(/tok-secret/)).not.toBeInTheDocument()
+    // A cluster-stream snapshot replaces the numbers in place.
+    act(() =>
+      applyClusterMessage(client, {
+        type: 'machines',
+        machines: [machine(), gpuMachine({ current_load: { cpu_usage: 12, memory_usage: 71, gpu_usage: [50, 60] } })],
+      }),
+    )
+    expect(await within(row('beta')).findByTitle('CPU 12%')).toBeInTheDocument()
+    expect(within(row('beta')).getByTitle('GPU 1 (A100) 60%')).toBeInTheDocument()
   })
 
   it("shows which projects take each machine's GPUs and processes", async () => {
     mockFetch({
       ...csrfRoute(),
+      ...staff,
       'GET /api/machines': () =>
-        json([
-          machine({ usage: [{ project: 'nlp', gpus: 0, processes: 1 }, { project: 'vision', gpus: 2, processes: 4 }] }),
-          machine({ id: 2, name: 'beta' }),
-        ]),
+        json([machine({ usage: [{ project: 'nlp', gpus: 0, processes: 1 }, { project: 'vision', gpus: 2, processes: 4 }] }), gpuMachine()]),
     })
     renderWithProviders(<MachinesPanel />)
-    const alphaRow = (await screen.findByText('alpha')).closest('tr')!
-    expect(within(alphaRow).getByText('nlp: 1 process; vision: 2 GPUs, 4 processes')).toBeInTheDocument()
-    expect(within(screen.getByText('beta').closest('tr')!).getByText('—')).toBeInTheDocument()
+    expect(within(await screen.findByRole('row', { name: 'alpha' })).getByText('nlp: 1 process; vision: 2 GPUs, 4 processes')).toBeInTheDocument()
+    expect(within(row('beta')).getByText('—', { selector: 'td' })).toBeInTheDocument()
   })
 
-  it('deletes a machine only after confirmation', async () => {
+  it('pings a machine and shows the round trip, or that its agent did not answer', async () => {
+    const pingOut = (id: number, rtt: number | null) => ({
+      machine_id: id,
+      name: id === 1 ? 'alpha' : 'beta',
+      reachable: rtt != null,
+      rtt_ms: rtt,
+      timeout_s: 5,
+      detail: rtt != null ? `answered in ${rtt} ms` : 'no answer from its agent within 5 s',
+      status: 'online',
+      last_heartbeat: null,
+    })
     const requests = mockFetch({
       ...csrfRoute(),
-      'GET /api/machines': () => json([machine()]),
-      'DELETE /api/machines/1': () => new Response(null, { status: 204 }),
+      ...staff,
+      'GET /api/machines': () => json([machine(), gpuMachine()]),
+      'POST /api/network/machines/1/ping': () => json(pingOut(1, 2.137)),
+      'POST /api/network/machines/2/ping': () => json(pingOut(2, null)),
     })
-    const confirm = vi.spyOn(window, 'confirm').mockReturnValueOnce(false).mockReturnValueOnce(true)
     renderWithProviders(<MachinesPanel />)
     const user = userEvent.setup()
-    await user.click(await screen.findByRole('button', { name: 'Delete' }))
+    await user.click(await screen.findByRole('button', { name: 'Ping alpha' }))
+    expect(await within(row('alpha')).findByText('2.1 ms')).toHaveClass('rtt-ok')
+    expect(within(row('beta')).getByLabelText('Round trip')).toHaveTextContent('—')
+
+    await user.click(screen.getByRole('button', { name: 'Ping beta' }))
+    const timeout = await within(row('beta')).findByText('no answer')
+    expect(timeout).toHaveAttribute('title', 'no answer from its agent within 5 s')
+    expect(requests.filter((r) => r.method === 'POST' && r.path.endsWith('/ping')).map((r) => r.path)).toEqual([
+      '/api/network/machines/1/ping',
+      '/api/network/machines/2/ping',
+    ])
+  })
+
+  it('drains a machine and undrains it', async () => {
+    let alpha = machine()
+    const requests = mockFetch({
+      ...csrfRoute(),
+      ...staff,
+      'GET /api/machines': () => json([alpha]),
+      'PATCH /api/machines/1': (request) => {
+        const status = (request.body as { status: 'draining' | 'online' }).status
+        alpha = machine({ status, drained: status === 'draining' })
+        return json(alpha)
+      },
+    })
+    renderWithProviders(<MachinesPanel />)
+    const user = userEvent.setup()
+    await user.click(await screen.findByRole('button', { name: 'Drain alpha' }))
+    expect(await within(row('alpha')).findByText('draining')).toHaveClass('badge-draining')
+
+    await user.click(screen.getByRole('button', { name: 'Undrain alpha' }))
+    expect(await within(row('alpha')).findByText('online')).toHaveClass('badge-online')
+    expect(screen.getByRole('button', { name: 'Drain alpha' })).toBeInTheDocument()
+    expect(requests.filter((r) => r.method === 'PATCH').map((r) => r.body)).toEqual([{ status: 'draining' }, { status: 'online' }])
+  })
+
+  it('removes a machine only after asking, and Cancel (or Escape) keeps it', async () => {
+    const requests = mockFetch({
+      ...csrfRoute(),
+      ...staff,
+      'GET /api/machines': () => json([machine(), gpuMachine()]),
+      'DELETE /api/machines/2': () => new Response(null, { status: 204 }),
+    })
+    renderWithProviders(<MachinesPanel />)
+    const user = userEvent.setup()
+    await user.click(await screen.findByRole('button', { name: 'Remove beta' }))
+    const confirm = screen.getByRole('group', { name: 'Remove beta?' })
+    // Focus goes to Cancel: Enter right away keeps the machine.
+    expect(within(confirm).getByRole('button', { name: 'Cancel' })).toHaveFocus()
+    await user.keyboard('{Enter}')
+    expect(screen.queryByRole('group', { name: 'Remove beta?' })).not.toBeInTheDocument()
+    expect(screen.getByRole('button', { name: 'Remove beta' })).toHaveFocus()
+
+    await user.keyboard('{Enter}')
+    await user.keyboard('{Escape}')
+    expect(screen.queryByRole('group', { name: 'Remove beta?' })).not.toBeInTheDocument()
     expect(requests.some((r) => r.method === 'DELETE')).toBe(false)
 
-    await user.click(screen.getByRole('button', { name: 'Delete' }))
-    await vi.waitFor(() => expect(screen.queryByText('alpha')).not.toBeInTheDocument())
-    expect(confirm).toHaveBeenCalledTimes(2)
-    expect(requests.filter((r) => r.method === 'DELETE').map((r) => r.path)).toEqual(['/api/machines/1'])
+    await user.click(screen.getByRole('button', { name: 'Remove beta' }))
+    await user.click(within(screen.getByRole('group', { name: 'Remove beta?' })).getByRole('button', { name: 'Remove beta' }))
+    await waitForRowGone('beta')
+    expect(row('alpha')).toBeInTheDocument()
+    expect(requests.filter((r) => r.method === 'DELETE').map((r) => r.path)).toEqual(['/api/machines/2'])
+  })
+
+  it('offers to stop the nodes when the machine still runs some (409)', async () => {
+    const requests = mockFetch({
+      ...csrfRoute(),
+      ...staff,
+      'GET /api/machines': () => json([machine()]),
+      'DELETE /api/machines/1': (request) =>
+        request.url.searchParams.get('force') === 'true'
+          ? new Response(null, { status: 204 })
+          : json({ detail: 'alpha runs nodes of live jobs: #7.', live_nodes: [] }, 409),
+    })
+    renderWithProviders(<MachinesPanel />)
+    const user = userEvent.setup()
+    await user.click(await screen.findByRole('button', { name: 'Remove alpha' }))
+    const confirm = screen.getByRole('group', { name: 'Remove alpha?' })
+    await user.click(within(confirm).getByRole('button', { name: 'Remove alpha' }))
+    expect(await within(confirm).findByRole('alert')).toHaveTextContent('alpha runs nodes of live jobs: #7.')
+    await user.click(within(confirm).getByRole('button', { name: 'Stop its nodes and remove' }))
+    await waitForRowGone('alpha')
+    expect(requests.filter((r) => r.method === 'DELETE').map((r) => r.url.search)).toEqual(['', '?force=true'])
+  })
+
+  it("health check all shows each machine's result and how many answered", async () => {
+    mockFetch({
+      ...csrfRoute(),
+      ...staff,
+      'GET /api/machines': () => json([machine(), gpuMachine()]),
+      'POST /api/network/health-check': () =>
+        json({
+          results: [
+            { machine_id: 1, name: 'alpha', reachable: true, rtt_ms: 14.6, status: 'online' },
+            { machine_id: 2, name: 'beta', reachable: false, rtt_ms: null, status: 'online' },
+          ],
+          healthy: 1,
+          total: 2,
+        }),
+    })
+    renderWithProviders(<MachinesPanel />)
+    const user = userEvent.setup()
+    await user.click(await screen.findByRole('button', { name: 'Health check all' }))
+    expect(await screen.findByText('1 of 2 answered')).toBeInTheDocument()
+    expect(within(row('alpha')).getByLabelText('Round trip')).toHaveTextContent('15 ms')
+    expect(within(row('beta')).getByLabelText('Round trip')).toHaveTextContent('no answer')
+  })
+
+  it('a viewer sees the machines, may ping them, and gets no add, drain or remove', async () => {
+    const requests = mockFetch({ ...csrfRoute(), ...viewer, 'GET /api/machines': () => json([machine({ drained: true, status: 'draining' })]) })
+    renderWithProviders(<MachinesPanel />)
+    const alpha = await screen.findByRole('row', { name: 'alpha' })
+    expect(within(alpha).getByRole('button', { name: 'Ping alpha' })).toBeInTheDocument()
+    expect(screen.getByRole('button', { name: 'Health check all' })).toBeInTheDocument()
+    // Staff-ness comes from /api/auth/me: its answer is in before what is absent is checked.
+    await waitFor(() => expect(requests.some((r) => r.path === '/api/auth/me')).toBe(true))
+    await act(() => new Promise((resolve) => setTimeout(resolve, 10)))
+    expect(screen.queryByRole('button', { name: /^(Drain|Undrain|Remove) alpha$/ })).not.toBeInTheDocument()
+    expect(screen.queryByRole('button', { name: 'Add machine' })).not.toBeInTheDocument()
+  })
+
+  it('validates the add form as the user types, then shows the join command once with a copy button', async () => {
+    const registered = [machine()]
+    const gamma = machine({ id: 3, name: 'gamma', host: 'gpu-3.lab', status: 'pending', capabilities: {}, current_load: {}, last_heartbeat: null, labels: { rack: '3' } })
+    const requests = mockFetch({
+      ...csrfRoute(),
+      ...staff,
+      'GET /api/machines': () => json(registered),
+      'POST /api/machines': () => {
+        registered.push(gamma)
+        return json({ ...gamma, token: 'tok-secret', agent_command: 'torchyard agent --server http://x --token tok-secret' }, 201)
+      },
+    })
+    renderWithProviders(<MachinesPanel />)
+    const user = userEvent.setup()
+    await user.click(await screen.findByRole('button', { name: 'Add machine' }))
+    const form = screen.getByRole('form', { name: 'Add machine' })
+    const name = within(form).getByLabelText('Name')
+    const host = within(form).getByLabelText('Host')
+
+    // Nothing is wrong before anything was typed.
+    expect(within(form).queryByRole('alert')).not.toBeInTheDocument()
+    await user.type(name, 'alpha')
+    expect(within(form).getByRole('alert')).toHaveTextContent("a machine named 'alpha' already exists.")
+    expect(name).toHaveAttribute('aria-invalid', 'true')
+    await user.clear(name)
+    await user.type(name, '-gam ma')
+    expect(within(form).getByRole('alert')).toHaveTextContent("letters, digits, '.', '_' and '-' only")
+    await user.clear(name)
+    await user.type(name, 'gamma')
+    expect(within(form).queryByRole('alert')).not.toBeInTheDocument()
+    expect(name).not.toHaveAttribute('aria-invalid')
+
+    await user.type(host, 'gpu 3')
+    expect(within(form).getByRole('alert')).toHaveTextContent('a hostname or an IP address')
+    await user.clear(host)
+    expect(within(form).getByRole('alert')).toHaveTextContent('required')
+    await user.type(host, 'gpu-3.lab')
+    await user.type(within(form).getByLabelText('Labels'), 'rack')
+    expect(within(form).getByRole('alert')).toHaveTextContent('"rack" is not key=value.')
+    await user.type(within(form).getByLabelText('Labels'), '=3')
+    expect(within(form).queryByRole('alert')).not.toBeInTheDocument()
+
+    await user.click(within(form).getByRole('button', { name: 'Add' }))
+    const command = `torchyard agent --server ${window.location.origin} --token tok-secret`
+    expect(await screen.findByText(command)).toBeInTheDocument()
+    expect(requests.find((r) => r.method === 'POST')!.body).toEqual({ name: 'gamma', host: 'gpu-3.lab', labels: { rack: '3' } })
+    await user.click(screen.getByRole('button', { name: 'Copy' }))
+    expect(await navigator.clipboard.readText()).toBe(command) // user-event's clipboard
+    expect(await screen.findByRole('button', { name: 'Copied' })).toBeInTheDocument()
+    // The new (pending, not yet reporting) machine is in the table too.
+    expect(within(row('gamma')).getByText('pending')).toBeInTheDocument()
+    expect(within(row('gamma')).getByText('not reported yet')).toBeInTheDocument()
+
+    await user.click(screen.getByRole('button', { name: 'Done' }))
+    expect(screen.queryByText(/tok-secret/)).not.toBeInTheDocument()
+  })
+
+  it('sends nothing while the form is wrong: Add shows every problem at once', async () => {
+    const requests = mockFetch({ ...csrfRoute(), ...staff, 'GET /api/machines': () => json([machine()]) })
+    renderWithProviders(<MachinesPanel />)
+    const user = userEvent.setup()
+    await user.click(await screen.findByRole('button', { name: 'Add machine' }))
+    const form = screen.getByRole('form', { name: 'Add machine' })
+    await user.click(within(form).getByRole('button', { name: 'Add' }))
+    expect(within(form).getAllByRole('alert').map((a) => a.textContent)).toEqual([
+      'required.',
+      'required: the address the other machines reach it at.',
+    ])
+    expect(requests.some((r) => r.method === 'POST')).toBe(false)
   })
 })
+
+const waitForRowGone = (name: string) => waitFor(() => expect(screen.queryByRole('row', { name })).not.toBeInTheDocument())

@@ -1,17 +1,15 @@
 import { useMutation, useQueryClient } from '@tanstack/react-query'
-import { api } from '../../../lib/api'
+import { api, dataOf } from '../../../lib/api'
+import type { components } from '../../../lib/api-schema'
 import { tokensQueryKey, type ApiToken } from './get-tokens'
 
-export interface TokenCreate {
-  name: string
-  /** Omitted: the token never expires. */
-  expires_in_days?: number
-}
+/** `expires_in_days` omitted: the token never expires. */
+export type TokenCreate = components['schemas']['TokenSpecIn']
 
 /** The answer to a creation: the only time the token itself is ever shown. */
-export type ApiTokenCreated = ApiToken & { token: string; username: string }
+export type ApiTokenCreated = components['schemas']['ApiTokenCreatedOut']
 
-export const createToken = (input: TokenCreate) => api.post<ApiTokenCreated>('/api/auth/tokens', input)
+export const createToken = (input: TokenCreate) => dataOf(api.POST('/api/auth/tokens', { body: input }))
 
 export const useCreateToken = () => {
   const queryClient = useQueryClient()

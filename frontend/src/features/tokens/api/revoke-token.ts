@@ -1,8 +1,9 @@
 import { useMutation, useQueryClient } from '@tanstack/react-query'
-import { api } from '../../../lib/api'
+import { api, dataOf } from '../../../lib/api'
 import { tokensQueryKey, type ApiToken } from './get-tokens'
 
-export const revokeToken = (id: number) => api.delete(`/api/auth/tokens/${id}`)
+export const revokeToken = (id: number) =>
+  dataOf(api.DELETE('/api/auth/tokens/{token_id}', { params: { path: { token_id: id } } }))
 
 export const useRevokeToken = () => {
   const queryClient = useQueryClient()

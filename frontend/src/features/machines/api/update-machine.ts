@@ -1,0 +1,21 @@
+import { useMutation, useQueryClient } from '@tanstack/react-query'
+import { api, dataOf } from '../../../lib/api'
+import type { Machine } from '../../../lib/types'
+import { machinesQueryKey } from './get-machines'
+
+/** "draining": no new nodes are placed there (its running nodes go on); "online" undoes it. */
+export type DrainChange = { id: number; status: 'draining' | 'online' }
+
+export const setMachineDrain = ({ id, status }: DrainChange) =>
+  dataOf(api.PATCH('/api/machines/{machine_id}', { params: { path: { machine_id: id } }, body: { status } }))
+
+export const useSetMachineDrain = () => {
+  const queryClient = useQueryClient()
+  return useMutation({
+    mutationFn: setMachineDrain,
+    onSuccess: (updated) => {
+      // At once, not on the cluster stream's next snapshot.
+      queryClient.setQueryData<Machine[]>(machinesQueryKey, (old) => old?.map((m) => (m.id === updated.id ? updated : m)))
+    },
+  })
+}

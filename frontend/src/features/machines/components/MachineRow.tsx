@@ -1,0 +1,180 @@
+import { useEffect, useRef, useState } from 'react'
+import { RelativeTime } from '../../../components/RelativeTime'
+import { StatusBadge } from '../../../components/StatusBadge'
+import { isApiError } from '../../../lib/api'
+import type { Machine } from '../../../lib/types'
+import { useDeleteMachine } from '../api/delete-machine'
+import { usePingMachine } from '../api/ping-machine'
+import { useSetMachineDrain } from '../api/update-machine'
+import { LoadBars } from './LoadBars'
+import { gpuSummary, hostSummary, roundTripText, usageSummary, versionsOf, type RoundTrip } from './machine-summary'
+
+export const MACHINE_COLUMNS = 8
+
+interface MachineRowProps {
+  machine: Machine
+  /** Staff: drain and remove (everyone signed in may ping). */
+  canManage: boolean
+  roundTrip: RoundTrip | undefined
+  checking: boolean
+  onRoundTrip: (id: number, result: RoundTrip) => void
+}
+
+export function MachineRow({ machine: m, canManage, roundTrip, checking, onRoundTrip }: MachineRowProps) {
+  const ping = usePingMachine()
+  const drain = useSetMachineDrain()
+  const [confirming, setConfirming] = useState(false)
+  const removeButton = useRef<HTMLButtonElement>(null)
+  const labels = Object.entries(m.labels)
+  const error = ping.error ?? drain.error
+
+  const onPing = () =>
+    ping.mutate(m.id, {
+      onSuccess: (result) => onRoundTrip(m.id, { reachable: result.reachable, rtt_ms: result.rtt_ms, timeout_s: result.timeout_s }),
+    })
+
+  const closeConfirm = () => {
+    setConfirming(false)
+    removeButton.current?.focus()
+  }
+
+  return (
+    <>
+      <tr aria-label={m.name}>
+        <td className="machine-cell">
+          <div className="strong" title={m.name}>
+            {m.name}
+          </div>
+          {/* The address the other nodes reach it at; agents listen on no port of their own. */}
+          <div className="mono muted" title={m.host}>
+            {m.host}
+          </div>
+          {labels.length > 0 && (
+            <ul className="labels" aria-label="Labels">
+              {labels.map(([key, value]) => (
+                <li key={key} className="label-chip">
+                  {value ? `${key}=${value}` : key}
+                </li>
+              ))}
+            </ul>
+          )}
+        </td>
+        <td>
+          <StatusBadge status={m.status} title={m.drained ? 'drained: no new nodes are placed here' : undefined} />
+        </td>
+        <td title={versionsOf(m) || undefined}>
+          <div>{hostSummary(m)}</div>
+          <div className="muted">{gpuSummary(m)}</div>
+        </td>
+        <td>
+          <LoadBars machine={m} />
+        </td>
+        <td className="wrap">{usageSummary(m)}</td>
+        <td className="num muted">
+          <RelativeTime iso={m.last_heartbeat} />
+        </td>
+        <td className="num" aria-label="Round trip">
+          <RoundTripCell result={roundTrip} pending={ping.isPending || checking} />
+        </td>
+        <td className="actions">
+          <div className="row-actions">
+            <button type="button" className="small" onClick={onPing} disabled={ping.isPending} aria-label={`Ping ${m.name}`}>
+              Ping
+            </button>
+            {canManage && (
+              <>
+                <button
+                  type="button"
+                  className="small drain-button"
+                  disabled={drain.isPending}
+                  onClick={() => drain.mutate({ id: m.id, status: m.drained ? 'online' : 'draining' })}
+                  aria-label={`${m.drained ? 'Undrain' : 'Drain'} ${m.name}`}
+                  title={m.drained ? 'Take new nodes again' : 'Place no new nodes here; running ones go on'}
+                >
+                  {m.drained ? 'Undrain' : 'Drain'}
+                </button>
+                <button
+                  ref={removeButton}
+                  type="button"
+                  className="danger small"
+                  onClick={() => setConfirming(true)}
+                  aria-label={`Remove ${m.name}`}
+                >
+                  Remove
+                </button>
+              </>
+            )}
+          </div>
+        </td>
+      </tr>
+      {error && (
+        <tr className="row-message">
+          <td colSpan={MACHINE_COLUMNS}>
+            <div className="inline-error" role="alert">
+              {ping.error ? 'Could not ping' : 'Could not change'} {m.name}: {error.message}
+            </div>
+          </td>
+        </tr>
+      )}
+      {confirming && <ConfirmRemove machine={m} onClose={closeConfirm} />}
+    </>
+  )
+}
+
+function RoundTripCell({ result, pending }: { result: RoundTrip | undefined; pending: boolean }) {
+  if (pending) return <span className="muted">pinging…</span>
+  if (!result) return <span className="muted">—</span>
+  const title = result.reachable
+    ? 'to its agent and back, over the broker'
+    : `no answer from its agent${result.timeout_s ? ` within ${result.timeout_s} s` : ''}`
+  return (
+    <span className={result.reachable ? 'rtt-ok' : 'text-bad'} title={title}>
+      {roundTripText(result)}
+    </span>
+  )
+}
+
+/** Asked in the table, under the machine, before anything is removed; Escape or Cancel keeps it. */
+function ConfirmRemove({ machine, onClose }: { machine: Machine; onClose: () => void }) {
+  const remove = useDeleteMachine()
+  const cancel = useRef<HTMLButtonElement>(null)
+  useEffect(() => cancel.current?.focus(), [])
+  const inUse = isApiError(remove.error) && remove.error.status === 409
+
+  return (
+    <tr className="row-message">
+      <td colSpan={MACHINE_COLUMNS}>
+        <div
+          className="confirm"
+          role="group"
+          aria-label={`Remove ${machine.name}?`}
+          onKeyDown={(event) => {
+            if (event.key === 'Escape') onClose()
+          }}
+        >
+          <span>
+            Remove <strong>{machine.name}</strong>? Its agent will no longer be accepted, and adding it again gives it a
+            new token.
+          </span>
+          {remove.error && (
+            <span className="text-bad" role="alert">
+              {remove.error.message}
+            </span>
+          )}
+          <div className="spacer" />
+          <button
+            type="button"
+            className="danger small"
+            disabled={remove.isPending}
+            onClick={() => remove.mutate({ id: machine.id, force: inUse })}
+          >
+            {inUse ? 'Stop its nodes and remove' : `Remove ${machine.name}`}
+          </button>
+          <button ref={cancel} type="button" className="small" onClick={onClose}>
+            Cancel
+          </button>
+        </div>
+      </td>
+    </tr>
+  )
+}

@@ -1,0 +1,62 @@
+import { formatGiB } from '../../../lib/format'
+import type { Machine } from '../../../lib/types'
+
+function count(n: number, one: string, many: string): string {
+  return `${n} ${n === 1 ? one : many}`
+}
+
+/** "16 CPUs · 64.0 GiB": what its agent reported, "not reported yet" before it did. */
+export function hostSummary(machine: Machine): string {
+  const { cpu_count, memory } = machine.capabilities
+  if (cpu_count == null && memory == null) return 'not reported yet'
+  return `${cpu_count == null ? '?' : count(cpu_count, 'CPU', 'CPUs')} · ${formatGiB(memory)} GiB`
+}
+
+/** "2 × A100 · 80 GiB each", "no GPUs". */
+export function gpuSummary(machine: Machine): string {
+  const { gpu_count, gpus } = machine.capabilities
+  if (!gpu_count) return 'no GPUs'
+  const names = [...new Set((gpus ?? []).map((g) => g.name))]
+  const memory = [...new Set((gpus ?? []).map((g) => g.memory_mb))]
+  const each = memory.length === 1 ? ` · ${(memory[0] / 1024).toFixed(0)} GiB each` : ''
+  return `${gpu_count} × ${names.length ? names.join(', ') : 'GPU'}${each}`
+}
+
+/** Versions in a tooltip: they matter when a launch fails, not at a glance. */
+export function versionsOf(machine: Machine): string {
+  const { python_version, torch_version } = machine.capabilities
+  return [
+    machine.agent_version && `agent ${machine.agent_version}`,
+    python_version && `Python ${python_version}`,
+    torch_version && `torch ${torch_version}`,
+  ]
+    .filter(Boolean)
+    .join(', ')
+}
+
+/** Who holds the machine: every project's GPUs and processes (everyone sees this, not the jobs). */
+export function usageSummary(machine: Machine): string {
+  if (!machine.usage?.length) return '—'
+  return machine.usage
+    .map((u) => `${u.project}: ${u.gpus ? `${count(u.gpus, 'GPU', 'GPUs')}, ` : ''}${count(u.processes, 'process', 'processes')}`)
+    .join('; ')
+}
+
+/** How many GPUs to draw a bar for: those reported, or those with a load (an older agent). */
+export function gpuIndexes(machine: Machine): number[] {
+  const n = Math.max(machine.capabilities.gpu_count ?? 0, machine.current_load.gpu_usage?.length ?? 0)
+  return Array.from({ length: n }, (_, i) => i)
+}
+
+/** The last answer to a ping or a health check, whichever came last. */
+export interface RoundTrip {
+  reachable: boolean
+  rtt_ms: number | null
+  /** How long the ping waited (a health check does not say). */
+  timeout_s?: number
+}
+
+export function roundTripText(result: RoundTrip): string {
+  if (result.reachable && result.rtt_ms != null) return `${result.rtt_ms < 10 ? result.rtt_ms.toFixed(1) : Math.round(result.rtt_ms)} ms`
+  return 'no answer'
+}
