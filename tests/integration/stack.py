@@ -104,6 +104,26 @@ class Stack:
 
         return [p for p in find_job_processes(job_id, under=self.data_dir) if is_alive(p)]
 
+    def kill_rank(self, job_id: int, node_rank: str, attempt: str, script: str = "mlp_ddp.py") -> None:
+        """SIGKILL one training process (not torchrun) of the job's node `node_rank` in `attempt`."""
+        victims = [
+            p for p in self.job_processes(job_id)
+            if p.environ().get("TORCHYARD_NODE_RANK") == node_rank and p.environ().get("TORCHYARD_ATTEMPT") == attempt
+            and script in " ".join(p.cmdline()) and "torch.distributed.run" not in " ".join(p.cmdline())
+        ]
+        assert victims, f"no training process of node {node_rank} attempt {attempt}:\n{self.log_tail()}"
+        victims[0].send_signal(signal.SIGKILL)
+
+    def wait_checkpoint(self, job_id: int, timeout: float = 90) -> dict[str, Any]:
+        """The job's newest committed checkpoint, once there is one."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            checkpoints = self.api("GET", f"/api/jobs/{job_id}/checkpoints").json()
+            if checkpoints:
+                return checkpoints[0]
+            time.sleep(0.3)
+        raise AssertionError(f"no checkpoint committed:\n{self.log_tail()}")
+
     def wait_no_job_processes(self, job_id: int, timeout: float = 20.0) -> list[psutil.Process]:
         deadline = time.monotonic() + timeout
         left = self.job_processes(job_id)

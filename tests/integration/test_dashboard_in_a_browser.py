@@ -1,19 +1,23 @@
 """The dashboard as a person uses it, in Debian's headless Chromium driven by Playwright: log in,
-see both machines, launch the demo job from the form, and watch it train to completion; see a
-running job's nodes on their machines on the topology page and open the job from there; follow a
-2-node job on its page at 1280x800 to its end (per-node progress, the loss chart, the timeline, the
-log's search), saving screenshots of it."""
+see both machines, launch the demo job from the form with Plan then Launch, and watch it train to
+completion; see a running job's nodes on their machines on the topology page and open the job from
+there; follow a 2-node job on its page at 1280x800 to its end (per-node progress, the loss chart, the
+timeline, the log's search); see a killed rank's recovery on the timeline; stop a job with "Stop all
+nodes"; compare two runs on the experiments page. Every page visited is saved as a screenshot under
+var/screenshots/<test>/."""
 
 from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from .stack import ADMIN, start_stack
 
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -29,7 +33,17 @@ def stack(tmp_path_factory):
 
 
 @pytest.fixture
-def page(tmp_path):
+def shots(request):
+    """Where a test's screenshots go: var/screenshots/<test>/ in the repository (kept after the run,
+    to look at; var/ is ignored by git)."""
+    folder = SCREENSHOTS / request.node.name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
+@pytest.fixture
+def page(shots):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         context = browser.new_context(viewport={"width": 1440, "height": 900})
@@ -37,11 +51,11 @@ def page(tmp_path):
         try:
             yield page
         finally:
-            page.screenshot(path=str(tmp_path / "last.png"), full_page=True)
+            page.screenshot(path=str(shots / "last.png"), full_page=True)
             browser.close()
 
 
-def test_a_user_logs_in_launches_the_demo_job_and_watches_it_complete(stack, page, tmp_path):
+def test_a_user_logs_in_launches_the_demo_job_and_watches_it_complete(stack, page, shots):
     page.goto(stack.base + "/jobs")
     expect(page).to_have_url(re.compile(r"/login"))
     page.fill("input[name=password]", "wrong")
@@ -70,7 +84,7 @@ def test_a_user_logs_in_launches_the_demo_job_and_watches_it_complete(stack, pag
     expect(plan.get_by_role("table", name="Nodes").locator("tbody tr")).to_have_count(2, timeout=15_000)
     expect(plan).to_contain_text("2 processes on 2 machines")
     expect(plan.get_by_text("master", exact=True)).to_have_count(1)
-    page.screenshot(path=str(tmp_path / "new-job-plan.png"), full_page=True)
+    page.screenshot(path=str(shots / "new-job-plan.png"), full_page=True)
     plan.get_by_role("button", name="Launch").click()
 
     # Launching opens the new job's page.
@@ -81,7 +95,7 @@ def test_a_user_logs_in_launches_the_demo_job_and_watches_it_complete(stack, pag
     logs = page.locator("text=/\\[rank 1\\]/").first
     expect(logs).to_be_visible()
     expect(page.get_by_text(re.compile(r"rank 0: done at step 120"))).to_be_visible()
-    page.screenshot(path=str(tmp_path / "job.png"), full_page=True)
+    page.screenshot(path=str(shots / "job.png"), full_page=True)
     assert stack.wait_no_job_processes(job_id) == []
 
 
@@ -127,7 +141,7 @@ def assert_inside(inner, outer):
     assert outer["y"] < inner["y"] and inner["y"] + inner["height"] < outer["y"] + outer["height"], (inner, outer)
 
 
-def test_the_topology_page_draws_a_running_jobs_nodes_on_their_machines_and_opens_it(stack, page, tmp_path):
+def test_the_topology_page_draws_a_running_jobs_nodes_on_their_machines_and_opens_it(stack, page, shots):
     job = stack.submit({"name": "topology-demo", "entrypoint": "examples/mlp_ddp.py",
                         "resources": {"nodes": 2, "procs_per_node": 2},
                         "args": ["--steps", "100000", "--step-sleep", "0.05"]})
@@ -159,21 +173,21 @@ def test_the_topology_page_draws_a_running_jobs_nodes_on_their_machines_and_open
         # Both nodes report running once their ranks are up.
         for rank in (0, 1):
             expect(links[rank]).to_have_attribute("aria-label", re.compile(r", running"), timeout=30_000)
-        page.screenshot(path=str(tmp_path / "topology.png"))
+        page.screenshot(path=str(shots / "topology.png"))
 
         links[1].click()
         expect(page).to_have_url(re.compile(rf"/jobs/{job_id}$"))
         # The job page has the same picture for its own nodes (not links to itself).
         own = page.get_by_role("group", name=re.compile(rf"^Job topology-demo \(#{job_id}\), node 1 of 2 on "))
         expect(own).to_be_visible()
-        page.screenshot(path=str(tmp_path / "job-topology.png"), full_page=True)
+        page.screenshot(path=str(shots / "job-topology.png"), full_page=True)
     finally:
         stack.api("POST", f"/api/jobs/{job_id}/stop")
     stack.wait_job(job_id, {"stopped"}, timeout=60)
     assert stack.wait_no_job_processes(job_id) == []
 
 
-def test_the_job_page_follows_a_two_node_job_to_its_end(stack, page, tmp_path):
+def test_the_job_page_follows_a_two_node_job_to_its_end(stack, page, shots):
     job = stack.submit({"name": "job-page-demo", "entrypoint": "examples/mlp_ddp.py",
                         "resources": {"nodes": 2, "procs_per_node": 1},
                         "args": ["--steps", "300", "--step-sleep", "0.02"]})
@@ -182,7 +196,7 @@ def test_the_job_page_follows_a_two_node_job_to_its_end(stack, page, tmp_path):
     page.goto(f"{stack.base}/jobs/{job['id']}")
     loss_chart = page.get_by_role("img", name="loss chart").locator("canvas")
     expect(loss_chart).to_have_count(1, timeout=60_000)
-    page.screenshot(path=str(tmp_path / "job-running.png"))
+    page.screenshot(path=str(shots / "job-running.png"))
 
     header = page.locator(".job-header")
     expect(header.locator(".badge-completed")).to_be_visible(timeout=120_000)
@@ -195,6 +209,92 @@ def test_the_job_page_follows_a_two_node_job_to_its_end(stack, page, tmp_path):
     search.fill("done at step")
     search.press("Enter")
     expect(page.locator(".log-current")).to_contain_text("done at step 300")
-    page.screenshot(path=str(tmp_path / "job.png"))
-    page.screenshot(path=str(tmp_path / "job-full.png"), full_page=True)
+    page.screenshot(path=str(shots / "job.png"))
+    page.screenshot(path=str(shots / "job-full.png"), full_page=True)
     assert stack.wait_no_job_processes(job["id"]) == []
+
+
+def test_a_killed_rank_shows_as_a_recovery_on_the_timeline_and_the_job_completes(stack, page, shots):
+    job = stack.submit({"name": "recovery-demo", "entrypoint": "examples/mlp_ddp.py",
+                        "resources": {"nodes": 2, "procs_per_node": 1},
+                        "args": ["--steps", "120", "--step-sleep", "0.05"],
+                        "checkpointing": {"enabled": True, "every_n_steps": 20, "keep": 2},
+                        "fault_tolerance": {"max_restarts": 1, "heartbeat_timeout": 10}})
+    page.set_viewport_size({"width": 1280, "height": 800})
+    log_in(stack, page)
+    page.goto(f"{stack.base}/jobs/{job['id']}")
+    stack.wait_checkpoint(job["id"])
+    stack.kill_rank(job["id"], "1", "0")
+
+    timeline = page.get_by_role("region", name="Timeline")
+    recovery = timeline.locator(".tl-recovery").first
+    expect(recovery).to_be_visible(timeout=60_000)
+    expect(recovery).to_contain_text("node 1 (local-1)")
+    page.screenshot(path=str(shots / "job-recovering.png"))
+    expect(page.locator(".job-header .badge-completed")).to_be_visible(timeout=120_000)
+    # The resumed attempt's nodes carry on to the end, on the same page, without a reload.
+    for rank in (0, 1):
+        expect(page.get_by_role("article", name=f"Node {rank}")).to_contain_text("120 / 120 (100%)")
+    expect(timeline.locator(".tl-done")).to_have_count(1)
+    page.screenshot(path=str(shots / "job-recovered.png"), full_page=True)
+    assert stack.job(job["id"])["attempt"] == 1
+    assert stack.wait_no_job_processes(job["id"]) == []
+
+
+def test_stop_all_nodes_asks_first_then_stops_every_node(stack, page, shots):
+    job = stack.submit({"name": "stop-demo", "entrypoint": "examples/mlp_ddp.py",
+                        "resources": {"nodes": 2, "procs_per_node": 1},
+                        "args": ["--steps", "100000", "--step-sleep", "0.05"]})
+    try:
+        stack.wait_job(job["id"], {"running"})
+        log_in(stack, page)
+        page.goto(f"{stack.base}/jobs/{job['id']}")
+        page.get_by_role("button", name="Stop all nodes…").click()
+        dialog = page.get_by_role("alertdialog", name="Confirm stop")
+        expect(dialog).to_contain_text(f'Stop job #{job["id"]} "stop-demo"? Every one of its 2 nodes is stopped')
+        page.screenshot(path=str(shots / "job-stop-confirm.png"))
+        # Cancel first: nothing happens.
+        dialog.get_by_role("button", name="Cancel").click()
+        expect(dialog).to_have_count(0)
+        assert stack.job(job["id"])["status"] == "running"
+
+        page.get_by_role("button", name="Stop all nodes…").click()
+        page.get_by_role("alertdialog", name="Confirm stop").get_by_role("button", name="Stop all nodes").click()
+        expect(page.locator(".job-header .badge-stopped")).to_be_visible(timeout=60_000)
+        for rank in (0, 1):
+            expect(page.get_by_role("article", name=f"Node {rank}")).to_contain_text("stopped")
+        expect(page.get_by_role("button", name="Stop all nodes…")).to_have_count(0)
+    finally:
+        stack.api("POST", f"/api/jobs/{job['id']}/stop")
+    final = stack.wait_job(job["id"], {"stopped"}, timeout=60)
+    assert {n["status"] for n in final["nodes"]} == {"stopped"}
+    assert stack.wait_no_job_processes(job["id"]) == []
+
+
+def test_two_runs_are_compared_on_the_experiments_page(stack, page, shots):
+    jobs = [stack.submit({"name": f"sweep-lr-{lr}", "entrypoint": "examples/mlp_ddp.py",
+                          "resources": {"nodes": 1, "procs_per_node": 1}, "hyperparameters": {"lr": lr},
+                          "args": ["--steps", "40"]}) for lr in (0.01, 0.05)]
+    for job in jobs:
+        assert stack.wait_job(job["id"], {"completed", "failed"})["status"] == "completed", stack.job_log_tail(job["id"])
+    runs = [f"{job['id']}.0" for job in jobs]
+    log_in(stack, page)
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Experiments").click()
+    expect(page).to_have_url(re.compile(r"/experiments$"))
+    for run, lr in zip(runs, (0.01, 0.05), strict=True):
+        page.get_by_role("checkbox", name=f"Compare run {run} (sweep-lr-{lr})").check()
+    page.screenshot(path=str(shots / "experiments.png"), full_page=True)
+    page.get_by_role("button", name=re.compile(r"^Compare")).click()
+    expect(page).to_have_url(re.compile(rf"runs={re.escape(runs[0])}(,|%2C){re.escape(runs[1])}|"
+                                        rf"runs={re.escape(runs[1])}(,|%2C){re.escape(runs[0])}"))
+
+    comparison = page.get_by_role("region", name="Comparison")
+    # The loss curves of both runs on one chart, and their hyperparameters side by side, differing.
+    expect(comparison.get_by_role("img", name="loss chart").locator("canvas")).to_have_count(1, timeout=30_000)
+    table = comparison.get_by_role("table", name="Side by side")
+    lr_row = table.locator("tr", has=page.get_by_role("rowheader", name=re.compile(r"^lr\b")))
+    expect(lr_row).to_have_attribute("data-differs", "true")
+    expect(lr_row).to_contain_text("0.01")
+    expect(lr_row).to_contain_text("0.05")
+    expect(table.get_by_role("rowheader", name=re.compile(r"^loss \(last value\)"))).to_be_visible()
+    page.screenshot(path=str(shots / "experiments-compare.png"), full_page=True)

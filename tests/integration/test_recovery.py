@@ -3,7 +3,6 @@ checkpoint by itself, up to fault_tolerance.max_restarts times."""
 
 from __future__ import annotations
 
-import signal
 import time
 
 import psutil
@@ -18,32 +17,12 @@ SPEC = {
 }
 
 
-def kill_a_rank_of_node(stack, job_id: int, node_rank: str, attempt: str, script: str = "mlp_ddp.py") -> None:
-    victims = [
-        p for p in stack.job_processes(job_id)
-        if p.environ().get("TORCHYARD_NODE_RANK") == node_rank and p.environ().get("TORCHYARD_ATTEMPT") == attempt
-        and script in " ".join(p.cmdline()) and "torch.distributed.run" not in " ".join(p.cmdline())
-    ]
-    assert victims, f"no training process of node {node_rank} attempt {attempt}:\n{stack.log_tail()}"
-    victims[0].send_signal(signal.SIGKILL)
-
-
-def wait_for_checkpoint(stack, job_id: int, timeout: float = 90) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        checkpoints = stack.api("GET", f"/api/jobs/{job_id}/checkpoints").json()
-        if checkpoints:
-            return checkpoints[0]
-        time.sleep(0.3)
-    raise AssertionError(f"no checkpoint committed:\n{stack.log_tail()}")
-
-
 # DDP's replicated checkpoints, and FSDP's sharded ones (torch.distributed.checkpoint, every rank's files).
 @pytest.mark.parametrize("recipe", ["mlp_ddp.py", "mlp_fsdp.py"])
 def test_a_killed_rank_is_recovered_from_the_last_checkpoint_and_the_job_completes(pg_stack, recipe):
     job = pg_stack.submit(dict(SPEC, entrypoint=f"examples/{recipe}", args=["--steps", "140", "--step-sleep", "0.05"]))
-    checkpoint = wait_for_checkpoint(pg_stack, job["id"])
-    kill_a_rank_of_node(pg_stack, job["id"], "1", "0", recipe)
+    checkpoint = pg_stack.wait_checkpoint(job["id"])
+    pg_stack.kill_rank(job["id"], "1", "0", recipe)
 
     final = pg_stack.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=180)
     assert final["status"] == "completed", f"{final['status_reason']}\n{pg_stack.job_log_tail(job['id'])}"
@@ -68,13 +47,13 @@ def test_a_killed_rank_is_recovered_from_the_last_checkpoint_and_the_job_complet
 
 def test_the_job_fails_once_its_restarts_are_used_up(pg_stack):
     job = pg_stack.submit(dict(SPEC, name="fail-twice", args=["--steps", "100000", "--step-sleep", "0.05"]))
-    wait_for_checkpoint(pg_stack, job["id"])
-    kill_a_rank_of_node(pg_stack, job["id"], "0", "0")
+    pg_stack.wait_checkpoint(job["id"])
+    pg_stack.kill_rank(job["id"], "0", "0")
     deadline = time.monotonic() + 120
     while not any(e["attempt"] == 1 for e in pg_stack.events(job["id"], "metric")):
         assert time.monotonic() < deadline, f"attempt 1 never trained:\n{pg_stack.log_tail()}"
         time.sleep(0.5)
-    kill_a_rank_of_node(pg_stack, job["id"], "0", "1")
+    pg_stack.kill_rank(job["id"], "0", "1")
     final = pg_stack.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=90)
     assert final["status"] == "failed"
     assert "gave up after 1 restart" in final["status_reason"]
@@ -89,7 +68,7 @@ def test_a_node_that_goes_silent_is_declared_lost_and_the_job_recovers(pg_stack)
                 resources={"nodes": 1, "procs_per_node": 1},
                 fault_tolerance={"max_restarts": 1, "heartbeat_timeout": 4})
     job = pg_stack.submit(spec)
-    wait_for_checkpoint(pg_stack, job["id"])
+    pg_stack.wait_checkpoint(job["id"])
     run_dir = f"job-{job['id']}/attempt-0/node-0"
     supervisors = [p for p in psutil.process_iter(["cmdline"])
                    if "torchyard.supervisor" in " ".join(p.info["cmdline"] or [])
