@@ -169,7 +169,10 @@ def measure_page(stack: Stack, job_id: int, last_line: int, scroll_seconds: floa
 
             started = time.monotonic()
             page.goto(f"{stack.base}/jobs/{job_id}")
-            page.get_by_text(f"line {last_line}:", exact=False).wait_for(timeout=300_000)
+            # Polled twice a second from the page: a locator's text search would itself load the page.
+            page.wait_for_function(
+                "needle => document.querySelector('[data-testid=log-box]')?.textContent.includes(needle)",
+                arg=f"line {last_line}:", polling=500, timeout=300_000)
             loaded_s = time.monotonic() - started
             page.wait_for_timeout(1000)  # the last frames settle
             load_tasks = page.evaluate("window.__longTasks.map(t => t.duration)")

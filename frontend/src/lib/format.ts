@@ -71,8 +71,12 @@ export function formatDateTime(iso: string | null | undefined): string {
   })
 }
 
+// One formatter for every log line: toLocaleTimeString builds a new one per call, which shows when
+// a log of thousands of lines re-renders ten times a second.
+const CLOCK = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false })
+
 export function formatClock(iso: string): string {
   const date = new Date(iso)
   if (Number.isNaN(date.getTime())) return ''
-  return date.toLocaleTimeString(undefined, { hour12: false })
+  return CLOCK.format(date)
 }

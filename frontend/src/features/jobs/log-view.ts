@@ -3,8 +3,12 @@ import type { LogEvent } from '../../lib/types'
 export type RankFilter = 'all' | number
 export type StreamFilter = 'all' | 'stdout' | 'stderr'
 
-/** What "jump to first error" looks for: a traceback, an ...Error / exception, a fatal message. */
-export const ERROR_PATTERN = /traceback \(most recent call last\)|\w*error\b|\bexception\b|\bfatal\b/i
+/**
+ * What "jump to first error" looks for: a traceback, an ...Error / exception, a fatal message. A
+ * word ending in "error" ("RuntimeError", "error:") is matched without a leading \w*, which made
+ * every scan of a long log backtrack over each word.
+ */
+export const ERROR_PATTERN = /traceback \(most recent call last\)|error\b|\bexception\b|\bfatal\b/i
 
 /** Distinct colours for ranks; rank n takes colour n mod this. */
 export const RANK_COLOURS = 8

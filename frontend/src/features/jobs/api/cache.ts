@@ -108,20 +108,34 @@ function isMessage(value: unknown): value is JobStreamMessage {
   return typeof value === 'object' && value !== null && 'type' in value
 }
 
-/** Everything a message on /api/jobs/{id}/stream does to the cache. */
-export function applyJobStreamMessage(queryClient: QueryClient, jobId: number, message: unknown): void {
-  if (!isMessage(message)) return
-  if (message.type === 'job') {
-    setJobDetail(queryClient, message.job)
-    return
+/**
+ * Everything a run of messages from /api/jobs/{id}/stream does to the cache, in order. Consecutive
+ * event frames are merged at once: a replay of 200,000 events (200 frames) costs one render per
+ * flush, not one per frame.
+ */
+export function applyJobStreamMessages(queryClient: QueryClient, jobId: number, messages: unknown[]): void {
+  let events: JobEvent[] = []
+  for (const message of messages) {
+    if (!isMessage(message)) continue
+    if (message.type === 'job') {
+      applyEvents(queryClient, jobId, events)
+      events = []
+      setJobDetail(queryClient, message.job)
+    } else if (message.type === 'events' && Array.isArray(message.events)) {
+      events = events.length ? events.concat(message.events) : message.events
+    }
   }
-  if (message.type !== 'events' || !Array.isArray(message.events)) return
+  applyEvents(queryClient, jobId, events)
+}
+
+function applyEvents(queryClient: QueryClient, jobId: number, events: JobEvent[]): void {
+  if (!events.length) return
   const key = jobEventsQueryKey(jobId)
   const before = queryClient.getQueryData<JobEventsState>(key) ?? emptyJobEvents()
-  const after = mergeJobEvents(before, message.events)
+  const after = mergeJobEvents(before, events)
   if (after === before) return
   queryClient.setQueryData(key, after)
-  const fresh = message.events.filter((e) => e.id > before.lastId)
+  const fresh = events.filter((e) => e.id > before.lastId)
   const job = queryClient.getQueryData<JobDetail>(jobQueryKey(jobId))
   if (job) {
     const updated = applyEventsToJob(job, fresh)

@@ -59,6 +59,9 @@ export const jobEventsQueryOptions = (id: number) =>
     queryFn: skipToken,
     initialData: emptyJobEvents,
     staleTime: Infinity,
+    // Every write is a new state built by mergeJobEvents (unchanged parts kept by reference):
+    // comparing 20,000 lines deeply on each write is what structural sharing would cost.
+    structuralSharing: false,
   })
 
 const NO_EVENTS: JobEventsState = Object.freeze(emptyJobEvents())

@@ -1,10 +1,16 @@
 import { useQueryClient } from '@tanstack/react-query'
 import { useEffect, useState } from 'react'
 import { ReconnectingStream, wsUrl, type StreamStatus } from '../../../lib/stream'
-import { applyJobStreamMessage } from '../api/cache'
+import { applyJobStreamMessages } from '../api/cache'
 import { jobQueryKey } from '../api/get-job'
 import { jobEventsQueryKey, type JobEventsState } from '../api/job-events'
 import { recheckSessionOnRefusal } from '../../auth/api/get-me'
+
+/**
+ * Messages are applied at most this often: a replay or a flood becomes a few renders a second
+ * (charts and log redraw at ~10/s), not one per frame.
+ */
+export const JOB_STREAM_FLUSH_MS = 100
 
 /** The stream's status, with "reconnecting" for a stream that was open and dropped. */
 export type JobStreamStatus = StreamStatus | 'reconnecting'
@@ -19,14 +25,30 @@ export function useJobStream(jobId: number): JobStreamStatus {
 
   useEffect(() => {
     let opened = false
+    let pending: unknown[] = []
+    let timer: ReturnType<typeof setTimeout> | null = null
+    const flush = () => {
+      if (timer !== null) clearTimeout(timer)
+      timer = null
+      const batch = pending
+      pending = []
+      applyJobStreamMessages(queryClient, jobId, batch)
+    }
     const stream = new ReconnectingStream({
       url: () => {
+        flush() // the cursor is the last event applied: apply what came first
         const cursor = queryClient.getQueryData<JobEventsState>(jobEventsQueryKey(jobId))?.lastId ?? 0
         return wsUrl(`/api/jobs/${jobId}/stream?after=${cursor}`)
       },
-      onMessage: (message) => applyJobStreamMessage(queryClient, jobId, message),
+      onMessage: (message) => {
+        pending.push(message)
+        timer ??= setTimeout(flush, JOB_STREAM_FLUSH_MS)
+      },
       // Once open, any status but open means we are on our way back (stop() on unmount aside).
-      onStatus: (next) => setStatus(next !== 'open' && opened ? 'reconnecting' : next),
+      onStatus: (next) => {
+        if (next !== 'open') flush() // dropped: what arrived is applied, the notice shows its cursor
+        setStatus(next !== 'open' && opened ? 'reconnecting' : next)
+      },
       onRefused: recheckSessionOnRefusal(queryClient),
       onOpen: () => {
         // Events missed while down are replayed; the snapshot (plan, nodes) is simply refetched.
@@ -35,7 +57,10 @@ export function useJobStream(jobId: number): JobStreamStatus {
       },
     })
     stream.start()
-    return () => stream.stop()
+    return () => {
+      stream.stop()
+      flush()
+    }
   }, [jobId, queryClient])
 
   return status
