@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -44,12 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import launch_common  # noqa: E402,F401  (puts tests/, backend/ and workers/ on the path)
 from bench_machines import machines_stack  # noqa: E402
+from integration.browser import chromium, log_in  # noqa: E402
 from integration.stack import ADMIN, Stack  # noqa: E402
-from playwright.sync_api import sync_playwright  # noqa: E402
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TARGET_LONGEST_TASK_MS = 500
 TARGET_FRAME_P95_MS = 50
 TARGET_HEAP_RATIO = 4.0
@@ -153,41 +149,33 @@ def heap_mb(cdp: Any) -> float:
 
 
 def measure_page(stack: Stack, job_id: int, last_line: int, scroll_seconds: float) -> dict[str, Any]:
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            context = browser.new_context(viewport={"width": 1280, "height": 800})
-            context.add_init_script(LONGTASK_OBSERVER)
-            page = context.new_page()
-            page.goto(stack.base + "/login")
-            page.fill("input[name=username]", ADMIN[0])
-            page.fill("input[name=password]", ADMIN[1])
-            page.click("button[type=submit]")
-            page.wait_for_url(lambda url: "/login" not in url)
-            cdp = context.new_cdp_session(page)
-            cdp.send("Performance.enable")
+    with chromium() as browser:
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        context.add_init_script(LONGTASK_OBSERVER)
+        page = context.new_page()
+        log_in(stack.base, page)
+        cdp = context.new_cdp_session(page)
+        cdp.send("Performance.enable")
 
-            started = time.monotonic()
-            page.goto(f"{stack.base}/jobs/{job_id}")
-            # Polled twice a second from the page: a locator's text search would itself load the page.
-            page.wait_for_function(
-                "needle => document.querySelector('[data-testid=log-box]')?.textContent.includes(needle)",
-                arg=f"line {last_line}:", polling=500, timeout=300_000)
-            loaded_s = time.monotonic() - started
-            page.wait_for_timeout(1000)  # the last frames settle
-            load_tasks = page.evaluate("window.__longTasks.map(t => t.duration)")
-            heap_loaded = heap_mb(cdp)
+        started = time.monotonic()
+        page.goto(f"{stack.base}/jobs/{job_id}")
+        # Polled twice a second from the page: a locator's text search would itself load the page.
+        page.wait_for_function(
+            "needle => document.querySelector('[data-testid=log-box]')?.textContent.includes(needle)",
+            arg=f"line {last_line}:", polling=500, timeout=300_000)
+        loaded_s = time.monotonic() - started
+        page.wait_for_timeout(1000)  # the last frames settle
+        load_tasks = page.evaluate("window.__longTasks.map(t => t.duration)")
+        heap_loaded = heap_mb(cdp)
 
-            page.evaluate("window.__longTasks = []")
-            frames = page.evaluate(SCROLL_UP, [4000, scroll_seconds])
-            scroll_tasks = page.evaluate("window.__longTasks.map(t => t.duration)")
-            page.get_by_role("button", name="Follow ↓").click()  # back to the tail
-            page.wait_for_timeout(1000)
-            cdp.send("HeapProfiler.collectGarbage")
-            heap_scrolled = heap_mb(cdp)
-            rows = page.locator("[data-testid=log-box] [data-id]").count()
-        finally:
-            browser.close()
+        page.evaluate("window.__longTasks = []")
+        frames = page.evaluate(SCROLL_UP, [4000, scroll_seconds])
+        scroll_tasks = page.evaluate("window.__longTasks.map(t => t.duration)")
+        page.get_by_role("button", name="Follow ↓").click()  # back to the tail
+        page.wait_for_timeout(1000)
+        cdp.send("HeapProfiler.collectGarbage")
+        heap_scrolled = heap_mb(cdp)
+        rows = page.locator("[data-testid=log-box] [data-id]").count()
     frames.sort()
     return {
         "load_s": loaded_s, "load_tasks": load_tasks, "scroll_tasks": scroll_tasks, "frames": frames,

@@ -6,6 +6,7 @@ import psycopg
 import pytest
 import redis
 
+from .browser import screenshot_folder
 from .stack import start_stack, unique_name
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -30,3 +31,9 @@ def pg_stack(tmp_path_factory):
         stack.stop()
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def shots(request):
+    """Where a browser test's screenshots go: var/screenshots/<test>/ in the repository."""
+    return screenshot_folder(request.node.name)

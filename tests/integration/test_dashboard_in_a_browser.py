@@ -9,18 +9,12 @@ var/screenshots/<test>/."""
 from __future__ import annotations
 
 import re
-import shutil
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
+from .browser import chromium, log_in
 from .stack import ADMIN, start_stack
-
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.fixture(scope="module")
@@ -33,26 +27,13 @@ def stack(tmp_path_factory):
 
 
 @pytest.fixture
-def shots(request):
-    """Where a test's screenshots go: var/screenshots/<test>/ in the repository (kept after the run,
-    to look at; var/ is ignored by git)."""
-    folder = SCREENSHOTS / request.node.name
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    return folder
-
-
-@pytest.fixture
 def page(shots):
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        context = browser.new_context(viewport={"width": 1440, "height": 900})
-        page = context.new_page()
+    with chromium() as browser:
+        page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
         try:
             yield page
         finally:
             page.screenshot(path=str(shots / "last.png"), full_page=True)
-            browser.close()
 
 
 def test_a_user_logs_in_launches_the_demo_job_and_watches_it_complete(stack, page, shots):
@@ -122,14 +103,6 @@ def test_bad_input_in_the_form_shows_the_field_error(stack, page):
     expect(form.locator("input[name=nodes]")).to_have_value("2", timeout=10_000)
 
 
-def log_in(stack, page):
-    page.goto(stack.base + "/login")
-    page.fill("input[name=username]", ADMIN[0])
-    page.fill("input[name=password]", ADMIN[1])
-    page.click("button[type=submit]")
-    expect(page).not_to_have_url(re.compile(r"/login"))
-
-
 def box_of(locator):
     box = locator.bounding_box()
     assert box is not None, locator
@@ -150,7 +123,7 @@ def test_the_topology_page_draws_a_running_jobs_nodes_on_their_machines_and_open
         nodes = {n["node_rank"]: n for n in stack.wait_job(job_id, {"running"})["nodes"]}
         assert sorted(nodes) == [0, 1] and nodes[0]["machine"]["id"] != nodes[1]["machine"]["id"]
         page.set_viewport_size({"width": 1280, "height": 800})
-        log_in(stack, page)
+        log_in(stack.base, page)
         page.get_by_role("navigation", name="Main").get_by_role("link", name="Topology").click()
         expect(page).to_have_url(re.compile(r"/topology$"))
 
@@ -192,7 +165,7 @@ def test_the_job_page_follows_a_two_node_job_to_its_end(stack, page, shots):
                         "resources": {"nodes": 2, "procs_per_node": 1},
                         "args": ["--steps", "300", "--step-sleep", "0.02"]})
     page.set_viewport_size({"width": 1280, "height": 800})
-    log_in(stack, page)
+    log_in(stack.base, page)
     page.goto(f"{stack.base}/jobs/{job['id']}")
     loss_chart = page.get_by_role("img", name="loss chart").locator("canvas")
     expect(loss_chart).to_have_count(1, timeout=60_000)
@@ -221,7 +194,7 @@ def test_a_killed_rank_shows_as_a_recovery_on_the_timeline_and_the_job_completes
                         "checkpointing": {"enabled": True, "every_n_steps": 20, "keep": 2},
                         "fault_tolerance": {"max_restarts": 1, "heartbeat_timeout": 10}})
     page.set_viewport_size({"width": 1280, "height": 800})
-    log_in(stack, page)
+    log_in(stack.base, page)
     page.goto(f"{stack.base}/jobs/{job['id']}")
     stack.wait_checkpoint(job["id"])
     stack.kill_rank(job["id"], "1", "0")
@@ -247,7 +220,7 @@ def test_stop_all_nodes_asks_first_then_stops_every_node(stack, page, shots):
                         "args": ["--steps", "100000", "--step-sleep", "0.05"]})
     try:
         stack.wait_job(job["id"], {"running"})
-        log_in(stack, page)
+        log_in(stack.base, page)
         page.goto(f"{stack.base}/jobs/{job['id']}")
         page.get_by_role("button", name="Stop all nodes…").click()
         dialog = page.get_by_role("alertdialog", name="Confirm stop")
@@ -278,7 +251,7 @@ def test_two_runs_are_compared_on_the_experiments_page(stack, page, shots):
     for job in jobs:
         assert stack.wait_job(job["id"], {"completed", "failed"})["status"] == "completed", stack.job_log_tail(job["id"])
     runs = [f"{job['id']}.0" for job in jobs]
-    log_in(stack, page)
+    log_in(stack.base, page)
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Experiments").click()
     expect(page).to_have_url(re.compile(r"/experiments$"))
     for run, lr in zip(runs, (0.01, 0.05), strict=True):

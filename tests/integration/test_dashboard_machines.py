@@ -6,18 +6,12 @@ that machine after confirming. Every step is saved as a screenshot under var/scr
 from __future__ import annotations
 
 import re
-import shutil
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from .stack import ADMIN, start_stack
-
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from .browser import chromium, log_in
+from .stack import start_stack
 
 
 @pytest.fixture(scope="module")
@@ -30,19 +24,8 @@ def stack(tmp_path_factory):
 
 
 @pytest.fixture
-def shots(request):
-    """Where a test's screenshots go: var/screenshots/<test>/ in the repository (kept after the run,
-    to look at; var/ is ignored by git)."""
-    folder = SCREENSHOTS / request.node.name
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    return folder
-
-
-@pytest.fixture
 def page(shots, stack):
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+    with chromium() as browser:
         context = browser.new_context(viewport={"width": 1280, "height": 800})
         # The join command's Copy button writes to the clipboard.
         context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.base)
@@ -51,15 +34,6 @@ def page(shots, stack):
             yield page
         finally:
             page.screenshot(path=str(shots / "last.png"), full_page=True)
-            browser.close()
-
-
-def log_in(stack, page):
-    page.goto(stack.base + "/login")
-    page.fill("input[name=username]", ADMIN[0])
-    page.fill("input[name=password]", ADMIN[1])
-    page.click("button[type=submit]")
-    expect(page).not_to_have_url(re.compile(r"/login"))
 
 
 def column_edges(page) -> list[float]:
@@ -67,7 +41,7 @@ def column_edges(page) -> list[float]:
 
 
 def test_an_admin_pings_drains_adds_and_removes_machines(stack, page, shots):
-    log_in(stack, page)
+    log_in(stack.base, page)
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Machines").click()
     expect(page).to_have_url(re.compile(r"/machines$"))
 

@@ -71,13 +71,10 @@ class JobSummariesView(APIView):
     ])
     def get(self, request):
         limit = int_param(request, "limit", 200, maximum=1000)
-        jobs = job_list(user=request.user).prefetch_related("nodes")
         statuses = [s for s in request.query_params.get("status", "").split(",") if s]
         unknown = [s for s in statuses if s not in Job.Status.values]
         if unknown:
             raise ValidationError({"status": [f"not a job status: {s!r}." for s in unknown]})
-        if statuses:
-            jobs = jobs.filter(status__in=statuses)
-        if request.query_params.get("project"):
-            jobs = jobs.filter(project__name=request.query_params["project"])
+        jobs = job_list(statuses=statuses, project=request.query_params.get("project"),
+                        user=request.user).prefetch_related("nodes")
         return Response(JobReportOut(job_summaries(list(jobs[:limit])), many=True).data)

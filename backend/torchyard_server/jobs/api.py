@@ -36,11 +36,10 @@ class JobListView(APIView):
     ])
     def get(self, request):
         limit = int_param(request, "limit", 200, maximum=1000)
-        jobs = job_list(status=request.query_params.get("status"), user=request.user)
-        if request.query_params.get("project"):
-            jobs = jobs.filter(project__name=request.query_params["project"])
-        jobs = jobs[:limit]
-        return Response(JobSummaryOut(jobs, many=True).data)
+        status_ = request.query_params.get("status")
+        jobs = job_list(statuses=[status_] if status_ else None, project=request.query_params.get("project"),
+                        user=request.user)
+        return Response(JobSummaryOut(jobs[:limit], many=True).data)
 
     @extend_schema(request=JobSpecSerializer, responses={201: JobDetailOut})
     def post(self, request):

@@ -14,13 +14,16 @@ from .planner import Candidate
 from .states import NODE_LIVE
 
 
-def job_list(*, status: str | None = None, user: Any = None) -> QuerySet[Job]:
-    """Every job, or (given a user) only those of the projects they may see."""
+def job_list(*, statuses: list[str] | None = None, project: str | None = None, user: Any = None) -> QuerySet[Job]:
+    """Every job, newest first, or (given a user) only those of the projects they may see; only
+    those in `statuses` and of the project named `project` when given."""
     qs = Job.objects.select_related("owner", "project").order_by("-id")
     if user is not None:
         qs = scope_to_user(qs, user)
-    if status:
-        qs = qs.filter(status=status)
+    if statuses:
+        qs = qs.filter(status__in=statuses)
+    if project:
+        qs = qs.filter(project__name=project)
     return qs
 
 
