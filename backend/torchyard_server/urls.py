@@ -66,6 +66,8 @@ api = [
     path("api/jobs/<int:job_id>/artifacts", artifacts.JobArtifactsView.as_view()),
     path("api/jobs/<int:job_id>/artifacts/archive", artifacts.JobArtifactArchiveView.as_view()),
     path("api/jobs/<int:job_id>/artifacts/<int:artifact_id>", artifacts.JobArtifactFileView.as_view()),
+    path("api/jobs/<int:job_id>/results", artifacts.JobResultsView.as_view()),
+    path("api/jobs/<int:job_id>/results/<int:rank>", artifacts.JobResultFileView.as_view()),
     path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>", checkpoints.JobCheckpointManifestView.as_view()),
     path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>/files/<path:path>", checkpoints.JobCheckpointFileView.as_view()),
 ]

@@ -108,6 +108,7 @@ class Host:
     token: str = ""
     agent: subprocess.Popen | None = None
     agent_log: Path | None = None
+    volumes: dict[str, str] = field(default_factory=dict)  # the agent's --volume NAME=PATH
     _inode: int = 0
 
     # --- the network ----------------------------------------------------------------------------
@@ -142,7 +143,8 @@ class Host:
             # `ip netns exec` execs the agent in place: the Popen pid is the agent's own.
             self.agent = subprocess.Popen(
                 ["ip", "netns", "exec", self.netns, str(BIN / "torchyard"), "agent", "--server", self.server,
-                 "--token", self.token, "--work-dir", str(self.work_dir)],
+                 "--token", self.token, "--work-dir", str(self.work_dir),
+                 *(f"--volume={name}={path}" for name, path in self.volumes.items())],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True, cwd=str(ROOT),
             )
@@ -318,10 +320,12 @@ def _add_host(index: int, tag: str, subnet: str, bridge: str, server: str, data_
 
 
 @contextlib.contextmanager
-def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = None) -> Iterator[Cluster]:
+def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = None,
+                   volumes: list[dict[str, str]] | None = None) -> Iterator[Cluster]:
     """A bridge, `hosts` namespaces with a registered machine and an online agent each, and a
     Torchyard stack (PostgreSQL database of its own, private Redis) that they reach over the
-    bridge. `env` adds to the stack's environment. Everything is removed on exit."""
+    bridge. `env` adds to the stack's environment; `volumes[i]` are host i's agent's --volume
+    declarations (name: path). Everything is removed on exit."""
     reason = netns_unavailable()
     if reason:
         raise RuntimeError(reason)
@@ -368,6 +372,7 @@ def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = No
             body = created.json()
             host.machine_id, host.machine_name, host.token = body["id"], body["name"], body["token"]
             cluster.by_machine[host.machine_id] = host
+            host.volumes = dict((volumes or [])[index]) if index < len(volumes or []) else {}
             host.start_agent()
         for host in cluster.hosts:
             cluster.wait_machine(host, {"online"})

@@ -193,7 +193,7 @@ def test_run_packs_uploads_once_and_submits_the_spec(fake_api, project, monkeypa
     assert put[1] == f"/api/bundles/{sha}"
     assert put[2]["Content-Type"] == "application/octet-stream" and put[2]["Authorization"] == "Token tok"
     assert int(put[2]["Content-Length"]) == len(put[3])
-    assert "uploaded bundle" in out and "torchyard logs 1 --follow" in out
+    assert "uploaded code bundle" in out and "torchyard logs 1 --follow" in out
     spec = api.submitted[0]
     assert spec["code"] == {"bundle": sha} and spec["entrypoint"] == "train.py"
     assert spec["args"] == ["--lr", "0.1", "--detach"]

@@ -2,7 +2,7 @@
 
     torchyard run [--nnodes N] [--nproc-per-node P] [-m] SCRIPT|MODULE [ARGS...]
     torchyard submit job.yaml [--detach]          (a JobSpec, YAML or JSON; `code: {dir: "."}` uploads a project)
-    torchyard logs JOB [--follow] | artifacts JOB [--out DIR] | jobs | machines | stop JOB
+    torchyard logs JOB [--follow] | artifacts JOB [--out DIR] | results JOB [--out DIR] | jobs | machines | stop JOB
     torchyard login [--username U] | token create NAME [--expires-days N] | token list | token revoke ID
     torchyard agent --server http://HOST:8000 --token TOKEN
 
@@ -27,6 +27,7 @@ from torchyard.client import CliError
 from torchyard.client.artifacts import show_or_download
 from torchyard.client.follow import JobRenderer, follow_job
 from torchyard.client.http import ApiClient
+from torchyard.client.results import show_results
 from torchyard.client.specfile import entrypoint_in, load_spec_file, parse_env, run_spec, secret_env_from
 from torchyard.client.tokens import (
     create_token,
@@ -44,6 +45,7 @@ from torchyard.client.upload import upload_project
 def cmd_agent(args: argparse.Namespace) -> int:
     from torchyard import protocol
     from torchyard.agent.main import Agent, AgentError, fetch_config
+    from torchyard.agent.volumes import parse_declaration as parse_volume_declaration
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Read, then dropped from the environment the supervisors and the jobs' ranks inherit.
@@ -72,8 +74,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
             raise CliError(f"--python: {python} is not an executable file")
         python = os.path.abspath(python)
     work_dir = Path(args.work_dir or Path.home() / ".torchyard" / f"agent-{machine_id}").resolve()
+    volumes: dict[str, str] = {}
+    for text in args.volume:
+        try:
+            name, path = parse_volume_declaration(text)
+        except ValueError as exc:
+            raise CliError(f"--volume {exc}") from None
+        volumes[name] = path
     Agent(token=token, redis_url=redis_url, work_dir=work_dir, concurrency=args.concurrency,
-          server_url=(args.server or "").rstrip("/"), python=python).run()
+          server_url=(args.server or "").rstrip("/"), python=python, volumes=volumes).run()
     return 0
 
 
@@ -160,7 +169,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         target=target, module=args.module, args=argv[1:], directory=directory, nnodes=args.nnodes,
         nproc_per_node=args.nproc_per_node, gpus_per_node=args.gpus_per_node, name=args.name,
         env=parse_env(args.env), secret_env=secret_env_from(args.secret_env, dict(os.environ)),
-        pip=args.pip, max_restarts=args.max_restarts, project=args.project,
+        pip=args.pip, max_restarts=args.max_restarts, project=args.project, volumes=args.volume,
+        launcher=args.launcher,
     )
     api, console = _client(args), Console()
     spec["code"] = {"bundle": upload_project(api, directory, console, entrypoint=None if args.module else target)}
@@ -212,6 +222,10 @@ def cmd_artifacts(args: argparse.Namespace) -> int:
     return show_or_download(_client(args), args.job, Path(args.out) if args.out else None, Console())
 
 
+def cmd_results(args: argparse.Namespace) -> int:
+    return show_results(_client(args), args.job, Path(args.out) if args.out else None, Console())
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     _print_job(_client(args).call("POST", f"/api/jobs/{args.job}/stop"))
     return 0
@@ -232,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--concurrency", type=int, default=4)
     agent.add_argument("--python", help="the Python the ranks run with: the machine's training environment "
                        "(default: the agent's own; or TORCHYARD_PYTHON)")
+    agent.add_argument("--volume", action="append", default=[], metavar="NAME=PATH",
+                       help="a named host path jobs may ask for (JobSpec volumes), e.g. shared-data=/mnt/nfs/shared "
+                            "(repeatable)")
     agent.set_defaults(func=cmd_agent)
 
     def api_command(name: str, func, help_text: str, parent=sub, **options: Any) -> argparse.ArgumentParser:
@@ -276,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="processes per machine (default 1)")
     run.add_argument("-m", "--module", action="store_true",
                      help="run MODULE as `python -m MODULE` (from the project), as torchrun -m does")
+    run.add_argument("--launcher", choices=["torchrun", "none"], default="torchrun",
+                     help="torchrun (default): --nproc-per-node ranks per machine; none: SCRIPT once per machine "
+                          "as a plain process, with NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT and TORCHYARD_PEERS")
     run.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, metavar="N",
                      help="relaunches from the last checkpoint before the job fails (server default 3)")
     run.add_argument("--gpus-per-node", "--gpus_per_node", dest="gpus_per_node", type=int, metavar="G",
@@ -290,6 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--pip", action="append", default=[], metavar="REQUIREMENT",
                      help="extra package to install with the project's requirements.txt (repeatable)")
     run.add_argument("--dir", help="the project directory to pack (default: the current directory)")
+    run.add_argument("--volume", action="append", default=[], metavar="NAME[:MOUNT_PATH][:ACCESS_MODE]",
+                     help="a volume the machines declare, e.g. shared-data:data (a link in the working directory; "
+                          "$TORCHYARD_VOLUME_SHARED_DATA is its path), access mode ReadWriteMany (default) or "
+                          "ReadWriteOnce (repeatable)")
     run.add_argument("--detach", action="store_true", help="return once submitted instead of following the job")
     run.add_argument("argv", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
@@ -309,6 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     artifacts = api_command("artifacts", cmd_artifacts, "list a job's artifacts, or download them with --out")
     artifacts.add_argument("job", type=int)
     artifacts.add_argument("--out", metavar="DIR", help="download into DIR/attempt-<a>/node-<r>/<path>")
+    results = api_command("results", cmd_results, "a function job's per-rank return values (or the remote "
+                          "traceback of a rank that raised)")
+    results.add_argument("job", type=int)
+    results.add_argument("--out", metavar="DIR", help="save each rank's pickled value as DIR/rank-<R>.pkl")
     stop = api_command("stop", cmd_stop, "stop a job")
     stop.add_argument("job", type=int)
     return parser

@@ -21,6 +21,10 @@ TASK_STOP_NODE = "torchyard.agent.stop_node"
 TASK_WARM_CACHES = "torchyard.agent.warm_caches"
 # Sent to a machine's queue when the machine is deleted: its agent stops its worker and exits.
 TASK_SHUTDOWN = "torchyard.agent.shutdown"
+# The job's membership changed (a node of the attempt started running, or ended): the agent writes
+# it as PEERS_FILE into that node's run directory, where the SDK's peers() reads it.
+TASK_UPDATE_PEERS = "torchyard.agent.update_peers"
+PEERS_FILE = "peers.json"
 
 
 def machine_queue(machine_id: int | str) -> str:
@@ -86,9 +90,11 @@ CHECKPOINT = "checkpoint"
 ARTIFACT = "artifact"  # the files a node collected from its output directory when it ended
 PREFLIGHT = "preflight"  # a node's check of the master's address and port and of its versions
 STALLED = "stalled"  # a rank whose step stopped advancing, with its Python stack
+RESULT = "result"  # a function job's rank returned (or raised): its pickled result, collected into the store
 HEARTBEAT = "heartbeat"  # node liveness, never persisted
 MACHINE_HEARTBEAT = "machine_heartbeat"  # agent capabilities + load, never persisted
-EVENT_TYPES = (STATE, LOG, METRIC, RESOURCE, CHECKPOINT, ARTIFACT, PREFLIGHT, STALLED, HEARTBEAT, MACHINE_HEARTBEAT)
+EVENT_TYPES = (STATE, LOG, METRIC, RESOURCE, CHECKPOINT, ARTIFACT, RESULT, PREFLIGHT, STALLED, HEARTBEAT,
+               MACHINE_HEARTBEAT)
 
 # Node states a supervisor reports (the controller validates every transition).
 NODE_PREPARING = "preparing"  # fetching the code bundle, building the environment
@@ -179,6 +185,19 @@ ENV_DIST_BACKEND = "TORCHYARD_DIST_BACKEND"
 # What a job writes here is collected into the store as artifacts when its node ends (one folder
 # per node; default `outputs/` in the node's working directory).
 ENV_OUTPUT_DIR = "TORCHYARD_OUTPUT_DIR"
+# Launchers other than torchrun: the node's rank and count, as torchrun's own flags name them.
+ENV_NODE_RANK_PLAIN = "NODE_RANK"
+ENV_NNODES = "NNODES"
+# The job's node addresses in node-rank order, comma-separated (the plan's; sdk.peers() waits for them).
+ENV_PEERS = "TORCHYARD_PEERS"
+# A function job: where each rank writes its pickled return value (or exception).
+ENV_RESULTS_DIR = "TORCHYARD_RESULTS_DIR"
+ENV_FUNCTION_PAYLOAD = "TORCHYARD_FUNCTION_PAYLOAD"
+ENV_RESULT_MAX_BYTES = "TORCHYARD_RESULT_MAX_BYTES"
+# A volume of the job: TORCHYARD_VOLUME_<NAME> (upper-cased, - and . as _) is its path on this machine.
+ENV_VOLUME_PREFIX = "TORCHYARD_VOLUME_"
+# A volume's name, as machines declare it and jobs ask for it (supervisor/volumes.py).
+VOLUME_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 
 
 # --- Machine tokens -------------------------------------------------------------------------------
@@ -229,6 +248,19 @@ class NodeLaunch:
     # ("report": a `stalled` event; "recover": also fail the node, so the job recovers).
     stall_timeout: float | None = None
     on_stall: str = "report"
+    # distributed.launcher: "torchrun" (default), "none" (the entrypoint once per node as a plain
+    # process) or "command" (`command`, an argv list, once per node). Every one gets the job's peers.
+    launcher: str = "torchrun"
+    command: list[str] = field(default_factory=list)
+    # The plan's nodes in node-rank order, [{"node_rank", "host", "machine"}]: TORCHYARD_PEERS and
+    # what the SDK's peers() starts from.
+    peers: list[dict[str, Any]] = field(default_factory=list)
+    # The job's volumes as this node's machine has them: [{"name", "path" (on this machine),
+    # "mount_path", "access_mode", "machine" (its name, for the preflight's messages)}].
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+    # A Python function job: {"payload": {"bundle", "size", "uri"} (the pickled function and its
+    # arguments, an uploaded bundle), "name" (its qualified name), "result_max_bytes"}. Empty otherwise.
+    function: dict[str, Any] = field(default_factory=dict)
     # Filled in by the agent from its own settings: where the event stream lives, how to fetch a
     # bundle from the server, the Python the ranks run with, and the machine's cache folder.
     redis_url: str = ""

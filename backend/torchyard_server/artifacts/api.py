@@ -15,8 +15,8 @@ from rest_framework.views import APIView
 from ..checkpoints.storage import OutsideJobStore, storage_for
 from ..jobs.selectors import job_visible_or_404
 from ..renderers import DOWNLOAD_RENDERERS
-from .models import Artifact
-from .serializers import ArtifactOut
+from .models import Artifact, FunctionResult
+from .serializers import ArtifactOut, FunctionResultsOut
 
 CHUNK = 1 << 20
 
@@ -72,3 +72,42 @@ class JobArtifactArchiveView(APIView):
         spool.seek(0)
         return FileResponse(spool, as_attachment=True, filename=f"job-{job.pk}-artifacts.zip",
                             content_type="application/zip")
+
+
+class JobResultsView(APIView):
+    """A function job's results (torchyard.fn): one per rank of its last attempt, with the return
+    value's repr, or the exception's type, message and remote traceback."""
+
+    @extend_schema(responses=FunctionResultsOut)
+    def get(self, request, job_id: int):
+        job = job_visible_or_404(user=request.user, job_id=job_id)
+        function = job.spec.get("function")
+        if not function:
+            raise NotFound("this job runs a script, not a function: it has no results (see its artifacts).")
+        results = FunctionResult.objects.filter(job=job, attempt=job.attempt)
+        return Response(FunctionResultsOut({
+            "function": function.get("name") or "", "status": job.status, "attempt": job.attempt,
+            "world_size": job.world_size, "results": results}).data)
+
+
+class JobResultFileView(APIView):
+    """One rank's pickled result (cloudpickle), as the caller unpickles it."""
+
+    renderer_classes = DOWNLOAD_RENDERERS
+
+    @extend_schema(operation_id="jobs_results_download", responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+    def get(self, request, job_id: int, rank: int):
+        job = job_visible_or_404(user=request.user, job_id=job_id)
+        result = get_object_or_404(FunctionResult, job=job, attempt=job.attempt, rank=rank)
+        if not result.uri:
+            raise NotFound(f"rank {rank} left no value to download: {result.error_type}: {result.error}")
+        try:
+            storage, key = storage_for(result.uri, job.pk)
+            handle = storage.open(key, "rb")
+        except (OutsideJobStore, OSError, ValueError) as exc:
+            raise NotFound(f"result unavailable: {exc}") from None
+        response = FileResponse(handle, as_attachment=True, filename=f"job-{job.pk}-rank-{rank}.pkl",
+                                content_type="application/octet-stream")
+        response["X-Result-Sha256"] = result.sha256
+        response.block_size = 1 << 20
+        return response

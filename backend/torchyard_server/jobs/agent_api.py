@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core import signing
+from django.db.models import Q
 from django.http import FileResponse
 from drf_spectacular.utils import OpenApiTypes, extend_schema
 from rest_framework import status
@@ -59,8 +60,9 @@ class AgentBundleView(APIView):
         if machine is None:
             return Response({"detail": "invalid machine token."}, status=status.HTTP_401_UNAUTHORIZED)
         bundle = Bundle.objects.filter(sha256=sha256).first()
+        # A job's code, or the pickled function of a function job.
         allowed = _granted(request, sha256, machine) or JobNode.objects.filter(
-            machine=machine, job__spec__code__bundle=sha256).exists()
+            Q(job__spec__code__bundle=sha256) | Q(job__spec__function__payload=sha256), machine=machine).exists()
         if bundle is None or not allowed:
             return Response({"detail": "no such bundle for this machine."}, status=status.HTTP_404_NOT_FOUND)
         handle = bundle_storage().open(bundle.storage_name, "rb")

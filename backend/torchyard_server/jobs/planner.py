@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torchyard.sdk.scaling import adjust_hyperparameters
@@ -47,6 +47,22 @@ class Candidate:
     # Offline because a node of a job was lost there, not because its agent went quiet: not planned
     # on until its agent heartbeats again (machines.services.machine_mark_suspect).
     suspect: bool = False
+    # Volumes by name: {"path": on this machine, "exists": True/False, None when only the server
+    # declared it} (machines/volumes.py merged_volumes).
+    volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    labels: dict[str, Any] = field(default_factory=dict)
+    memory_total: int = 0  # bytes; 0: not reported
+    memory_free: int = 0
+
+    def lacks_volume(self, names: tuple[str, ...]) -> str | None:
+        """Why the machine cannot give a node these volumes ("no volume shared-data"), or None."""
+        for name in names:
+            volume = self.volumes.get(name)
+            if volume is None:
+                return f"no volume {name}"
+            if volume.get("exists") is False:
+                return f"volume {name} missing on the machine ({volume.get('path')} does not exist)"
+        return None
 
     @property
     def versions(self) -> tuple[str, str]:
@@ -80,17 +96,45 @@ class Need:
     gpus: int = 0
     min_gpu_memory: int = 0
     oversubscribe: bool = False
+    volumes: tuple[str, ...] = ()  # the names of the job's volumes: every node needs each one
+    # torchyard.Compute's asks (resources.cpus_per_node, memory_per_node, placement.labels) and a
+    # function's Python (major.minor): it can only be unpickled by the same one.
+    cpus: int = 0
+    memory: int = 0
+    labels: tuple[tuple[str, str], ...] = ()
+    python: str = ""
+
+
+def _never(machine: Candidate, need: Need) -> str | None:
+    """Why the machine could never take a node of the job, busy or not (beyond GPUs and volumes)."""
+    if need.python and machine.python_version and ".".join(machine.python_version.split(".")[:2]) != need.python:
+        return f"Python {machine.python_version}, the function was pickled on {need.python}"
+    for key, value in need.labels:
+        if str(machine.labels.get(key)) != value:
+            return f"label {key}={value} asked, the machine has " + (
+                f"{key}={machine.labels[key]}" if key in machine.labels else f"no label {key}")
+    if need.cpus and machine.cpu_count and machine.cpu_count < need.cpus:
+        return f"{_plural(machine.cpu_count, 'core')}, {need.cpus} asked"
+    if need.memory and machine.memory_total and machine.memory_total < need.memory:
+        return f"{_bytes(machine.memory_total)} of memory, {_bytes(need.memory)} asked"
+    return None
+
+
+def _bytes(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB"
 
 
 def _fits(machine: Candidate, need: Need) -> bool:
     """Free GPUs for a GPU job; for a CPU job, cores: a machine that already runs processes takes
     more only while its cores last (a 2-core machine is not given three 4-process jobs), unless the
     job allows oversubscription. An idle machine takes any one node (the plan warns)."""
+    if need.memory and machine.memory_total and machine.memory_free < need.memory:
+        return False
     if need.gpus:
         return len(machine.free_gpus(need.min_gpu_memory)) >= need.gpus
     if need.oversubscribe or machine.busy_procs == 0 or not machine.cpu_count:
         return True
-    return machine.busy_procs + need.procs <= machine.cpu_count
+    return machine.busy_procs + max(need.procs, need.cpus) <= machine.cpu_count
 
 
 def _waste(machine: Candidate, need: Need) -> int:
@@ -116,6 +160,11 @@ def why_not(machine: Candidate, need: Need) -> str | None:
     """Why a node of the job cannot go to this machine now, in a few words; None when it can."""
     if not machine.schedulable:
         return "suspect" if machine.suspect else machine.status  # offline, draining, pending
+    lacking = machine.lacks_volume(need.volumes) or _never(machine, need)
+    if lacking:
+        return lacking
+    if need.memory and machine.memory_total and machine.memory_free < need.memory:
+        return f"{_bytes(machine.memory_free)} of memory free, {_bytes(need.memory)} asked"
     if need.gpus:
         slots = machine.gpu_slots(need.min_gpu_memory)
         if len(machine.gpus) < need.gpus:
@@ -157,6 +206,9 @@ def _shapes(spec: dict[str, Any], online: int) -> list[tuple[int, Need]]:
         return [(resources["nodes"], Need(resources["procs_per_node"], resources.get("gpus_per_node", 0),
                                           min_memory, oversubscribe))]
     workers, per_worker = resources["workers"], resources.get("gpus_per_worker", 0)
+    if (spec.get("distributed") or {}).get("launcher") == "none":
+        # One plain process per node: the world is spread one worker to a machine, or not at all.
+        return [(workers, Need(1, per_worker, min_memory, oversubscribe))]
     return [
         (nodes, Need(workers // nodes, workers // nodes * per_worker, min_memory, oversubscribe))
         for nodes in range(min(workers, max(online, 1)), 0, -1)
@@ -164,8 +216,14 @@ def _shapes(spec: dict[str, Any], online: int) -> list[tuple[int, Need]]:
     ]
 
 
+def _could_hold(machine: Candidate, need: Need) -> bool:
+    """Whether the machine could ever take a node, busy or not: online, GPUs enough, every volume."""
+    return (machine.schedulable and machine.gpu_slots(need.min_gpu_memory) >= need.gpus
+            and machine.lacks_volume(need.volumes) is None and _never(machine, need) is None)
+
+
 def _holders(machines: list[Candidate], need: Need) -> int:
-    return sum(1 for m in machines if m.schedulable and m.gpu_slots(need.min_gpu_memory) >= need.gpus)
+    return sum(1 for m in machines if _could_hold(m, need))
 
 
 def plan_job(
@@ -189,7 +247,12 @@ def plan_job(
         listed = {m.id for m in manual}
         reasons = {m.id: "not in the job's placement" for m in machines if m.id not in listed}
     candidates = manual if manual is not None else machines
-    shapes = _shapes(spec, len([m for m in candidates if m.schedulable]))
+    asks: dict[str, Any] = {"volumes": tuple(v["name"] for v in spec.get("volumes") or []),
+            "cpus": int(spec["resources"].get("cpus_per_node") or 0),
+            "memory": int(spec["resources"].get("memory_per_node") or 0),
+            "labels": tuple(sorted((str(k), str(v)) for k, v in (spec["placement"].get("labels") or {}).items())),
+            "python": str((spec.get("function") or {}).get("python") or "")}
+    shapes = [(n, replace(d, **asks)) for n, d in _shapes(spec, len([m for m in candidates if m.schedulable]))]
     # The first shape the online machines could ever hold; then whether they can hold it now.
     nodes, need = next(((n, d) for n, d in shapes if _holders(candidates, d) >= n), shapes[-1])
     # Manual placement keeps the user's order (the first is the master); otherwise the policy's.
@@ -204,17 +267,19 @@ def plan_job(
         return PlanError(message, kind=kind, skipped=_skipped(machines, {m.id: fine for m in pool} | reasons))
 
     online = [m for m in pool if m.schedulable]
-    could_hold = [m for m in online if m.gpu_slots(need.min_gpu_memory) >= need.gpus]
+    could_hold = [m for m in online if _could_hold(m, need)]
     if len(could_hold) < nodes:
         wanted = f"{nodes} online machines" + (
-            f" with {need.gpus} GPUs of >= {need.min_gpu_memory} MB" if need.gpus else "")
+            f" with {need.gpus} GPUs of >= {need.min_gpu_memory} MB" if need.gpus else "") + (
+            f" with volume{'s' if len(need.volumes) > 1 else ''} {', '.join(need.volumes)}" if need.volumes else "")
         offline = [m.name for m in pool if not m.schedulable]
         raise refuse(
             f"needs {wanted}; {len(could_hold)} online machine(s) can hold a node"
             + (f" ({', '.join(offline)} not online)" if offline else ""),
             "capacity",
         )
-    ready = [m for m in online if _fits(m, need)]
+    # Only machines that could ever hold a node (volumes, labels ...): _fits looks at what is free.
+    ready = [m for m in could_hold if _fits(m, need)]
     if len(ready) < nodes:
         what = "free GPUs" if need.gpus else f"room for {need.procs} more processes"
         # A queued job shows this as its reason: say what holds the busy machines back.
@@ -257,6 +322,12 @@ def plan_job(
                 "gpus": machine.free_gpus(min_gpu_memory)[:gpus_per_node],
             }
         )
+        if spec.get("volumes"):
+            # Each volume as this machine has it: the node's launch carries its own path.
+            plan_nodes[-1]["volumes"] = [
+                {"name": v["name"], "path": machine.volumes[v["name"]]["path"],
+                 "mount_path": v.get("mount_path") or v["name"], "access_mode": v.get("access_mode") or "ReadWriteMany"}
+                for v in spec["volumes"]]
     return {
         "world_size": world_size,
         "nnodes": nodes,
@@ -264,6 +335,7 @@ def plan_job(
         "master_addr": chosen[0].host,
         "master_port": port,
         "backend": backend,
+        "launcher": (spec.get("distributed") or {}).get("launcher", "torchrun"),
         "nodes": plan_nodes,
         "hyperparameters": adjust_hyperparameters(spec["hyperparameters"], spec["scaling"], world_size),
         "warnings": warnings,

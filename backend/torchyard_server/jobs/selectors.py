@@ -8,6 +8,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from ..machines.selectors import machine_list
+from ..machines.volumes import merged_volumes
 from ..projects.permissions import scope_to_user, visible_or_404
 from .models import Job, JobNode
 from .planner import Candidate
@@ -85,6 +86,12 @@ def machine_candidates() -> list[Candidate]:
             python_version=str(m.capabilities.get("python_version") or ""),
             torch_version=str(m.capabilities.get("torch_version") or ""),
             suspect=m.status == "offline" and m.last_heartbeat is not None and m.last_heartbeat > quiet_since,
+            volumes={v["name"]: v for v in merged_volumes(m.volumes, m.capabilities)},
+            labels=dict(m.labels or {}),
+            memory_total=int(m.capabilities.get("memory") or 0),
+            # The agent reports memory in use as a percentage of the total.
+            memory_free=int(int(m.capabilities.get("memory") or 0)
+                            * (1 - float(m.current_load.get("memory_usage") or 0.0) / 100)),
         )
         for m in machine_list()
     ]

@@ -15,6 +15,13 @@ class RecipeOut(serializers.Serializer):
     summary = serializers.CharField(help_text="the first paragraph of the recipe's docstring")
 
 
+class PlanVolumeOut(serializers.Serializer):
+    name = serializers.CharField()
+    path = serializers.CharField(help_text="on the node's machine")
+    mount_path = serializers.CharField()
+    access_mode = serializers.ChoiceField(choices=["ReadWriteMany", "ReadWriteOnce"])
+
+
 class PlanNodeOut(serializers.Serializer):
     node_rank = serializers.IntegerField()
     machine_id = serializers.IntegerField()
@@ -24,6 +31,11 @@ class PlanNodeOut(serializers.Serializer):
     rank_start = serializers.IntegerField()
     rank_end = serializers.IntegerField()
     gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPU indexes on the machine")
+    # Only in the plans of jobs that ask for volumes.
+    volumes = PlanVolumeOut(many=True, required=False, help_text="the job's volumes as this node's machine has them")
+
+    class Meta:
+        optional_fields = ("volumes",)
 
 
 class PlanPreflightOut(serializers.Serializer):
@@ -49,6 +61,8 @@ class PlanOut(serializers.Serializer):
     master_addr = serializers.CharField()
     master_port = serializers.IntegerField()
     backend = serializers.ChoiceField(choices=["gloo", "nccl"])
+    # distributed.launcher (plans stored before launchers existed have none: torchrun).
+    launcher = serializers.ChoiceField(choices=["torchrun", "none", "command"], required=False)
     nodes = PlanNodeOut(many=True)
     hyperparameters = serializers.DictField()
     warnings = serializers.ListField(child=serializers.CharField())
@@ -58,7 +72,7 @@ class PlanOut(serializers.Serializer):
     skipped = PlanSkippedOut(many=True, required=False)
 
     class Meta:
-        optional_fields = ('preflight', 'skipped')
+        optional_fields = ('preflight', 'skipped', 'launcher')
 
 
 class _Reported(serializers.Field):
@@ -178,22 +192,33 @@ class JobResourcesOut(serializers.Serializer):
     min_gpu_memory = serializers.IntegerField(help_text="MB per GPU")
     workers = serializers.IntegerField(help_text="DistroML's form: the world size, spread by the planner")
     gpus_per_worker = serializers.IntegerField()
+    cpus_per_node = serializers.IntegerField(help_text="CPU cores each node needs")
+    memory_per_node = serializers.IntegerField(help_text="bytes of free memory each node needs")
 
     class Meta:
         # Either nodes and procs_per_node, or workers (and gpus_per_worker when given).
-        optional_fields = ("nodes", "procs_per_node", "workers", "gpus_per_worker")
+        optional_fields = ("nodes", "procs_per_node", "workers", "gpus_per_worker", "cpus_per_node", "memory_per_node")
 
 
 class JobPlacementOut(serializers.Serializer):
     policy = serializers.ChoiceField(choices=["pack", "spread"])
     machines = serializers.ListField(child=serializers.CharField(), help_text="manual placement, the master first")
     oversubscribe = serializers.BooleanField()
+    labels = serializers.DictField(child=serializers.CharField(), help_text="machine labels every node's machine has")
+
+    class Meta:
+        optional_fields = ("labels",)
 
 
 class JobDistributedOut(serializers.Serializer):
     backend = serializers.ChoiceField(choices=["auto", "gloo", "nccl"])
-    launcher = serializers.ChoiceField(choices=["torchrun"])
+    launcher = serializers.ChoiceField(choices=["torchrun", "none", "command"])
+    command = serializers.ListField(child=serializers.CharField(), required=False,
+                                    help_text="launcher command: the argv run once per node")
     strategy = serializers.ChoiceField(choices=["data_parallel"])
+
+    class Meta:
+        optional_fields = ("command",)
 
 
 class JobScalingOut(serializers.Serializer):
@@ -221,6 +246,17 @@ class JobCompressionOut(serializers.Serializer):
     hook = serializers.ChoiceField(choices=["fp16", "bf16", "powersgd"])
 
 
+class JobFunctionOut(serializers.Serializer):
+    payload = serializers.CharField(help_text="sha256 of the bundle holding the pickled function and arguments")
+    name = serializers.CharField(help_text="the function's qualified name")
+    python = serializers.CharField(help_text="the Python (major.minor) it was pickled on")
+    size = serializers.IntegerField(help_text="the payload bundle's archive bytes")
+    result_max_bytes = serializers.IntegerField()
+
+    class Meta:
+        optional_fields = ("result_max_bytes", "size")
+
+
 class JobSpecOut(StoredJsonOut):
     name = serializers.CharField()
     project = serializers.CharField()
@@ -239,12 +275,13 @@ class JobSpecOut(StoredJsonOut):
     checkpointing = JobCheckpointingOut()
     fault_tolerance = JobFaultToleranceOut()
     compression = JobCompressionOut()
+    function = JobFunctionOut(help_text="a function job's function (torchyard.fn); absent for a script")
     framework = serializers.ChoiceField(choices=["pytorch"])
     model = serializers.CharField(help_text="DistroML's model name the entrypoint was chosen by")
     dataset = serializers.CharField()
 
     class Meta:
-        optional_fields = ("entrypoint", "module", "code", "secret_env", "model", "dataset")
+        optional_fields = ("entrypoint", "module", "code", "secret_env", "model", "dataset", "function")
 
 
 class JobDetailOut(JobSummaryOut):

@@ -25,6 +25,7 @@ from ..machines.models import Machine
 from ..machines.services import MachineInUse, machine_mark_suspect
 from ..projects.models import DEFAULT_PROJECT
 from ..projects.selectors import project_by_name
+from .membership import membership_send
 from .models import Job, JobNode
 from .planner import Candidate, PlanError, plan_job
 from .rates import PER_ATTEMPT, fold_rates
@@ -36,6 +37,11 @@ from .states import JOB_FINAL, NODE_LIVE, transition_job, transition_node
 log = logging.getLogger(__name__)
 J, N = Job.Status, JobNode.Status
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+# What every rank of a function job runs (workers/torchyard/functions/runner.py).
+FUNCTION_RUNNER = "torchyard.functions.runner"
+# A node says when a relaunch would fail the same way (its final state's `fatal`): the job's function
+# raised, a volume is not shared, versions disagree.
+NOT_RETRIED = "(not retried: a relaunch would fail the same way)"
 
 
 # --- planning -------------------------------------------------------------------------------------
@@ -203,6 +209,7 @@ def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manife
     if node.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in node.gpus)
     timeout = float(spec["fault_tolerance"]["heartbeat_timeout"])
+    volumes = _node_volumes(plan, node)
     return protocol.NodeLaunch(
         job_id=job.pk,
         attempt=node.attempt,
@@ -214,8 +221,9 @@ def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manife
         master_addr=plan["master_addr"],
         master_port=plan["master_port"],
         entrypoint=spec.get("entrypoint") or "",
-        module=spec.get("module") or "",
+        module=FUNCTION_RUNNER if spec.get("function") else spec.get("module") or "",
         code=_code_payload(spec),
+        function=_function_payload(job),
         pip=list((spec.get("runtime") or {}).get("pip") or []),
         args=list(spec.get("args") or []),
         env=env,
@@ -224,13 +232,51 @@ def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manife
         config={key: spec.get(key) for key in (
             "hyperparameters", "scaling", "distributed", "checkpointing", "compression", "resources")}
         | {"backend": plan["backend"], "job_name": job.name},
-        checkpoint_url=f"{settings.STORAGE_URL.rstrip('/')}/job-{job.pk}",
+        checkpoint_url=_checkpoint_url(job, volumes),
         resume_manifest=resume_manifest,
         backend=plan["backend"],
         heartbeat_interval=max(0.5, min(2.0, timeout / 4)),
         stall_timeout=spec["fault_tolerance"].get("stall_timeout"),
         on_stall=spec["fault_tolerance"].get("on_stall", "report"),
+        volumes=volumes,
+        launcher=spec["distributed"].get("launcher", "torchrun"),
+        command=list(spec["distributed"].get("command") or []),
+        peers=[{"node_rank": n["node_rank"], "host": n["host"], "machine": n["machine_name"]}
+               for n in sorted(plan["nodes"], key=lambda n: n["node_rank"])],
     ).to_dict()
+
+
+def _node_volumes(plan: dict[str, Any], node: JobNode) -> list[dict[str, Any]]:
+    """The job's volumes with this node's machine's paths (the plan's), and the machine's name for
+    the preflight's messages."""
+    planned: dict[str, Any] = next((n for n in plan["nodes"] if n["node_rank"] == node.node_rank), {})
+    return [{**v, "machine": node.machine_name} for v in planned.get("volumes") or []]
+
+
+def _checkpoint_url(job: Job, volumes: list[dict[str, Any]]) -> str:
+    """The store's folder of the job, or with `checkpointing.store: volume:NAME` a folder on that
+    volume at this node's machine's path (the server need not see it)."""
+    store = str((job.spec.get("checkpointing") or {}).get("store") or "default")
+    if store.startswith("volume:"):
+        name = store.split(":", 1)[1]
+        path = next(v["path"] for v in volumes if v["name"] == name)
+        return f"file://{path.rstrip('/')}/torchyard-checkpoints/job-{job.pk}"
+    return f"{settings.STORAGE_URL.rstrip('/')}/job-{job.pk}"
+
+
+def _function_payload(job: Job) -> dict[str, Any]:
+    """A function job's payload bundle and where its ranks' results go (the server's store, always:
+    the API reads them from there)."""
+    function = job.spec.get("function")
+    if not function:
+        return {}
+    sha256 = function["payload"]
+    return {
+        "payload": {"bundle": sha256, "size": function.get("size"), "uri": f"{bundles_url()}/{sha256}.tar.zst"},
+        "name": function["name"],
+        "result_max_bytes": int(function.get("result_max_bytes") or settings.RESULT_MAX_BYTES),
+        "results_url": f"{settings.STORAGE_URL.rstrip('/')}/job-{job.pk}/results",
+    }
 
 
 def _code_payload(spec: dict[str, Any]) -> dict[str, Any]:
@@ -321,8 +367,9 @@ def node_report_state(*, event: dict[str, Any]) -> None:
             transition_node(node, N.PREPARING, str(event.get("reason") or "preparing"), announce=False,
                             last_heartbeat=timezone.now())
         elif status == protocol.NODE_RUNNING:
-            transition_node(node, N.RUNNING, "running", announce=False, pid=event.get("pid"),
-                            last_heartbeat=timezone.now())
+            if transition_node(node, N.RUNNING, "running", announce=False, pid=event.get("pid"),
+                               last_heartbeat=timezone.now()) and job.attempt == node.attempt:
+                membership_send(job_id=job.pk, attempt=node.attempt)
             if job.attempt == node.attempt and job.status == J.DISPATCHING and not job.nodes.filter(
                 attempt=node.attempt).exclude(status=N.RUNNING).exists():
                 transition_job(job, J.RUNNING, f"all {job.world_size} ranks running")
@@ -334,11 +381,19 @@ def node_report_state(*, event: dict[str, Any]) -> None:
         elif status in (protocol.NODE_FAILED, protocol.NODE_STOPPED):
             failed = status == protocol.NODE_FAILED
             reason = str(event.get("reason") or ("failed" if failed else "stopped"))
-            transition_node(node, N.FAILED if failed else N.STOPPED, reason, announce=False,
-                            exit_code=event.get("exit_code"))
-            if not _winding_down(job) and job.attempt == node.attempt and job.status not in JOB_FINAL:
+            if transition_node(node, N.FAILED if failed else N.STOPPED, reason, announce=False,
+                               exit_code=event.get("exit_code")) and job.attempt == node.attempt:
+                # Queued before the stops _node_lost_or_failed sends: the others learn first.
+                membership_send(job_id=job.pk, attempt=node.attempt)
+            fatal = failed and event.get("fatal") is True
+            if fatal and job.status == J.RECOVERING and job.attempt == node.attempt:
+                # Another node's failure (its ranks saw this one's go away) started a recovery; this
+                # node says a relaunch would fail the same way (the job's function raised).
+                transition_job(job, J.FAILED, f"{_describe(node)}: {re.sub(r'^node rank [0-9]+:[ ]*', '', reason)}"
+                               f"\n{NOT_RETRIED}")
+            elif not _winding_down(job) and job.attempt == node.attempt and job.status not in JOB_FINAL:
                 detail = reason if failed else f"{_describe(node)} stopped unexpectedly: {reason}"
-                _node_lost_or_failed(job, node, detail, last_lines=event.get("last_lines") or [])
+                _node_lost_or_failed(job, node, detail, last_lines=event.get("last_lines") or [], fatal=fatal)
 
 
 def _quote(node: JobNode, line: Any) -> str:
@@ -349,10 +404,11 @@ def _quote(node: JobNode, line: Any) -> str:
     return f"[{who}] {line.get('line')}"
 
 
-def _node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: list[Any]) -> None:
+def _node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: list[Any], fatal: bool = False) -> None:
     """One node of the current attempt ended badly: stop the others, then either recover (relaunch
     every node from the last committed checkpoint, up to fault_tolerance.max_restarts times) or
-    fail the job with the reason."""
+    fail the job with the reason. A `fatal` failure (the node says retrying cannot help: the job's
+    function raised, a volume is not shared) fails the job at once."""
     tail = "\n".join(_quote(node, line) for line in last_lines[-protocol.FAILURE_LOG_LINES :])
     # The supervisor says "node rank N: ..."; name the machine too, once.
     reason = re.sub(r"^node rank \d+:\s*", "", reason)
@@ -362,12 +418,14 @@ def _node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: li
     others = [n for n in _live_nodes(job) if n.pk != node.pk]
     _stop_nodes(others)
     max_restarts = int(job.spec["fault_tolerance"]["max_restarts"])
-    if job.status in (J.DISPATCHING, J.RUNNING) and job.restarts < max_restarts:
+    if not fatal and job.status in (J.DISPATCHING, J.RUNNING) and job.restarts < max_restarts:
         transition_job(job, J.RECOVERING, f"restart {job.restarts + 1} of {max_restarts} after {full_reason}",
                        restarts=job.restarts + 1)
         _recover_when_quiet(job)
     else:
-        if max_restarts:
+        if fatal:
+            full_reason += f"\n{NOT_RETRIED}"
+        elif max_restarts:
             full_reason += f"\n(gave up after {max_restarts} restart{'s' if max_restarts != 1 else ''})"
         transition_job(job, J.FAILED, full_reason)
 
@@ -482,6 +540,9 @@ def _mark_lost(node: JobNode, reason: str) -> None:
             return
         if node.machine_id is not None:
             machine_mark_suspect(machine_id=node.machine_id)
+        if job.attempt == node.attempt:
+            # The other nodes learn it is gone before any stop reaches them.
+            membership_send(job_id=job.pk, attempt=node.attempt)
         # Make sure nothing of it keeps running should the agent still be there.
         _stop_nodes([node])
         if not _winding_down(job) and job.attempt == node.attempt and job.status not in JOB_FINAL:

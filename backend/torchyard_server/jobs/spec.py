@@ -13,6 +13,7 @@ from typing import Any
 import torchyard
 from django.conf import settings
 from rest_framework import serializers
+from torchyard import protocol
 from torchyard.sdk.scaling import adjust_hyperparameters
 
 from .. import secretbox
@@ -22,6 +23,8 @@ from ..projects.permissions import projects_visible_to, require_submit
 from ..projects.selectors import project_by_name
 
 RECIPES_DIR = Path(torchyard.__file__).resolve().parent / "examples"
+# What a function's payload bundle must hold (workers/torchyard/functions/results.py).
+FUNCTION_PAYLOAD_FILE = "function.pkl"
 # DistroML's `model` names, mapped to the built-in recipe that trains them.
 MODEL_RECIPES = {"mlp": "examples/mlp_ddp.py", "char_gpt": "examples/char_gpt.py", "transformer": "examples/char_gpt.py"}
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -53,7 +56,7 @@ MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 TOP_LEVEL_KEYS = {
     "name", "entrypoint", "module", "code", "runtime", "args", "env", "resources", "placement", "distributed", "hyperparameters",
     "scaling", "checkpointing", "fault_tolerance", "compression", "framework", "model", "dataset", "project",
-    "secret_env",
+    "secret_env", "volumes", "function",
 }
 
 
@@ -126,6 +129,12 @@ class ResourcesSerializer(serializers.Serializer):
     # DistroML form: world size in worker processes, spread by the planner.
     workers = serializers.IntegerField(min_value=1, max_value=4096, required=False)
     gpus_per_worker = serializers.IntegerField(min_value=0, max_value=8, required=False)
+    # What each node needs of its machine beyond its processes (torchyard.Compute's cpus and memory):
+    # the planner skips a machine without that many cores (free of other jobs) or that much free memory.
+    cpus_per_node = serializers.IntegerField(min_value=1, max_value=4096, required=False,
+                                             help_text="CPU cores each node needs (default: one per process)")
+    memory_per_node = serializers.IntegerField(min_value=0, max_value=1 << 50, required=False,
+                                               help_text="bytes of free memory each node needs on its machine")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "workers" in attrs and ("nodes" in attrs or "procs_per_node" in attrs):
@@ -146,15 +155,54 @@ class PlacementSerializer(serializers.Serializer):
                                      help_text="manual placement: these machines, in this order (the first is the master)")
     oversubscribe = serializers.BooleanField(
         default=False, help_text="CPU jobs: share a machine past its core count with other jobs")
+    labels = serializers.DictField(
+        child=serializers.CharField(max_length=200), required=False,
+        help_text="only machines whose labels hold every one of these key: value pairs")
+
+    def validate_labels(self, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 32 or any(len(key) > 100 or not key for key in value):
+            raise serializers.ValidationError("at most 32 labels, each key 1 to 100 characters.")
+        return value
+
+
+class ArgvItemField(serializers.CharField):
+    """One item of an argv: a JSON string, never a number or anything else turned into one."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
 
 
 class DistributedSerializer(serializers.Serializer):
     backend = serializers.ChoiceField(choices=["auto", "gloo", "nccl"], default="auto")
-    launcher = serializers.ChoiceField(choices=["torchrun"], default="torchrun")
+    launcher = serializers.ChoiceField(
+        choices=["torchrun", "none", "command"], default="torchrun",
+        help_text="torchrun: the entrypoint under torchrun, procs_per_node ranks per node; none: the entrypoint once "
+                  "per node as a plain process; command: `command` once per node. Every one gets NODE_RANK, NNODES, "
+                  "MASTER_ADDR, MASTER_PORT and TORCHYARD_PEERS")
+    command = serializers.ListField(
+        child=ArgvItemField(max_length=4096, allow_blank=True, trim_whitespace=False),
+        min_length=1, max_length=256, required=False,
+        help_text="launcher command: the argv run once per node (never through a shell); ${NODE_RANK}, ${NNODES}, "
+                  "${MASTER_ADDR}, ${MASTER_PORT}, ${NPROC_PER_NODE} and ${WORLD_SIZE} in its items are replaced, "
+                  "and a first item python or python3 is the node's training Python")
     strategy = serializers.ChoiceField(
         choices=["data_parallel"], default="data_parallel",
         error_messages={"invalid_choice": "only data_parallel is supported ({input!r} is not)."},
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        command = attrs.get("command")
+        if attrs["launcher"] == "command":
+            if not command or not command[0].strip():
+                raise serializers.ValidationError({"command": [
+                    "launcher command needs command: the argv to run once per node, such as "
+                    "[\"python\", \"-m\", \"torch.distributed.run\", ...]."]})
+        elif command is not None:
+            raise serializers.ValidationError({"command": [
+                f"only launcher command runs a command (launcher is {attrs['launcher']})."]})
+        return attrs
 
 
 class ScalingSerializer(serializers.Serializer):
@@ -163,10 +211,41 @@ class ScalingSerializer(serializers.Serializer):
     warmup_steps = serializers.IntegerField(min_value=0, default=0)
 
 
+class VolumeSerializer(serializers.Serializer):
+    """A named host path the job's machines declare (DESIGN.md section 12); the planner places the
+    job only where every one is, and the node sees it without mounting (supervisor/volumes.py)."""
+
+    name = serializers.RegexField(protocol.VOLUME_NAME_PATTERN, max_length=63, error_messages={
+        "invalid": "lowercase letters, digits, '.', '_' and '-' only, starting with a letter or digit."})
+    mount_path = serializers.CharField(max_length=1024, required=False, help_text=(
+        "relative (default: the name): a link in the job's working directory; absolute: only where it is the "
+        "volume's own path on the machine (nothing is mounted). Every process also gets "
+        "TORCHYARD_VOLUME_<NAME> (upper-cased, - and . as _): the path on its machine"))
+    access_mode = serializers.ChoiceField(choices=["ReadWriteMany", "ReadWriteOnce"], default="ReadWriteMany", help_text=(
+        "ReadWriteMany: one filesystem shared by every node, proven by the nodes' preflight; "
+        "ReadWriteOnce: a directory per machine, not checked"))
+
+    def validate_mount_path(self, value: str) -> str:
+        if "\x00" in value or "\\" in value:
+            raise serializers.ValidationError("a path without NUL characters or backslashes.")
+        normalized = posixpath.normpath(value)
+        if not value.startswith("/") and (normalized == "." or normalized.startswith("..")):
+            raise serializers.ValidationError("a relative mount_path must stay inside the job's working directory.")
+        return normalized
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs.setdefault("mount_path", attrs["name"])
+        return attrs
+
+
 class CheckpointingSerializer(serializers.Serializer):
     enabled = serializers.BooleanField(default=True)
     every_n_steps = serializers.IntegerField(min_value=1, default=200)
-    store = serializers.ChoiceField(choices=["default", "local", "s3"], default="default")
+    store = serializers.RegexField(
+        r"^(default|local|s3|volume:[a-z0-9][a-z0-9._-]{0,62})$", default="default", help_text=(
+            "default, local or s3 (the server's store), or volume:NAME: a volume of the job, each node writing "
+            "to its machine's path of it (file://<path>/torchyard-checkpoints/job-<id>)"),
+        error_messages={"invalid": "default, local, s3 or volume:NAME (a volume of the job)."})
     keep = serializers.IntegerField(min_value=1, max_value=1000, default=3)
 
 
@@ -181,6 +260,27 @@ class FaultToleranceSerializer(serializers.Serializer):
         choices=["report", "recover"], default="report",
         help_text="report: a `stalled` event with the rank's Python stack; recover: also fail its node, "
                   "so the job resumes from its last checkpoint")
+
+
+class FunctionSerializer(serializers.Serializer):
+    """A Python function run on every rank (torchyard.fn): its pickle is a bundle of its own."""
+
+    payload = serializers.RegexField(
+        r"^[0-9a-f]{64}$", help_text="sha256 of the uploaded bundle that holds the pickled function and arguments",
+        error_messages={"invalid": "must be the 64 hex digit sha256 of an uploaded bundle."})
+    name = serializers.CharField(max_length=300, help_text="the function's qualified name, as shown")
+    python = serializers.RegexField(
+        r"^3\.\d{1,2}$", help_text="the caller's Python (major.minor): only machines on the same one can load it",
+        error_messages={"invalid": "must be a Python version such as 3.11."})
+    result_max_bytes = serializers.IntegerField(
+        min_value=1, required=False, help_text="the most a rank's pickled return value may weigh "
+                                               "(default and ceiling: the server's TORCHYARD_RESULT_MAX_BYTES)")
+
+    def validate_result_max_bytes(self, value: int) -> int:
+        if value > settings.RESULT_MAX_BYTES:
+            raise serializers.ValidationError(
+                f"at most {settings.RESULT_MAX_BYTES} bytes on this server (TORCHYARD_RESULT_MAX_BYTES).")
+        return value
 
 
 class CompressionSerializer(serializers.Serializer):
@@ -215,6 +315,10 @@ class JobSpecSerializer(serializers.Serializer):
     checkpointing = CheckpointingSerializer(required=False)
     fault_tolerance = FaultToleranceSerializer(required=False)
     compression = CompressionSerializer(required=False)
+    function = FunctionSerializer(required=False, help_text="a Python function run on every rank (torchyard.fn)")
+    volumes = VolumeSerializer(many=True, required=False, max_length=16, help_text=(
+        "volumes declared on the machines (torchyard agent --volume, or PATCH /api/machines/{id}): the job goes "
+        "only to machines that have every one"))
     framework = serializers.ChoiceField(choices=["pytorch"], default="pytorch")
     model = serializers.CharField(max_length=100, required=False)
     dataset = serializers.CharField(max_length=100, required=False)
@@ -249,6 +353,14 @@ class JobSpecSerializer(serializers.Serializer):
     def validate_env(self, value: dict[str, str]) -> dict[str, str]:
         return validate_env_names(value)
 
+    def validate_volumes(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for key in ("name", "mount_path"):
+            seen = [v[key] for v in value]
+            twice = sorted({item for item in seen if seen.count(item) > 1})
+            if twice:
+                raise serializers.ValidationError(f"{key} {', '.join(twice)} given twice; each volume once.")
+        return value
+
     def validate_secret_env(self, value: dict[str, str]) -> dict[str, str]:
         # Sealed here, so the validated spec (stored, planned, logged on error) never holds a value.
         return {key: secretbox.seal(secret) for key, secret in validate_env_names(value).items()}
@@ -266,7 +378,9 @@ class JobSpecSerializer(serializers.Serializer):
         both = sorted(set(attrs.get("secret_env") or {}) & set(attrs["env"]))
         if both:
             raise serializers.ValidationError({"secret_env": [f"{', '.join(both)}: also in env; give it once."]})
-        self._validate_code(attrs)
+        self._validate_launcher(attrs)
+        if attrs["distributed"]["launcher"] != "command" or attrs.get("code"):
+            self._validate_code(attrs)
         resources = attrs["resources"]
         gpus = resources.get("gpus_per_worker", 0) if "workers" in resources else resources.get("gpus_per_node", 0)
         backend = attrs["distributed"]["backend"]
@@ -279,7 +393,11 @@ class JobSpecSerializer(serializers.Serializer):
                 f"nccl; gpus_per_node is {gpus}."]}})
         store = attrs["checkpointing"]["store"]
         configured = settings.STORAGE_URL.split(":", 1)[0]
-        if store != "default" and {"local": "file", "s3": "s3"}[store] != configured:
+        if store.startswith("volume:"):
+            if store.split(":", 1)[1] not in {v["name"] for v in attrs.get("volumes") or []}:
+                raise serializers.ValidationError({"checkpointing": {"store": [
+                    f"{store}: not a volume of the job; add it to volumes."]}})
+        elif store != "default" and {"local": "file", "s3": "s3"}[store] != configured:
             raise serializers.ValidationError({"checkpointing": {"store": [
                 f"this server keeps checkpoints in {settings.STORAGE_URL} (TORCHYARD_STORAGE_URL); "
                 f"use store 'default' or ask for a {store} store there."]}})
@@ -291,9 +409,29 @@ class JobSpecSerializer(serializers.Serializer):
         return attrs
 
 
+    def _validate_launcher(self, attrs: dict[str, Any]) -> None:
+        """launcher none runs one process per node; launcher command runs its command, nothing else."""
+        launcher, resources = attrs["distributed"]["launcher"], attrs["resources"]
+        if launcher == "none" and "workers" not in resources and resources["procs_per_node"] != 1:
+            raise serializers.ValidationError({"resources": {"procs_per_node": [
+                f"launcher none runs one process per node: procs_per_node must be 1 (is {resources['procs_per_node']}); "
+                "use launcher torchrun or command for more."]}})
+        if launcher == "command":
+            for key in ("entrypoint", "module", "model"):
+                if attrs.get(key):
+                    raise serializers.ValidationError({key: [
+                        f"launcher command runs distributed.command; give no {key}."]})
+            if not attrs.get("code") and attrs.get("runtime", {}).get("pip"):
+                raise serializers.ValidationError({"runtime": {"pip": [
+                    "packages are installed with the job's code: give code.bundle too."]}})
+
     def _validate_code(self, attrs: dict[str, Any]) -> None:
-        """A job runs a built-in recipe, or an entrypoint script or module of the user's own bundle."""
+        """A job runs a built-in recipe, or an entrypoint script or module of the user's own bundle,
+        or a Python function (its pickle a bundle too) with the user's bundle as its project."""
         code, module, entrypoint = attrs.get("code"), attrs.get("module"), attrs.get("entrypoint")
+        if "function" in attrs:
+            self._validate_function(attrs)
+            return
         if module and entrypoint:
             raise serializers.ValidationError({"module": ["give either module or entrypoint, not both."]})
         if not code:
@@ -314,11 +452,34 @@ class JobSpecSerializer(serializers.Serializer):
         if bundle is None:
             raise serializers.ValidationError({"code": {"bundle": [
                 "no such bundle for this user; upload it first (PUT /api/bundles/{sha256}, or `torchyard run`)."]}})
-        if not (entrypoint or module):
+        if not (entrypoint or module or attrs["distributed"]["launcher"] == "command"):
             raise serializers.ValidationError({"entrypoint": ["give the script to run (a path in the bundle) or a module."]})
         if entrypoint and not bundle.has_file(entrypoint):
             raise serializers.ValidationError({"entrypoint": [f"{entrypoint!r} is not a file of bundle {bundle}."]})
         attrs["code"] = {"bundle": bundle.sha256, "size": bundle.size}
+
+
+    def _validate_function(self, attrs: dict[str, Any]) -> None:
+        function, code = attrs["function"], attrs.get("code")
+        clashing = [key for key in ("entrypoint", "module", "model") if attrs.get(key)]
+        if clashing:
+            raise serializers.ValidationError({key: ["a function job runs its function; give no "
+                                                     f"{key}."] for key in clashing})
+        if not code:
+            raise serializers.ValidationError({"code": ["a function runs in its project: give code.bundle too."]})
+        user = getattr(self.context.get("request"), "user", None)
+        project = bundle_for_user(sha256=code["bundle"], user=user) if user is not None else None
+        if project is None:
+            raise serializers.ValidationError({"code": {"bundle": ["no such bundle for this user; upload it first."]}})
+        payload = bundle_for_user(sha256=function["payload"], user=user)
+        if payload is None:
+            raise serializers.ValidationError({"function": {"payload": [
+                "no such bundle for this user; upload the function's payload first."]}})
+        if not payload.has_file(FUNCTION_PAYLOAD_FILE):
+            raise serializers.ValidationError({"function": {"payload": [
+                f"bundle {function['payload'][:12]} holds no {FUNCTION_PAYLOAD_FILE}."]}})
+        attrs["code"] = {"bundle": project.sha256, "size": project.size}
+        attrs["function"] = {**function, "size": payload.size}
 
 
 def validate_env_names(value: dict[str, str]) -> dict[str, str]:

@@ -27,6 +27,9 @@ class Machine(models.Model):
     # cpu_usage, memory_usage (percent), gpu_usage [percent per GPU]
     current_load = models.JSONField(default=dict, blank=True)
     labels = models.JSONField(default=dict, blank=True)
+    # Volumes the operator declared here on the server ({name: absolute path}); the agent's own
+    # (`--volume`) come in its heartbeat's capabilities. machines/volumes.py merges the two.
+    volumes = models.JSONField(default=dict, blank=True)
     agent_version = models.CharField(max_length=64, blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     token_hash = models.CharField(max_length=64, editable=False)

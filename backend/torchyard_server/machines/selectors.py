@@ -25,6 +25,28 @@ def _iso(column: str) -> str:
     return f"""replace(to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), '.000000', '') || 'Z'"""
 
 
+# volumes.merged_volumes in SQL: the agent's reported volumes and the server's declared ones, by
+# name (in code point order, as Python sorts), the agent's path winning where both name one.
+_VOLUMES = """
+    SELECT COALESCE(json_agg(json_build_object(
+        'name', n.name,
+        'path', CASE WHEN r.v IS NULL THEN d.path ELSE COALESCE(r.v ->> 'path', '') END,
+        'source', CASE WHEN r.v IS NULL THEN 'server' ELSE 'agent' END,
+        'exists', CASE WHEN r.v IS NULL THEN NULL ELSE COALESCE((r.v ->> 'exists')::boolean, false) END,
+        'total_bytes', r.v -> 'total_bytes', 'free_bytes', r.v -> 'free_bytes'
+    ) ORDER BY n.name COLLATE "C"), '[]'::json)
+    FROM (
+        SELECT key AS name FROM jsonb_each(m.volumes)
+        UNION SELECT e ->> 'name' FROM jsonb_array_elements(COALESCE(m.capabilities -> 'volumes', '[]'::jsonb)) AS e
+        WHERE COALESCE(e ->> 'name', '') <> ''
+    ) AS n
+    LEFT JOIN LATERAL (SELECT value #>> '{}' AS path FROM jsonb_each(m.volumes) WHERE key = n.name) AS d ON true
+    LEFT JOIN LATERAL (
+        SELECT e AS v FROM jsonb_array_elements(COALESCE(m.capabilities -> 'volumes', '[]'::jsonb)) AS e
+        WHERE e ->> 'name' = n.name LIMIT 1
+    ) AS r ON true"""
+
+
 def machine_list_json() -> str:
     """Every machine, as MachineOut lists them, as one JSON text written by PostgreSQL: the list is
     read on every dashboard poll and sent to every cluster stream, a thousand machines at once, and
@@ -44,7 +66,8 @@ def machine_list_json() -> str:
             'drained', m.drained, 'capabilities', m.capabilities, 'current_load', m.current_load,
             'labels', m.labels, 'agent_version', m.agent_version,
             'last_heartbeat', {_iso("m.last_heartbeat")}, 'created_at', {_iso("m.created_at")},
-            'usage', COALESCE(%s::json -> m.id::text, '[]'::json)
+            'usage', COALESCE(%s::json -> m.id::text, '[]'::json),
+            'volumes', ({_VOLUMES}), 'declared_volumes', m.volumes
         ) ORDER BY m.name), '[]'::json)::text
         FROM {table} AS m"""
     with connection.cursor() as cursor:

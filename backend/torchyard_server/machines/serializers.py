@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import posixpath
+import re
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..listing import FlatListSerializer, StoredJsonOut
 from .models import Machine
 from .registries import machine_usage
+from .volumes import NAME_PATTERN, merged_volumes
 
 
 class MachineUsageOut(serializers.Serializer):
@@ -29,6 +33,24 @@ class MachineCacheOut(serializers.Serializer):
         optional_fields = ("bundles", "environments")
 
 
+class MachineVolumeReportOut(serializers.Serializer):
+    name = serializers.CharField()
+    path = serializers.CharField()
+    exists = serializers.BooleanField(help_text="whether the path is a directory on the machine")
+    total_bytes = serializers.IntegerField(allow_null=True, help_text="its filesystem's size; null when it does not exist")
+    free_bytes = serializers.IntegerField(allow_null=True, help_text="free on its filesystem; null when it does not exist")
+
+
+class MachineVolumeOut(serializers.Serializer):
+    name = serializers.CharField()
+    path = serializers.CharField(help_text="on the machine; the agent's when both it and the server declare the name")
+    source = serializers.ChoiceField(choices=["agent", "server"], help_text=(
+        "agent: `torchyard agent --volume` (its heartbeat says whether it exists); server: PATCH /api/machines/{id}"))
+    exists = serializers.BooleanField(allow_null=True, help_text="null: declared on the server, not checked by the agent")
+    total_bytes = serializers.IntegerField(allow_null=True)
+    free_bytes = serializers.IntegerField(allow_null=True)
+
+
 # What an agent reports (agent/capabilities.py, agent/main.py heartbeat_once). A machine whose agent
 # never connected has reported nothing ({}), and an older agent leaves newer keys out: every field may
 # be missing.
@@ -42,10 +64,11 @@ class MachineCapabilitiesOut(StoredJsonOut):
     python_version = serializers.CharField(help_text="the training Python's; empty when it could not be read")
     torch_version = serializers.CharField(help_text="the training Python's torch; empty when it could not be read")
     cache = MachineCacheOut(help_text="what its caches hold: it is what makes a launch fast")
+    volumes = MachineVolumeReportOut(many=True, help_text="the agent's own volumes (--volume NAME=PATH)")
 
     class Meta:
         optional_fields = ("cpu_count", "memory", "disk_space", "gpu_count", "gpu_memory", "gpus", "python_version",
-                           "torch_version", "cache")
+                           "torch_version", "cache", "volumes")
 
 
 class MachineLoadOut(StoredJsonOut):
@@ -64,12 +87,17 @@ class MachineOut(serializers.ModelSerializer):
     capabilities = MachineCapabilitiesOut(help_text="what its agent reported")
     current_load = MachineLoadOut(help_text="as of the last heartbeat")
     labels = serializers.DictField(child=serializers.CharField())
+    volumes = serializers.SerializerMethodField(help_text=(
+        "the volumes jobs may ask for here: the agent's and the server's declarations, merged by name"))
+    # Its own column (read as such in a list), and what the dashboard's edit field starts from.
+    declared_volumes = serializers.DictField(child=serializers.CharField(), source="volumes", help_text=(
+        "the volumes declared here on the server (name: path), as PATCH takes them"))
 
     class Meta:
         model = Machine
         fields = [
             "id", "name", "host", "port", "status", "drained", "capabilities", "current_load", "labels",
-            "agent_version", "last_heartbeat", "created_at", "usage",
+            "agent_version", "last_heartbeat", "created_at", "usage", "volumes", "declared_volumes",
         ]
         # A thousand machines are listed on every GET /api/machines and cluster-stream snapshot.
         list_serializer_class = FlatListSerializer
@@ -80,6 +108,11 @@ class MachineOut(serializers.ModelSerializer):
         if "usage" not in self.context:
             self.context["usage"] = machine_usage()
         return self.context["usage"].get(machine.pk, [])
+
+    @extend_schema_field(MachineVolumeOut(many=True))
+    def get_volumes(self, machine: Machine) -> list[dict]:
+        # A list hands a `.values()` row: `volumes` is there because declared_volumes reads it.
+        return merged_volumes(machine.volumes, machine.capabilities)
 
 
 class MachineIn(serializers.Serializer):
@@ -101,6 +134,23 @@ class MachinePatch(serializers.Serializer):
     labels = serializers.DictField(child=serializers.CharField(max_length=200), required=False)
     status = serializers.ChoiceField(choices=["draining", "online"], required=False, help_text=(
         "draining: no new nodes are placed here; online: undo draining."))
+    volumes = serializers.DictField(child=serializers.CharField(max_length=4096), required=False, help_text=(
+        "the volumes declared on the server, name: absolute path, replacing the ones declared before "
+        "(the agent's own --volume win for a name both declare)"))
+
+    def validate_volumes(self, value: dict[str, str]) -> dict[str, str]:
+        errors = []
+        if len(value) > 64:
+            errors.append("64 volumes at most.")
+        for name, path in value.items():
+            if not re.match(NAME_PATTERN, name):
+                errors.append(f"{name!r}: a name is lowercase letters, digits, '.', '_' and '-', starting with a "
+                              "letter or digit, 63 at most.")
+            elif not path.startswith("/") or "\x00" in path:
+                errors.append(f"{name}: {path!r} is not an absolute path.")
+        if errors:
+            raise serializers.ValidationError(errors)
+        return {name: posixpath.normpath(path) for name, path in value.items()}
 
 
 class MachineWithTokenOut(MachineOut):

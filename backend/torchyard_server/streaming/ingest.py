@@ -36,7 +36,7 @@ from django.db import IntegrityError, close_old_connections, transaction
 from django.db.models import Max
 from torchyard import protocol
 
-from ..artifacts.services import artifacts_record
+from ..artifacts.services import artifacts_record, function_result_record
 from ..checkpoints.services import checkpoint_record
 from ..jobs.models import Job, JobNode
 from ..jobs.serializers import job_summary_data
@@ -52,10 +52,10 @@ from .telemetry import IngestStats
 
 log = logging.getLogger(__name__)
 PERSISTED = {protocol.STATE, protocol.LOG, protocol.METRIC, protocol.RESOURCE, protocol.CHECKPOINT, protocol.ARTIFACT,
-             protocol.PREFLIGHT, protocol.STALLED}
+             protocol.RESULT, protocol.PREFLIGHT, protocol.STALLED}
 ENVELOPE = {"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts", "key"}
 # What apply() acts on; log lines, resource samples and preflights are only stored and sent.
-APPLIED = {protocol.STATE, protocol.METRIC, protocol.CHECKPOINT, protocol.STALLED, protocol.ARTIFACT}
+APPLIED = {protocol.STATE, protocol.METRIC, protocol.CHECKPOINT, protocol.STALLED, protocol.ARTIFACT, protocol.RESULT}
 CONSUMER = "controller"
 # Entries read per stream in one batch: a supervisor packs up to protocol.PACKED_MAX_EVENTS events
 # in one, so a batch holds up to ~10,000 events per stream under a flood, one entry per event for the
@@ -353,6 +353,9 @@ class Ingest:
             elif row.type == protocol.ARTIFACT:
                 artifacts_record(event={**row.payload, "job": row.job_id, "attempt": row.attempt,
                                         "node_rank": row.node_rank})
+            elif row.type == protocol.RESULT:
+                function_result_record(event={**row.payload, "job": row.job_id, "attempt": row.attempt,
+                                              "node_rank": row.node_rank, "rank": row.rank})
         for job_id, items in metrics.items():
             job_record_progress(job_id=job_id, metrics=items)
 

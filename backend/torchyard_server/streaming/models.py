@@ -20,6 +20,7 @@ class JobEvent(models.Model):
         RESOURCE = "resource"
         CHECKPOINT = "checkpoint"
         ARTIFACT = "artifact"
+        RESULT = "result"
         PREFLIGHT = "preflight"
         STALLED = "stalled"
 

@@ -539,6 +539,43 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/jobs/{job_id}/results": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description A function job's results (torchyard.fn): one per rank of its last attempt, with the return
+         *     value's repr, or the exception's type, message and remote traceback.
+         */
+        get: operations["jobs_results_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/jobs/{job_id}/results/{rank}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description One rank's pickled result (cloudpickle), as the caller unpickles it. */
+        get: operations["jobs_results_download"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/jobs/{job_id}/stop": {
         parameters: {
             query?: never;
@@ -1264,6 +1301,12 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
+         * @description * `ReadWriteMany` - ReadWriteMany
+         *     * `ReadWriteOnce` - ReadWriteOnce
+         * @enum {string}
+         */
+        AccessModeEnum: "ReadWriteMany" | "ReadWriteOnce";
+        /**
          * @description * `job.submit` - Job Submit
          *     * `job.stop` - Job Stop
          *     * `job.delete` - Job Delete
@@ -1424,8 +1467,11 @@ export interface components {
             enabled?: boolean;
             /** @default 200 */
             every_n_steps?: number;
-            /** @default default */
-            store?: components["schemas"]["StoreEnum"];
+            /**
+             * @description default, local or s3 (the server's store), or volume:NAME: a volume of the job, each node writing to its machine's path of it (file://<path>/torchyard-checkpoints/job-<id>)
+             * @default default
+             */
+            store?: string;
             /** @default 3 */
             keep?: number;
         };
@@ -1516,8 +1562,17 @@ export interface components {
         Distributed: {
             /** @default auto */
             backend?: components["schemas"]["DistributedBackendEnum"];
-            /** @default torchrun */
+            /**
+             * @description torchrun: the entrypoint under torchrun, procs_per_node ranks per node; none: the entrypoint once per node as a plain process; command: `command` once per node. Every one gets NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT and TORCHYARD_PEERS
+             *
+             *     * `torchrun` - torchrun
+             *     * `none` - none
+             *     * `command` - command
+             * @default torchrun
+             */
             launcher?: components["schemas"]["LauncherEnum"];
+            /** @description launcher command: the argv run once per node (never through a shell); ${NODE_RANK}, ${NNODES}, ${MASTER_ADDR}, ${MASTER_PORT}, ${NPROC_PER_NODE} and ${WORLD_SIZE} in its items are replaced, and a first item python or python3 is the node's training Python */
+            command?: string[];
             /** @default data_parallel */
             strategy?: components["schemas"]["StrategyEnum"];
         };
@@ -1659,11 +1714,12 @@ export interface components {
          *     * `resource` - Resource
          *     * `checkpoint` - Checkpoint
          *     * `artifact` - Artifact
+         *     * `result` - Result
          *     * `preflight` - Preflight
          *     * `stalled` - Stalled
          * @enum {string}
          */
-        EventTypeEnum: "state" | "log" | "metric" | "resource" | "checkpoint" | "artifact" | "preflight" | "stalled";
+        EventTypeEnum: "state" | "log" | "metric" | "resource" | "checkpoint" | "artifact" | "result" | "preflight" | "stalled";
         /** @description The seed's remote execution: a job, as a JobSpec, to run now. */
         ExecuteJobIn: {
             /** @description the JobSpec (DESIGN.md section 4) */
@@ -1721,6 +1777,67 @@ export interface components {
          * @enum {string}
          */
         FrameworkEnum: "pytorch";
+        /** @description A Python function run on every rank (torchyard.fn): its pickle is a bundle of its own. */
+        Function: {
+            /** @description sha256 of the uploaded bundle that holds the pickled function and arguments */
+            payload: string;
+            /** @description the function's qualified name, as shown */
+            name: string;
+            /** @description the caller's Python (major.minor): only machines on the same one can load it */
+            python: string;
+            /** @description the most a rank's pickled return value may weigh (default and ceiling: the server's TORCHYARD_RESULT_MAX_BYTES) */
+            result_max_bytes?: number;
+        };
+        FunctionResultOut: {
+            /**
+             * Format: int64
+             * @description global rank
+             */
+            rank: number;
+            /** Format: int64 */
+            node_rank: number;
+            /** @description the machine the rank ran on */
+            machine: string;
+            /** Format: int64 */
+            attempt: number;
+            /** @description returned (true), or raised / could not return (false) */
+            ok: boolean;
+            /**
+             * Format: int64
+             * @description bytes of the pickle (0: none to unpickle)
+             */
+            size: number;
+            sha256: string;
+            /** @description repr() of the return value, cut at 2,000 characters */
+            repr: string;
+            error_type: string;
+            error: string;
+            /** @description the remote traceback's text */
+            traceback: string;
+            /**
+             * Format: date-time
+             * @description when the rank raised, by its machine's clock
+             */
+            raised_at: string | null;
+            /** @description what it raised says another rank went away (a consequence, not the cause) */
+            peer_failure: boolean;
+            /** @description a pickle to download (the return value, or the exception when it could be pickled) */
+            readonly has_value: boolean;
+            /** Format: date-time */
+            readonly created_at: string;
+        };
+        FunctionResultsOut: {
+            /** @description the function's qualified name */
+            function: string;
+            /** @description the job's status */
+            status: string;
+            /** @description the attempt the results are of: the job's last */
+            attempt: number;
+            /** @description how many results a completed job has */
+            world_size: number | null;
+            /** @description one per rank that returned or raised, in rank order */
+            results: components["schemas"]["FunctionResultOut"][];
+        };
         /**
          * @description * `min` - min
          *     * `max` - max
@@ -1820,6 +1937,8 @@ export interface components {
         JobDistributedOut: {
             backend: components["schemas"]["DistributedBackendEnum"];
             launcher: components["schemas"]["LauncherEnum"];
+            /** @description launcher command: the argv run once per node */
+            command?: string[];
             strategy: components["schemas"]["StrategyEnum"];
         };
         JobFaultToleranceOut: {
@@ -1832,6 +1951,17 @@ export interface components {
              */
             stall_timeout: number | null;
             on_stall: components["schemas"]["OnStallEnum"];
+        };
+        JobFunctionOut: {
+            /** @description sha256 of the bundle holding the pickled function and arguments */
+            payload: string;
+            /** @description the function's qualified name */
+            name: string;
+            /** @description the Python (major.minor) it was pickled on */
+            python: string;
+            /** @description the payload bundle's archive bytes */
+            size?: number;
+            result_max_bytes?: number;
         };
         JobMetricsOut: {
             job: number;
@@ -1877,6 +2007,10 @@ export interface components {
             /** @description manual placement, the master first */
             machines: string[];
             oversubscribe: boolean;
+            /** @description machine labels every node's machine has */
+            labels?: {
+                [key: string]: string;
+            };
         };
         /** @description A job's progress, folded from its ranks' metrics (jobs/rates.py); null until reported. */
         JobProgressOut: {
@@ -2011,6 +2145,10 @@ export interface components {
             /** @description DistroML's form: the world size, spread by the planner */
             workers?: number;
             gpus_per_worker?: number;
+            /** @description CPU cores each node needs */
+            cpus_per_node?: number;
+            /** @description bytes of free memory each node needs */
+            memory_per_node?: number;
         };
         JobRuntimeOut: {
             pip: string[];
@@ -2050,6 +2188,10 @@ export interface components {
             checkpointing?: components["schemas"]["Checkpointing"];
             fault_tolerance?: components["schemas"]["FaultTolerance"];
             compression?: components["schemas"]["Compression"];
+            /** @description a Python function run on every rank (torchyard.fn) */
+            function?: components["schemas"]["Function"];
+            /** @description volumes declared on the machines (torchyard agent --volume, or PATCH /api/machines/{id}): the job goes only to machines that have every one */
+            volumes?: components["schemas"]["Volume"][];
             /** @default pytorch */
             framework?: components["schemas"]["FrameworkEnum"];
             model?: string;
@@ -2090,6 +2232,8 @@ export interface components {
             checkpointing: components["schemas"]["JobCheckpointingOut"];
             fault_tolerance: components["schemas"]["JobFaultToleranceOut"];
             compression: components["schemas"]["JobCompressionOut"];
+            /** @description a function job's function (torchyard.fn); absent for a script */
+            function?: components["schemas"]["JobFunctionOut"];
             framework: components["schemas"]["FrameworkEnum"];
             /** @description DistroML's model name the entrypoint was chosen by */
             model?: string;
@@ -2138,9 +2282,11 @@ export interface components {
         KindEnum: "collective" | "straggler" | "rank";
         /**
          * @description * `torchrun` - torchrun
+         *     * `none` - none
+         *     * `command` - command
          * @enum {string}
          */
-        LauncherEnum: "torchrun";
+        LauncherEnum: "torchrun" | "none" | "command";
         LocalJobOutputOut: {
             job_id: number;
             status: components["schemas"]["JobStatusEnum"];
@@ -2192,6 +2338,8 @@ export interface components {
             torch_version?: string;
             /** @description what its caches hold: it is what makes a launch fast */
             cache?: components["schemas"]["MachineCacheOut"];
+            /** @description the agent's own volumes (--volume NAME=PATH) */
+            volumes?: components["schemas"]["MachineVolumeReportOut"][];
         };
         MachineCountsOut: {
             total: number;
@@ -2260,6 +2408,12 @@ export interface components {
             readonly created_at: string;
             /** @description What each project's live jobs take here; project names and counts only, so everyone who sees the cluster sees who uses it and no one sees other projects' jobs. */
             readonly usage: components["schemas"]["MachineUsageOut"][];
+            /** @description the volumes jobs may ask for here: the agent's and the server's declarations, merged by name */
+            readonly volumes: components["schemas"]["MachineVolumeOut"][];
+            /** @description the volumes declared here on the server (name: path), as PATCH takes them */
+            declared_volumes: {
+                [key: string]: string;
+            };
         };
         /**
          * @description * `auto` - auto
@@ -2289,6 +2443,32 @@ export interface components {
             /** @description processes its live nodes run here */
             processes: number;
         };
+        MachineVolumeOut: {
+            name: string;
+            /** @description on the machine; the agent's when both it and the server declare the name */
+            path: string;
+            /**
+             * @description agent: `torchyard agent --volume` (its heartbeat says whether it exists); server: PATCH /api/machines/{id}
+             *
+             *     * `agent` - agent
+             *     * `server` - server
+             */
+            source: components["schemas"]["SourceEnum"];
+            /** @description null: declared on the server, not checked by the agent */
+            exists: boolean | null;
+            total_bytes: number | null;
+            free_bytes: number | null;
+        };
+        MachineVolumeReportOut: {
+            name: string;
+            path: string;
+            /** @description whether the path is a directory on the machine */
+            exists: boolean;
+            /** @description its filesystem's size; null when it does not exist */
+            total_bytes: number | null;
+            /** @description free on its filesystem; null when it does not exist */
+            free_bytes: number | null;
+        };
         /** @description A machine just added, or whose token was just rotated: its token, shown this once. */
         MachineWithTokenOut: {
             readonly id: number;
@@ -2314,6 +2494,12 @@ export interface components {
             readonly created_at: string;
             /** @description What each project's live jobs take here; project names and counts only, so everyone who sees the cluster sees who uses it and no one sees other projects' jobs. */
             readonly usage: components["schemas"]["MachineUsageOut"][];
+            /** @description the volumes jobs may ask for here: the agent's and the server's declarations, merged by name */
+            readonly volumes: components["schemas"]["MachineVolumeOut"][];
+            /** @description the volumes declared here on the server (name: path), as PATCH takes them */
+            declared_volumes: {
+                [key: string]: string;
+            };
             /** @description the machine's token: shown this once, never again */
             token: string;
             /** @description the command that starts its agent */
@@ -2443,6 +2629,10 @@ export interface components {
              *     * `online` - online
              */
             status?: components["schemas"]["MachineStatusChangeEnum"];
+            /** @description the volumes declared on the server, name: absolute path, replacing the ones declared before (the agent's own --volume win for a name both declare) */
+            volumes?: {
+                [key: string]: string;
+            };
         };
         PatchedRoleIn: {
             role?: components["schemas"]["RoleEnum"];
@@ -2484,6 +2674,10 @@ export interface components {
              * @default false
              */
             oversubscribe?: boolean;
+            /** @description only machines whose labels hold every one of these key: value pairs */
+            labels?: {
+                [key: string]: string;
+            };
         };
         PlanNodeOut: {
             node_rank: number;
@@ -2495,6 +2689,8 @@ export interface components {
             rank_end: number;
             /** @description GPU indexes on the machine */
             gpus: number[];
+            /** @description the job's volumes as this node's machine has them */
+            volumes?: components["schemas"]["PlanVolumeOut"][];
         };
         /**
          * @description The execution plan: where each node runs, and the hyperparameters after the distributed
@@ -2507,6 +2703,7 @@ export interface components {
             master_addr: string;
             master_port: number;
             backend: components["schemas"]["PlannedBackendEnum"];
+            launcher?: components["schemas"]["LauncherEnum"];
             nodes: components["schemas"]["PlanNodeOut"][];
             hyperparameters: {
                 [key: string]: unknown;
@@ -2528,6 +2725,13 @@ export interface components {
             machine_name: string;
             /** @description why no node went there: "offline", "draining", "suspect", "2 GPUs free, 4 asked", "less than 40 GB per GPU", "busy: 3 processes of 4 cores, 2 more asked", "versions differ: ...", "not in the job's placement", "not needed: ..." */
             reason: string;
+        };
+        PlanVolumeOut: {
+            name: string;
+            /** @description on the node's machine */
+            path: string;
+            mount_path: string;
+            access_mode: components["schemas"]["AccessModeEnum"];
         };
         /**
          * @description * `gloo` - gloo
@@ -2683,6 +2887,13 @@ export interface components {
             min_gpu_memory?: number;
             workers?: number;
             gpus_per_worker?: number;
+            /** @description CPU cores each node needs (default: one per process) */
+            cpus_per_node?: number;
+            /**
+             * Format: int64
+             * @description bytes of free memory each node needs on its machine
+             */
+            memory_per_node?: number;
         };
         ResourcesOut: {
             machines: components["schemas"]["MachineCountsOut"];
@@ -2806,6 +3017,12 @@ export interface components {
             warmup_steps?: number;
         };
         SeedDispatchIn: components["schemas"]["DistributedTrainingConfig"] | components["schemas"]["RankDispatchIn"];
+        /**
+         * @description * `agent` - agent
+         *     * `server` - server
+         * @enum {string}
+         */
+        SourceEnum: "agent" | "server";
         /** @description The control plane's view of the current attempt's stalled ranks (jobs/stalls.py). */
         StallOut: {
             attempt: number;
@@ -2949,6 +3166,23 @@ export interface components {
         ValidationErrorOut: {
             non_field_errors?: string[];
             detail?: string;
+        };
+        /**
+         * @description A named host path the job's machines declare (DESIGN.md section 12); the planner places the
+         *     job only where every one is, and the node sees it without mounting (supervisor/volumes.py).
+         */
+        Volume: {
+            name: string;
+            /** @description relative (default: the name): a link in the job's working directory; absolute: only where it is the volume's own path on the machine (nothing is mounted). Every process also gets TORCHYARD_VOLUME_<NAME> (upper-cased, - and . as _): the path on its machine */
+            mount_path?: string;
+            /**
+             * @description ReadWriteMany: one filesystem shared by every node, proven by the nodes' preflight; ReadWriteOnce: a directory per machine, not checked
+             *
+             *     * `ReadWriteMany` - ReadWriteMany
+             *     * `ReadWriteOnce` - ReadWriteOnce
+             * @default ReadWriteMany
+             */
+            access_mode?: components["schemas"]["AccessModeEnum"];
         };
         WorkerGpuOut: {
             index: number;
@@ -4863,6 +5097,123 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["JobMetricsOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    jobs_results_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FunctionResultsOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    jobs_results_download: {
+        parameters: {
+            query?: {
+                format?: "bin" | "json" | "zip";
+            };
+            header?: never;
+            path: {
+                job_id: number;
+                rank: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
                 };
             };
             /** @description Bad input: the messages of each field that was wrong. */

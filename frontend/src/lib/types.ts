@@ -9,6 +9,7 @@ type Schemas = components['schemas']
 /** What one project's live jobs take on a machine: counts only, never which jobs. */
 export type MachineUsage = Schemas['MachineUsageOut']
 export type Machine = Schemas['MachineOut']
+export type MachineVolume = Schemas['MachineVolumeOut']
 export type MachineCreate = Schemas['MachineIn']
 /** A machine just added: its token, shown this once. */
 export type MachineCreated = Schemas['MachineWithTokenOut']
@@ -44,6 +45,13 @@ export type PlanRefusal = ApiErrorBody & {
 
 /** GET /api/jobs/{id}/metrics: every metric, one series per name and attempt, on one step grid. */
 export type JobMetrics = Schemas['JobMetricsOut']
+
+/** A function job's function (torchyard.fn): `spec.function`, absent for a script. */
+export type JobFunction = Schemas['JobFunctionOut']
+/** GET /api/jobs/{id}/results: a function job's results, one per rank of its last attempt. */
+export type FunctionResults = Schemas['FunctionResultsOut']
+/** One rank's return value (its repr) or exception (type, message, remote traceback). */
+export type FunctionResult = Schemas['FunctionResultOut']
 
 /**
  * A DRF error body: nested field -> messages, plus `non_field_errors` / `detail` (the schema's
@@ -129,6 +137,15 @@ export type StalledEvent = EventBase & {
   on_stall: 'report' | 'recover'
 }
 
+/**
+ * A function job's rank returned or raised. Only what the page reads is typed: the server records
+ * the result first, and GET /api/jobs/{id}/results is where the page reads it from.
+ */
+export type ResultEvent = EventBase & {
+  type: 'result'
+  ok: boolean
+}
+
 export type JobEvent =
   | StateEvent
   | LogEvent
@@ -138,6 +155,7 @@ export type JobEvent =
   | ArtifactEvent
   | PreflightEvent
   | StalledEvent
+  | ResultEvent
 
 /** The events of a page of GET /api/jobs/{id}/logs are log events (the schema types them as EventOut). */
 export const isLogEvent = (event: EventBase): event is LogEvent => event.type === 'log'

@@ -22,6 +22,8 @@ export function machine(overrides: Partial<Machine> = {}): Machine {
     last_heartbeat: new Date().toISOString(),
     created_at: '2025-01-01T10:00:00Z',
     usage: [],
+    volumes: [],
+    declared_volumes: {},
     ...overrides,
   }
 }

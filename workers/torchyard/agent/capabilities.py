@@ -8,6 +8,8 @@ from typing import Any
 
 import psutil
 
+from torchyard.agent.volumes import report as volume_report
+
 
 def _gpus() -> tuple[list[dict[str, Any]], list[float]]:
     """NVIDIA GPUs through NVML when a driver is there; none otherwise (this is not an error)."""
@@ -36,7 +38,9 @@ def _gpus() -> tuple[list[dict[str, Any]], list[float]]:
     return gpus, usage
 
 
-def capabilities(work_dir: str) -> dict[str, Any]:
+def capabilities(work_dir: str, volumes: dict[str, str] | None = None) -> dict[str, Any]:
+    """`volumes`: the agent's declared volumes (name -> path), reported with whether each exists
+    and how full it is (supervisor/volumes.py report)."""
     gpus, _ = _gpus()
     return {
         "cpu_count": os.cpu_count() or 1,
@@ -45,6 +49,7 @@ def capabilities(work_dir: str) -> dict[str, Any]:
         "gpu_count": len(gpus),
         "gpu_memory": sum(g["memory_mb"] for g in gpus),
         "gpus": gpus,
+        "volumes": volume_report(volumes or {}),
     }
 
 

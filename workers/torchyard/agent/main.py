@@ -53,8 +53,10 @@ def fetch_config(server: str, token: str, timeout: float = 10.0) -> dict[str, An
 
 class Agent:
     def __init__(self, *, token: str, redis_url: str, work_dir: Path, concurrency: int = 4,
-                 server_url: str = "", python: str = ""):
+                 server_url: str = "", python: str = "", volumes: dict[str, str] | None = None):
         self.machine_id, _ = protocol.parse_machine_token(token)
+        # Named host paths (--volume NAME=PATH) jobs may ask for; each heartbeat says which exist.
+        self.volumes = dict(volumes or {})
         self.token = token
         self.redis_url = redis_url
         self.server_url = server_url
@@ -98,7 +100,7 @@ class Agent:
                 "token": self.token,
                 "hostname": socket.gethostname(),
                 "agent_version": torchyard.__version__,
-                "capabilities": capabilities.capabilities(str(self.work_dir)) | self.training,
+                "capabilities": capabilities.capabilities(str(self.work_dir), self.volumes) | self.training,
                 "cache": warm.cache_summary(self.work_dir / "cache"),
                 "load": capabilities.load(),
                 "running": runs.running_nodes(self.work_dir),
@@ -146,6 +148,12 @@ class Agent:
             result = runs.stop_node(self.work_dir, job_id, attempt, node_rank, node_id, self.publish)
             log.info("stop job %s attempt %s node %s: %s", job_id, attempt, node_rank, result)
             return result
+
+        @app.task(name=protocol.TASK_UPDATE_PEERS)
+        def update_peers(job_id: int, attempt: int, node_rank: int, membership: dict[str, Any]) -> dict[str, Any]:
+            # Idempotent: an older version (a redelivery, or two updates taken by two threads) never
+            # replaces a newer one.
+            return runs.write_peers(self.work_dir, job_id, attempt, node_rank, membership)
 
         @app.task(name=protocol.TASK_WARM_CACHES)
         def warm_caches(code: dict[str, Any], pip: list[str]) -> dict[str, Any]:

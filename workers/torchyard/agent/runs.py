@@ -106,6 +106,26 @@ def stop_node(work_dir: Path, job_id: int, attempt: int, node_rank: int, node_id
     return {"stopped": True, "by": "agent", "killed": killed}
 
 
+def write_peers(work_dir: Path, job_id: int, attempt: int, node_rank: int,
+                membership: dict[str, Any]) -> dict[str, Any]:
+    """Write the job's membership as the node's peers.json (what sdk.peers() reads), atomically, unless
+    the file already holds a newer version. The run directory may not exist yet (the update overtook
+    the launch): it is made as launch_node makes it."""
+    directory = run_dir(work_dir, job_id, attempt, node_rank)
+    target = directory / protocol.PEERS_FILE
+    version = int(membership.get("version") or 0)
+    with _lock(directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o700)
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            if int(json.loads(target.read_text()).get("version") or 0) > version:
+                return {"written": False, "reason": "a newer version is there"}
+        tmp = directory / f".{protocol.PEERS_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp.write_text(json.dumps(membership))
+        os.replace(tmp, target)
+    return {"written": True, "version": version}
+
+
 def publish_stopped(job_id: int, attempt: int, node_id: int, node_rank: int, publish, *, reason: str) -> None:
     publish({
         "type": protocol.STATE, "job": job_id, "attempt": attempt, "node": node_id, "node_rank": node_rank,

@@ -116,7 +116,8 @@ def run_spec(*, target: str, module: bool, args: list[str], directory: Path, nno
              nproc_per_node: int, gpus_per_node: int | None = None, name: str | None = None,
              env: dict[str, str] | None = None, secret_env: dict[str, str] | None = None,
              pip: list[str] | None = None, max_restarts: int | None = None,
-             project: str | None = None) -> dict[str, Any]:
+             project: str | None = None, volumes: list[str] | None = None,
+             launcher: str | None = None) -> dict[str, Any]:
     """The JobSpec of `torchyard run`, without its `code` (set once the bundle is uploaded).
     `target` is the entrypoint (a path inside `directory`) or, with `module`, a module name."""
     resources: dict[str, Any] = {"nodes": nnodes, "procs_per_node": nproc_per_node}
@@ -138,4 +139,22 @@ def run_spec(*, target: str, module: bool, args: list[str], directory: Path, nno
         spec["runtime"] = {"pip": list(pip)}
     if max_restarts is not None:
         spec["fault_tolerance"] = {"max_restarts": max_restarts}
+    if launcher and launcher != "torchrun":
+        spec["distributed"] = {"launcher": launcher}
+    if volumes:
+        spec["volumes"] = [volume_request(text) for text in volumes]
     return spec
+
+
+def volume_request(text: str) -> dict[str, str]:
+    """`--volume NAME[:MOUNT_PATH][:ACCESS_MODE]` as a JobSpec volume: shared-data:/data,
+    scratch:scratch:ReadWriteOnce. The server checks the values."""
+    name, _, rest = text.partition(":")
+    volume = {"name": name}
+    mount_path, _, access_mode = rest.rpartition(":") if rest.endswith(("ReadWriteOnce", "ReadWriteMany")) \
+        else (rest, "", "")
+    if mount_path:
+        volume["mount_path"] = mount_path
+    if access_mode:
+        volume["access_mode"] = access_mode
+    return volume

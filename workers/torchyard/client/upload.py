@@ -41,21 +41,22 @@ def _pack(directory: Path, dest: Path, max_bytes: int, console: Console) -> Pack
             raise CliError(f"cannot pack {directory}: {exc}") from None
 
 
-def _push(api: ApiClient, packed: PackedBundle, console: Console) -> None:
+def push_bundle(api: ApiClient, packed: PackedBundle, console: Console, *, what: str = "code") -> None:
+    """Upload a packed bundle unless the server already holds it (`what` names it in the messages)."""
     short = f"{packed.sha256[:8]}…"
     path = f"/api/bundles/{packed.sha256}"
     if api.exists(path):
-        say(console, f"code unchanged: bundle {short} already on the server")
+        say(console, f"{what} unchanged: bundle {short} already on the server")
         return
     started = time.monotonic()
-    columns = (TextColumn(f"uploading bundle {short}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+    columns = (TextColumn(f"uploading {what} bundle {short}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                TimeRemainingColumn())
     # A progress bar is for people: a pipe gets the one summary line below instead.
     with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
         task = progress.add_task("upload", total=packed.size)
         api.put_file(path, packed.path, lambda sent: progress.advance(task, sent))
     elapsed = max(time.monotonic() - started, 1e-6)
-    say(console, f"uploaded bundle {short}: {size_text(packed.size)} in {elapsed:.1f}s "
+    say(console, f"uploaded {what} bundle {short}: {size_text(packed.size)} in {elapsed:.1f}s "
                  f"({size_text(int(packed.size / elapsed))}/s)")
 
 
@@ -71,5 +72,5 @@ def upload_project(api: ApiClient, directory: Path, console: Console, *, entrypo
                            f"in {directory}; the job could not run it")
         say(console, f"packed {len(packed.files)} file(s) from {directory}: {size_text(packed.unpacked_size)}, "
                      f"{size_text(packed.size)} compressed")
-        _push(api, packed, console)
+        push_bundle(api, packed, console)
         return packed.sha256

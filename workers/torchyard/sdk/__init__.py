@@ -37,6 +37,7 @@ from torchyard.sdk.distributed import (
     wrap_ddp,
 )
 from torchyard.sdk.events import report, set_total_steps, total_steps
+from torchyard.sdk.peers import on_membership_change, peers
 from torchyard.sdk.scaling import adjust_hyperparameters
 
 __all__ = [
@@ -58,6 +59,8 @@ __all__ = [
     "local_rank",
     "local_world_size",
     "node_rank",
+    "on_membership_change",
+    "peers",
     "planned_backend",
     "print_distributed_info",
     "rank",

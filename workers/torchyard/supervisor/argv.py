@@ -78,13 +78,20 @@ def sdk_path(run_dir: Path) -> Path:
     return Path(run_dir) / SDK_PATH_DIR
 
 
-def link_sdk(run_dir: Path) -> Path:
-    """Create sdk_path(run_dir) with its one link to the installed torchyard package."""
+def link_sdk(run_dir: Path, *, function: bool = False) -> Path:
+    """Create sdk_path(run_dir) with its link to the installed torchyard package, and for a function
+    job one to cloudpickle too (pure Python: it unpickles the function in any training Python)."""
     folder = sdk_path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    link = folder / "torchyard"
-    if not link.is_symlink():
-        link.symlink_to(Path(torchyard.__file__).resolve().parent, target_is_directory=True)
+    packages = [Path(torchyard.__file__).resolve().parent]
+    if function:
+        import cloudpickle
+
+        packages.append(Path(cloudpickle.__file__).resolve().parent)
+    for package in packages:
+        link = folder / package.name
+        if not link.is_symlink():
+            link.symlink_to(package, target_is_directory=True)
     return folder
 
 
@@ -182,3 +189,79 @@ def build_env(launch: NodeLaunch, run_dir: Path, base_env: Mapping[str, str],
         paths.insert(0, str(Path(workdir).resolve()))
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
+
+
+# --- launchers other than torchrun (distributed.launcher: none, command) -------------------------
+LAUNCHER_TORCHRUN = "torchrun"
+LAUNCHER_NONE = "none"
+LAUNCHER_COMMAND = "command"
+# Where a plain process's (or a command's) stdout and stderr go: laid out as torchrun's --log-dir,
+# local rank 0, so the same RankLogTailer reads them.
+PLAIN_LOG_FOLDER = "attempt_0/0"
+# The names a command may use in its argv; replaced as plain text, nothing else is expanded.
+COMMAND_PLACEHOLDERS = ("NODE_RANK", "NNODES", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "WORLD_SIZE")
+PYTHON_NAMES = ("python", "python3")
+
+
+def plain_log_dir(run_dir: Path, launch: NodeLaunch) -> Path:
+    """The folder a plain process's stdout.log and stderr.log go to (under the torchrun log dir)."""
+    return Path(run_dir) / TORCHRUN_LOG_DIR / f"{rdzv_id(launch)}_{launch.launcher}" / PLAIN_LOG_FOLDER
+
+
+def build_plain_argv(launch: NodeLaunch, script: Path | None, python: str | None = None) -> list[str]:
+    """`launcher: none`: the entrypoint script (or `-m module`) once per node, as a plain process."""
+    target = ["-m", launch.module] if script is None else [str(script)]
+    return [python or sys.executable, *target, *[str(arg) for arg in launch.args]]
+
+
+def command_values(launch: NodeLaunch) -> dict[str, str]:
+    """What each ${NAME} of a command's argv stands for on this node."""
+    return {
+        "NODE_RANK": str(launch.node_rank),
+        "NNODES": str(launch.nnodes),
+        "MASTER_ADDR": str(launch.master_addr),
+        "MASTER_PORT": str(launch.master_port),
+        "NPROC_PER_NODE": str(launch.nproc_per_node),
+        "WORLD_SIZE": str(launch.world_size),
+    }
+
+
+def build_command_argv(launch: NodeLaunch, python: str | None = None) -> list[str]:
+    """`launcher: command`: the user's argv with the placeholders filled in, never through a shell.
+    An argv[0] of python/python3 becomes the node's training Python (maybe the job's environment)."""
+    if not launch.command:
+        raise EntrypointError("launcher command needs distributed.command (an argv list)")
+    values = command_values(launch)
+    argv = []
+    for item in launch.command:
+        text = str(item)
+        for name in COMMAND_PLACEHOLDERS:
+            text = text.replace("${" + name + "}", values[name])
+        argv.append(text)
+    if argv[0] in PYTHON_NAMES:
+        argv[0] = python or sys.executable
+    return argv
+
+
+def peers_env(launch: NodeLaunch) -> dict[str, str]:
+    """What every launcher gives the job: the node's rank and count, the master, the peers' addresses
+    in node-rank order (TORCHYARD_PEERS)."""
+    hosts = [str(p.get("host", "")) for p in sorted(launch.peers, key=lambda p: int(p.get("node_rank", 0)))]
+    return {
+        protocol.ENV_NODE_RANK_PLAIN: str(launch.node_rank),
+        protocol.ENV_NNODES: str(launch.nnodes),
+        "MASTER_ADDR": str(launch.master_addr),
+        "MASTER_PORT": str(launch.master_port),
+        protocol.ENV_PEERS: ",".join(hosts) if hosts else str(launch.master_addr),
+    }
+
+
+def build_launcher_env(launch: NodeLaunch, env: Mapping[str, str]) -> dict[str, str]:
+    """`env` (build_env's) plus the peers, and for none/command the rank variables a one-process
+    node stands for: RANK = node rank, WORLD_SIZE = node count, LOCAL_RANK 0 (a command's own
+    launcher sets its workers' over these)."""
+    out = {**env, **peers_env(launch)}
+    if launch.launcher != LAUNCHER_TORCHRUN:
+        out.update({"RANK": str(launch.node_rank), "WORLD_SIZE": str(launch.nnodes), "LOCAL_RANK": "0",
+                    "LOCAL_WORLD_SIZE": "1"})
+    return out

@@ -15,7 +15,8 @@ from urllib.parse import unquote, urlparse
 from torchyard.bundles import sha256_file
 
 
-def _upload(source: Path, uri: str) -> None:
+def upload_file(source: Path, uri: str) -> None:
+    """Copy one file to `uri` (file:// or s3://), atomically on a filesystem."""
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
         from torchyard.sdk.checkpoint.stores import s3_client
@@ -44,7 +45,7 @@ def collect_outputs(output_dir: Path, destination: str) -> tuple[list[dict[str, 
             uri = f"{destination.rstrip('/')}/{relative}"
             try:
                 size, digest = path.stat().st_size, sha256_file(path)
-                _upload(path, uri)
+                upload_file(path, uri)
             except Exception as exc:  # one unreadable file must not lose the others
                 failures.append(f"{relative}: {exc}")
                 continue

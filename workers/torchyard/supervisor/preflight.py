@@ -28,13 +28,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .volumes import unshared
+
 PROTOCOL = "torchyard-preflight/1"
 # No route, host unreachable, timed out: the master's address cannot be reached from here.
 UNREACHABLE_AFTER_S = 10.0
 # Connection refused: the address answers but nothing listens. The master's supervisor may start a
 # little after this one (its agent received the launch later), so this gets longer.
 NOTHING_LISTENS_AFTER_S = 30.0
-MAX_LINE_BYTES = 4096
+# A hello names up to 16 volumes with their probe files (volumes.py).
+MAX_LINE_BYTES = 65536
 
 # Runs in the training Python without importing torch (1-2 s): only its installed version.
 _VERSIONS_PROBE = (
@@ -45,7 +48,13 @@ _VERSIONS_PROBE = (
 
 
 class PreflightError(Exception):
-    """The node must not start torchrun; the message says why in a user's words."""
+    """The node must not start torchrun; the message says why in a user's words. `permanent`: a
+    relaunch on the same machines would fail the same way (versions that disagree, a volume that is
+    not one filesystem), so the job should fail rather than spend its restarts."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 @dataclass(frozen=True)
@@ -151,7 +160,8 @@ def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
         raise PreflightError(f"the master at {target} closed the preflight connection without an answer"
                              f"{closed}: is something else listening on that port?")
     if not answer.get("ok"):
-        raise PreflightError(str(answer.get("error") or f"the master at {target} refused this node"))
+        raise PreflightError(str(answer.get("error") or f"the master at {target} refused this node"),
+                             permanent=answer.get("permanent") is True)
     return Reached(master=target, local_address=local_address, connect_ms=round(connect_ms, 1),
                    waited_s=round(time.monotonic() - started, 2))
 
@@ -224,11 +234,14 @@ class MasterListener:
         self._sock.close()
 
     def serve(self, *, job_id: int, attempt: int, peers: set[int], versions: Versions,
-              tick: Tick) -> dict[int, dict[str, Any]]:
+              tick: Tick, volumes: list[dict[str, Any]] | None = None,
+              machine: str = "") -> dict[int, dict[str, Any]]:
         """Answer peers until every node rank in `peers` has checked in; returns their hellos.
 
         A peer of another job or attempt is told so and ignored (it is not one of ours). A peer
-        whose versions differ is told why and the preflight fails here too: neither may start."""
+        whose versions differ, or who wrote a ReadWriteMany volume's probe file that is not in this
+        machine's path of it (`volumes`, this node's launch's), is told why and the preflight fails
+        here too: neither may start."""
         waiting = set(peers)
         seen: dict[int, dict[str, Any]] = {}
         buffers: dict[socket.socket, bytes] = {}
@@ -250,7 +263,8 @@ class MasterListener:
                         hello = self._read_hello(sock, buffers, selector)
                         if hello is None:
                             continue
-                        rank = self._answer(sock, hello, job_id=job_id, attempt=attempt, versions=versions)
+                        rank = self._answer(sock, hello, job_id=job_id, attempt=attempt, versions=versions,
+                                            volumes=volumes or [], machine=machine)
                         selector.unregister(sock)
                         buffers.pop(sock, None)
                         sock.close()
@@ -288,7 +302,7 @@ class MasterListener:
 
     @staticmethod
     def _answer(sock: socket.socket, hello: dict[str, Any], *, job_id: int, attempt: int,
-                versions: Versions) -> int | None:
+                versions: Versions, volumes: list[dict[str, Any]] | None = None, machine: str = "") -> int | None:
         """Reply to one hello; the node rank it accounts for, or None. Raises on a version mismatch."""
         def reply(**answer: Any) -> None:
             with contextlib.suppress(OSError):
@@ -305,8 +319,12 @@ class MasterListener:
         problem = disagreement(versions, theirs)
         if problem:
             who = f"node {rank} ({hello.get('hostname') or 'unknown host'})"
-            reply(ok=False, error=f"versions disagree: {problem}")
+            reply(ok=False, error=f"versions disagree: {problem}", permanent=True)
             raise PreflightError(f"versions disagree: this node (the master) has {versions.describe()}, "
-                                 f"{who} has {theirs.describe()}")
+                                 f"{who} has {theirs.describe()}", permanent=True)
+        problem = unshared(volumes or [], hello, machine=machine)
+        if problem:
+            reply(ok=False, error=problem, permanent=True)
+            raise PreflightError(problem, permanent=True)
         reply(ok=True)
         return rank if isinstance(rank, int) else None

@@ -32,19 +32,26 @@ from torchyard import protocol
 from torchyard.bundles import size_text
 from torchyard.protocol import NodeLaunch
 
-from . import prepare
+from . import functions, prepare
 from .argv import (
     CONFIG_FILE,
+    LAUNCHER_COMMAND,
+    LAUNCHER_NONE,
+    LAUNCHER_TORCHRUN,
     OUTPUT_DIR,
     PID_FILE,
     RESULT_FILE,
     TORCHRUN_LOG_DIR,
     TORCHRUN_LOG_FILE,
     EntrypointError,
+    build_command_argv,
     build_env,
+    build_launcher_env,
+    build_plain_argv,
     build_torchrun_argv,
     event_socket_path,
     link_sdk,
+    plain_log_dir,
     resolve_entrypoint,
 )
 from .event_socket import EventSocket
@@ -55,6 +62,7 @@ from .proctree import TreeSampler, is_alive, kill_processes, process_tree, sweep
 from .publisher import EventPublisher
 from .stall import StallWatch, process_state, python_stack
 from .tail import FileTail, RankLogTailer
+from .volumes import VolumeError, check_present, link_volumes, remove_probes, volume_env, write_probes
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +122,7 @@ class SupervisorResult:
     events_published: int = 0
     events_dropped: dict[str, int] = field(default_factory=dict)
     final_state_delivered: bool = False
+    results: list[dict[str, Any]] = field(default_factory=list)  # a function job's ranks on this node
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -158,6 +167,8 @@ class _Outcome:
     state: SupervisorState
     exit_code: int | None
     reason: str
+    # Retrying cannot help: the job's own function raised (the controller fails the job at once).
+    fatal: bool = False
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -242,10 +253,14 @@ class NodeSupervisor:
         self._preflight_since = 0.0
         self._stalls = StallWatch(launch.stall_timeout)
         self._stall_failure = ""
+        self._function_env: dict[str, str] = {}  # a function job: where the ranks find it (functions.py)
+        self._results: list[dict[str, Any]] = []
         self._last_line: dict[int, str] = {}  # global rank -> its newest log line
         # Every line and text the node publishes goes through it: a script that prints a secret
         # (JobSpec secret_env) shows ***. The per-rank files in the run directory keep what it wrote.
         self._mask = secret_masker(launch.secret_env)
+        # What the node runs, as its reasons name it: torchrun, or (launcher none) python, or the command.
+        self._what = {LAUNCHER_NONE: "python", LAUNCHER_COMMAND: "the command"}.get(launch.launcher, "torchrun")
         # Where torchrun runs and with which Python: the run directory and the agent's Python for
         # the built-in recipes; a fresh copy of the bundle and its cached environment otherwise.
         self.workdir = self.run_dir
@@ -284,7 +299,8 @@ class NodeSupervisor:
                 SupervisorState.FAILED, None, f"node rank {self.launch.node_rank}: supervisor error: {exc!r}"
             )
         swept = self._wind_down()
-        outcome = _Outcome(outcome.state, outcome.exit_code, self._mask(outcome.reason))
+        outcome = self._function_outcome(outcome)
+        outcome = _Outcome(outcome.state, outcome.exit_code, self._mask(outcome.reason), outcome.fatal)
         self.state = outcome.state
         last_lines = self._last_lines() if outcome.state is SupervisorState.FAILED else []
         self._emit_final_state(outcome, last_lines)
@@ -309,6 +325,7 @@ class NodeSupervisor:
             events_published=self.publisher.published,
             events_dropped=dict(self.publisher.dropped),
             final_state_delivered=delivered,
+            results=self._results,
         )
         write_json_atomic(self.run_dir / RESULT_FILE, result.to_dict())
         with contextlib.suppress(OSError):
@@ -321,26 +338,30 @@ class NodeSupervisor:
     def _supervise(self) -> _Outcome:
         node = f"node rank {self.launch.node_rank}"
         try:
-            if self.launch.node_rank == 0:
+            if self.launch.node_rank == 0 and self.launch.launcher != LAUNCHER_NONE:
                 # At once, before preparing: the other nodes' preflight handshakes complete against it
                 # meanwhile, and a taken port fails the node before any work.
                 self._listener = MasterListener(self.launch.master_port)
             self._prepare()
-            script = None if self.launch.module else resolve_entrypoint(self.launch.entrypoint, self.code_root)
+            script = None if self.launch.module or self.launch.launcher == LAUNCHER_COMMAND else \
+                resolve_entrypoint(self.launch.entrypoint, self.code_root)
             self._preflight()
         except (prepare.PrepareError, EntrypointError, PreflightError) as exc:
-            return _Outcome(SupervisorState.FAILED, None, f"{node}: {exc}; torchrun not started")
+            # A missing entrypoint, a volume this machine lacks or that is not shared, versions that
+            # disagree: relaunching on the same machines would fail the same way.
+            fatal = isinstance(exc, EntrypointError | VolumeError) or getattr(exc, "permanent", False)
+            return _Outcome(SupervisorState.FAILED, None, f"{node}: {exc}; {self._what} not started", fatal=fatal)
         except _StopRequested:
             return _Outcome(SupervisorState.STOPPED, None, f"stop requested while {self.state.value}")
         finally:
             if self._listener is not None:
                 self._listener.close()  # torchrun's store binds the port next
         if self._stop_signal is not None:
-            return _Outcome(SupervisorState.STOPPED, None, "stop requested before torchrun started")
+            return _Outcome(SupervisorState.STOPPED, None, f"stop requested before {self._what} started")
         try:
             self._start_torchrun(script)
-        except OSError as exc:
-            return _Outcome(SupervisorState.FAILED, None, f"{node}: cannot start torchrun: {exc}")
+        except (OSError, EntrypointError) as exc:
+            return _Outcome(SupervisorState.FAILED, None, f"{node}: cannot start {self._what}: {exc}")
         exit_code = self._monitor()
         return self._outcome(exit_code)
 
@@ -349,8 +370,11 @@ class NodeSupervisor:
         """Every node of a multi-node job reaches the master's address and port and agrees with it on
         Python and torch, before any rank starts; raises PreflightError naming the cause."""
         launch = self.launch
+        link_volumes(launch.volumes, self.workdir)  # relative mount_paths, in the final working directory
         self._interface_env = interface_env(launch.master_addr, launch.backend, build_env(launch, self.run_dir, os.environ))
-        if launch.nnodes < 2:
+        if launch.nnodes < 2 or launch.launcher == LAUNCHER_NONE:
+            # One plain process per node makes its own rendezvous, maybe with a quorum of the nodes
+            # (sdk.peers): no node waits here for all the others.
             return
         self._preflight_since = time.monotonic()
         interface = self._interface_env.get("GLOO_SOCKET_IFNAME", "")
@@ -359,7 +383,7 @@ class NodeSupervisor:
             if self._listener is not None:
                 peers = self._listener.serve(job_id=launch.job_id, attempt=launch.attempt,
                                              peers=set(range(1, launch.nnodes)), versions=versions,
-                                             tick=self._preflight_tick)
+                                             tick=self._preflight_tick, volumes=launch.volumes)
                 result: dict[str, Any] = {"role": "master", "peers": {
                     str(rank): {k: hello.get(k) for k in ("hostname", "address", "interface")}
                     for rank, hello in sorted(peers.items())}}
@@ -367,7 +391,15 @@ class NodeSupervisor:
                 hello = {"job": launch.job_id, "attempt": launch.attempt, "node_rank": launch.node_rank,
                          "hostname": socket.gethostname(), "interface": interface,
                          "python": versions.python, "torch": versions.torch}
-                reached = reach_master(launch.master_addr, launch.master_port, hello, self._preflight_tick)
+                # ReadWriteMany volumes: files the master must find in its own path of each (volumes.py).
+                probes = write_probes(launch.volumes, job_id=launch.job_id, attempt=launch.attempt,
+                                      node_rank=launch.node_rank)
+                if probes:
+                    hello |= {"machine": launch.volumes[0].get("machine", ""), "volumes": [p.hello() for p in probes]}
+                try:
+                    reached = reach_master(launch.master_addr, launch.master_port, hello, self._preflight_tick)
+                finally:
+                    remove_probes(probes)
                 result = {"role": "node", **reached.to_dict()}
         except PreflightError as exc:
             self.publisher.emit(protocol.PREFLIGHT, ok=False, error=str(exc), interface=interface,
@@ -397,6 +429,7 @@ class NodeSupervisor:
     def _prepare(self) -> None:
         """Fetch the bundle into the machine's cache, copy it into a fresh working directory, and
         build (or reuse) the environment its requirements need. Nothing to do for a recipe."""
+        check_present(self.launch.volumes)  # a missing volume fails the node before any work
         if not self.launch.code:
             return
         sha256 = str(self.launch.code["bundle"])
@@ -408,6 +441,11 @@ class NodeSupervisor:
         cache = Path(self.launch.cache_dir) if self.launch.cache_dir else self.run_dir / "cache"
         bundle_dir = prepare.cached_bundle(prepare.BundleSource.of(self.launch), cache, wait=self._prep_tick, say=self._publish_prepare_line)
         self.workdir = prepare.make_workdir(bundle_dir, self.run_dir / "work")
+        if self.launch.function:
+            payload = prepare.BundleSource(self.launch.function["payload"], self.launch.server_url,
+                                           self.launch.machine_token)
+            self._function_env = functions.function_env(self.launch, self.run_dir, prepare.cached_bundle(
+                payload, cache, wait=self._prep_tick, say=self._publish_prepare_line))
         self.code_root = self.workdir
         requirements = prepare.requirements_for(self.workdir, self.launch.pip)
         if requirements:
@@ -468,36 +506,53 @@ class NodeSupervisor:
     def _start_torchrun(self, script: Path | None) -> None:
         write_json_atomic(self.run_dir / CONFIG_FILE, self.launch.config)
         (self.workdir / OUTPUT_DIR).mkdir(parents=True, exist_ok=True)
-        link_sdk(self.run_dir)
+        link_sdk(self.run_dir, function=bool(self.launch.function))
         self._socket = EventSocket(event_socket_path(self.run_dir))
-        self._tailer = RankLogTailer(self.run_dir / TORCHRUN_LOG_DIR, self.launch.nproc_per_node)
+        torchrun = self.launch.launcher == LAUNCHER_TORCHRUN
+        # Created before any folder of this launch exists: it ignores what an earlier one left.
+        self._tailer = RankLogTailer(self.run_dir / TORCHRUN_LOG_DIR, self.launch.nproc_per_node if torchrun else 1)
         torchrun_log = self.run_dir / TORCHRUN_LOG_FILE
-        env = build_env(self.launch, self.run_dir, os.environ, workdir=self.workdir)
+        if torchrun:
+            argv = build_torchrun_argv(self.launch, self.run_dir, script, python=self.python)
+            stdout_path = stderr_path = torchrun_log
+        else:
+            # One process per node: its stdout and stderr go where torchrun would put local rank
+            # 0's, so tailing, masking and the failure's last lines work as they do for torchrun.
+            argv = (build_plain_argv(self.launch, script, python=self.python) if self.launch.launcher == LAUNCHER_NONE
+                    else build_command_argv(self.launch, python=self.python))
+            log_dir = plain_log_dir(self.run_dir, self.launch)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            stdout_path, stderr_path = log_dir / "stdout.log", log_dir / "stderr.log"
+        env = build_launcher_env(self.launch, build_env(self.launch, self.run_dir, os.environ, workdir=self.workdir))
+        env.update(self._function_env)
+        env.update(volume_env(self.launch.volumes))
         if self._interface_env:
             env.update(self._interface_env)
             self._publish_supervisor_line(
                 f"ranks reach the master {self.launch.master_addr} through "
                 + ", ".join(f"{k}={v}" for k, v in sorted(self._interface_env.items())))
-        with open(torchrun_log, "wb") as output:  # truncated: the tail reads it from the start
+        # Truncated: the tails read them from the start.
+        with open(stdout_path, "wb") as output, open(stderr_path, "ab") as errors:
             self._proc = subprocess.Popen(
-                build_torchrun_argv(self.launch, self.run_dir, script, python=self.python),
+                argv,
                 env=env,
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=output,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.STDOUT if torchrun else errors,
                 # Its own session: signals to the supervisor's group never reach it, and the whole
                 # group can be signalled at once on stop.
                 start_new_session=True,
                 preexec_fn=_terminate_with_parent,  # safe: the supervisor starts no threads
             )
-        self._torchrun_tail = FileTail(torchrun_log)
+        if torchrun:
+            self._torchrun_tail = FileTail(torchrun_log)
         self._torchrun_started_at = time.time()
         self.state = SupervisorState.RUNNING
         self.publisher.emit(
             protocol.STATE,
             status=protocol.NODE_RUNNING,
-            reason=f"torchrun started for global ranks {self._rank_range()}",
+            reason=f"{self._what} started for global ranks {self._rank_range()}",
             pid=self._proc.pid,
             supervisor_pid=os.getpid(),
             hostname=socket.gethostname(),
@@ -520,7 +575,7 @@ class NodeSupervisor:
                 self._begin_stop(now)
             if self._kill_at is not None and now >= self._kill_at and exit_code is None:
                 self._publish_supervisor_line(
-                    f"torchrun still running {self.settings.stop_grace_s:g} s after SIGTERM; sending SIGKILL"
+                    f"{self._what} still running {self.settings.stop_grace_s:g} s after SIGTERM; sending SIGKILL"
                 )
                 self._kill_at = None  # once: a process SIGKILL cannot end is not retried every loop
                 self._kill_torchrun_now()
@@ -548,7 +603,7 @@ class NodeSupervisor:
         self.state = SupervisorState.STOPPING
         self._kill_at = now + self.settings.stop_grace_s
         self._publish_supervisor_line(
-            f"stop requested ({_signal_name(self._stop_signal)}); sending SIGTERM to torchrun"
+            f"stop requested ({_signal_name(self._stop_signal)}); sending SIGTERM to {self._what}"
         )
         self._signal_group(signal.SIGTERM)
         # A stopped process (SIGSTOP, a debugger let go) only acts on SIGTERM once continued.
@@ -578,8 +633,8 @@ class NodeSupervisor:
         failed worker means torchrun exits non-zero, and a stop means it ends: once its workers are
         gone (and it has named the first failure, or had half a second to), nothing is lost."""
         assert self._proc is not None
-        if self._torchrun_cut:
-            return
+        if self._torchrun_cut or self.launch.launcher != LAUNCHER_TORCHRUN:
+            return  # another launcher's process is the worker (or its parent): it ends by itself
         failed = self._worker_failed_at is not None and (
             self._first_failure is not None or now - self._worker_failed_at > 0.5)
         if not (failed or self._stop_sent):
@@ -685,9 +740,11 @@ class NodeSupervisor:
                 self._kill_torchrun_now()
 
     def _rank_pid(self, rank: int) -> int | None:
-        """The pid of one of this node's ranks: torchrun's child whose RANK is `rank`."""
+        """The pid of one of this node's ranks: torchrun's child whose RANK is `rank` (under another
+        launcher the process itself may be the rank)."""
         assert self._proc is not None
-        for proc in process_tree(self._proc.pid)[1:]:
+        tree = process_tree(self._proc.pid)
+        for proc in tree[1:] + (tree[:1] if self.launch.launcher != LAUNCHER_TORCHRUN else []):
             try:
                 if proc.environ().get("RANK") == str(rank):
                     return proc.pid
@@ -729,6 +786,7 @@ class NodeSupervisor:
             lambda: swept.extend(self._sweep() if self._proc is not None else []),
             self._drain_to_the_end,
             self._close_local_sources,
+            self._collect_results,
             self._collect_outputs,
         ]
         for step in steps:
@@ -762,6 +820,29 @@ class NodeSupervisor:
                 return
             if self.publisher.room == 0:
                 time.sleep(self.settings.poll_interval_s)
+
+    def _collect_results(self) -> None:
+        """A function job: every rank's return value (or exception) into the store, one `result` event
+        per rank, before the final state, so the job's results are complete once it has ended."""
+        if not self.launch.function or self._proc is None:
+            return
+        self._results, failures = functions.collect(self.launch, self.run_dir)
+        for result in self._results:
+            payload: dict[str, Any] = {k: (self._mask(v) if isinstance(v, str) else v)
+                                       for k, v in result.items() if k != "rank"}
+            self.publisher.emit(protocol.RESULT, rank=result["rank"], **payload)
+        for failure in failures:
+            self._publish_supervisor_line(f"could not collect result {failure}")
+
+    def _function_outcome(self, outcome: _Outcome) -> _Outcome:
+        """A node that failed because the job's function raised says so (and that retrying is no use),
+        rather than only that its launcher exited 1."""
+        failed = functions.raised(self._results)
+        if failed is None or outcome.state is not SupervisorState.FAILED:
+            return outcome
+        reason = (f"node rank {self.launch.node_rank}: global rank {failed['rank']} raised "
+                  f"{failed.get('error_type')}: {failed.get('error')}")
+        return _Outcome(outcome.state, outcome.exit_code, reason, fatal=True)
 
     def _collect_outputs(self) -> None:
         """Copy what the node wrote under its output directory into the store; one `artifact` event
@@ -814,9 +895,9 @@ class NodeSupervisor:
             return _Outcome(SupervisorState.FAILED, 1,
                             f"{node}: torchrun failed, ended once its workers were gone{detail}")
         if exit_code == 0:
-            return _Outcome(SupervisorState.COMPLETED, 0, f"{node}: torchrun exited with code 0")
+            return _Outcome(SupervisorState.COMPLETED, 0, f"{node}: {self._what} exited with code 0")
         return _Outcome(
-            SupervisorState.FAILED, exit_code, f"{node}: torchrun {_describe_exit(exit_code)}{detail}"
+            SupervisorState.FAILED, exit_code, f"{node}: {self._what} {_describe_exit(exit_code)}{detail}"
         )
 
     def _emit_final_state(self, outcome: _Outcome, last_lines: list[dict[str, Any]]) -> None:
@@ -827,6 +908,8 @@ class NodeSupervisor:
         }
         if outcome.state is SupervisorState.FAILED:
             payload["last_lines"] = last_lines
+        if outcome.fatal:
+            payload["fatal"] = True
         self.publisher.emit(protocol.STATE, **payload)
 
     def _last_lines(self) -> list[dict[str, Any]]:

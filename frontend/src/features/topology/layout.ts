@@ -154,6 +154,8 @@ function removedMachine(node: JobNode): Machine {
     last_heartbeat: null,
     created_at: '',
     usage: [],
+    volumes: [],
+    declared_volumes: {},
   }
 }
 

@@ -33,6 +33,18 @@ describe('mergeJobEvents keeps preflight and stall reports', () => {
     expect(state.stalls.map((e) => [e.rank, e.step])).toEqual([[1, 5]])
     expect(state.logs).toEqual([])
   })
+
+  it("counts a function job's results, once each, so the results are fetched again", () => {
+    const base = { job: 1, node: 1, node_rank: 0, attempt: 0, seq: null, ts: '2026-11-22T00:00:00Z' }
+    const returned: JobEvent[] = [
+      { ...base, id: 1, rank: 0, type: 'result', ok: true },
+      { ...base, id: 2, rank: 1, type: 'result', ok: false },
+    ]
+    const state = mergeJobEvents(emptyJobEvents(), returned)
+    expect(state.results).toBe(2)
+    // A replay overlapping what was seen counts only what is new.
+    expect(mergeJobEvents(state, [...returned, { ...base, id: 3, rank: 2, type: 'result', ok: true }]).results).toBe(3)
+  })
 })
 
 describe('mergeJobEvents keeps the timeline and a bounded log window', () => {

@@ -31,6 +31,8 @@ export interface JobEventsState {
   /** Every node's preflight result, all attempts (a few per attempt). */
   preflight: PreflightEvent[]
   stalls: StalledEvent[]
+  /** Result events streamed so far (a function job's ranks returning): each refetches the results. */
+  results: number
   /** Every job and node transition, all attempts: the page's timeline. */
   states: StateEvent[]
 }
@@ -43,6 +45,7 @@ export const emptyJobEvents = (): JobEventsState => ({
   checkpoints: [],
   preflight: [],
   stalls: [],
+  results: 0,
   states: [],
 })
 
@@ -82,6 +85,7 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
   const preflight: PreflightEvent[] = []
   const stalls: StalledEvent[] = []
   const states: StateEvent[] = []
+  let results = 0
   for (const event of events) {
     if (event.id <= lastId) continue
     lastId = event.id
@@ -91,6 +95,7 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
     else if (event.type === 'preflight') preflight.push(event)
     else if (event.type === 'stalled') stalls.push(event)
     else if (event.type === 'state') states.push(event)
+    else if (event.type === 'result') results += 1
   }
   if (lastId === state.lastId) return state
   const allLogs = logs.length ? [...state.logs, ...logs] : state.logs
@@ -102,6 +107,7 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
     checkpoints: checkpoints.length ? [...state.checkpoints, ...checkpoints] : state.checkpoints,
     preflight: preflight.length ? [...state.preflight, ...preflight] : state.preflight,
     stalls: stalls.length ? capped([...state.stalls, ...stalls], STALL_CAP) : state.stalls,
+    results: state.results + results,
     states: states.length ? capped([...state.states, ...states], STATE_CAP) : state.states,
   }
 }

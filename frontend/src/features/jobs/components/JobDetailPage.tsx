@@ -13,6 +13,7 @@ import { JobHeader } from './JobHeader'
 import { LogViewer } from './LogViewer'
 import { MetricsPanel } from './MetricsPanel'
 import { NodeCards } from './NodeCards'
+import { ResultsPanel } from './ResultsPanel'
 import { StateTimeline } from './StateTimeline'
 
 export function JobDetailPage() {
@@ -57,6 +58,8 @@ function JobDetail({ jobId }: { jobId: number }) {
         </header>
         <NodeCards job={job.data} />
       </section>
+      {/* A function job's output is its ranks' return values; a script's are its files below. */}
+      {job.data.spec.function && <ResultsPanel job={job.data} seen={events.results} />}
       <JobTopology job={job.data} />
       <HealthPanel job={job.data} preflight={events.preflight} stalls={events.stalls} />
       <MetricsPanel jobId={jobId} metrics={events.metrics} />

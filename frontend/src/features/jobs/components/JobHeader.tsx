@@ -77,13 +77,22 @@ export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus:
           <dt>Master</dt>
           <dd className="mono">{job.master_addr ? `${job.master_addr}:${job.master_port ?? '—'}` : '—'}</dd>
         </div>
-        <div>
-          <dt>Entrypoint</dt>
-          <dd className="mono" title={job.spec.code ? `code bundle ${job.spec.code.bundle}` : 'built-in recipe'}>
-            {job.spec.module ? `-m ${job.spec.module}` : job.spec.entrypoint}
-            {job.spec.code ? ` (bundle ${job.spec.code.bundle.slice(0, 12)})` : ''}
-          </dd>
-        </div>
+        {job.spec.function ? (
+          <div>
+            <dt>Function</dt>
+            <dd className="mono" title={`pickled function and arguments: bundle ${job.spec.function.payload}`}>
+              fn {job.spec.function.name} · Python {job.spec.function.python}
+            </dd>
+          </div>
+        ) : (
+          <div>
+            <dt>Entrypoint</dt>
+            <dd className="mono" title={job.spec.code ? `code bundle ${job.spec.code.bundle}` : 'built-in recipe'}>
+              {job.spec.module ? `-m ${job.spec.module}` : job.spec.entrypoint}
+              {job.spec.code ? ` (bundle ${job.spec.code.bundle.slice(0, 12)})` : ''}
+            </dd>
+          </div>
+        )}
         <div>
           <dt>Project</dt>
           <dd>{job.project}</dd>

@@ -9,6 +9,22 @@ export type DrainChange = { id: number; status: 'draining' | 'online' }
 export const setMachineDrain = ({ id, status }: DrainChange) =>
   dataOf(api.PATCH('/api/machines/{machine_id}', { params: { path: { machine_id: id } }, body: { status } }))
 
+/** The volumes declared on the server (name: absolute path), replacing the ones declared before. */
+export type VolumesChange = { id: number; volumes: Record<string, string> }
+
+export const setMachineVolumes = ({ id, volumes }: VolumesChange) =>
+  dataOf(api.PATCH('/api/machines/{machine_id}', { params: { path: { machine_id: id } }, body: { volumes } }))
+
+export const useSetMachineVolumes = () => {
+  const queryClient = useQueryClient()
+  return useMutation({
+    mutationFn: setMachineVolumes,
+    onSuccess: (updated) => {
+      queryClient.setQueryData<Machine[]>(machinesQueryKey, (old) => old?.map((m) => (m.id === updated.id ? updated : m)))
+    },
+  })
+}
+
 export const useSetMachineDrain = () => {
   const queryClient = useQueryClient()
   return useMutation({

@@ -5,9 +5,19 @@ import { isApiError } from '../../../lib/api'
 import type { Machine } from '../../../lib/types'
 import { useDeleteMachine } from '../api/delete-machine'
 import { usePingMachine } from '../api/ping-machine'
-import { useSetMachineDrain } from '../api/update-machine'
+import { useSetMachineDrain, useSetMachineVolumes } from '../api/update-machine'
 import { LoadBars } from './LoadBars'
-import { gpuSummary, hostSummary, roundTripText, usageSummary, versionsOf, type RoundTrip } from './machine-summary'
+import {
+  gpuSummary,
+  hostSummary,
+  parseVolumesText,
+  roundTripText,
+  usageSummary,
+  versionsOf,
+  volumeSummary,
+  volumesText,
+  type RoundTrip,
+} from './machine-summary'
 
 export const MACHINE_COLUMNS = 8
 
@@ -24,6 +34,7 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
   const ping = usePingMachine()
   const drain = useSetMachineDrain()
   const [confirming, setConfirming] = useState(false)
+  const [editingVolumes, setEditingVolumes] = useState(false)
   const removeButton = useRef<HTMLButtonElement>(null)
   const labels = Object.entries(m.labels)
   const error = ping.error ?? drain.error
@@ -54,6 +65,19 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
               {labels.map(([key, value]) => (
                 <li key={key} className="label-chip">
                   {value ? `${key}=${value}` : key}
+                </li>
+              ))}
+            </ul>
+          )}
+          {(m.volumes ?? []).length > 0 && (
+            <ul className="labels" aria-label="Volumes">
+              {(m.volumes ?? []).map((v) => (
+                <li
+                  key={v.name}
+                  className={`label-chip${v.exists === false ? ' text-bad' : ''}`}
+                  title={v.source === 'agent' ? 'declared by its agent (--volume)' : 'declared on the server'}
+                >
+                  {volumeSummary(v)}
                 </li>
               ))}
             </ul>
@@ -94,6 +118,15 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
                   {m.drained ? 'Undrain' : 'Drain'}
                 </button>
                 <button
+                  type="button"
+                  className="small"
+                  onClick={() => setEditingVolumes(true)}
+                  aria-label={`Volumes of ${m.name}`}
+                  title="Named host paths jobs may ask for"
+                >
+                  Volumes
+                </button>
+                <button
                   ref={removeButton}
                   type="button"
                   className="danger small"
@@ -117,6 +150,7 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
         </tr>
       )}
       {confirming && <ConfirmRemove machine={m} onClose={closeConfirm} />}
+      {editingVolumes && <EditVolumes machine={m} onClose={() => setEditingVolumes(false)} />}
     </>
   )
 }
@@ -131,6 +165,45 @@ function RoundTripCell({ result, pending }: { result: RoundTrip | undefined; pen
     <span className={result.reachable ? 'rtt-ok' : 'text-bad'} title={title}>
       {roundTripText(result)}
     </span>
+  )
+}
+
+/** The volumes declared on the server, one `name=/path` a line; the agent's own (--volume) win. */
+function EditVolumes({ machine, onClose }: { machine: Machine; onClose: () => void }) {
+  const save = useSetMachineVolumes()
+  const [text, setText] = useState(volumesText(machine.declared_volumes ?? {}))
+  const [problem, setProblem] = useState('')
+  const onSave = () => {
+    const parsed = parseVolumesText(text)
+    if (typeof parsed === 'string') return setProblem(parsed)
+    setProblem('')
+    save.mutate({ id: machine.id, volumes: parsed }, { onSuccess: onClose })
+  }
+  const error = problem || save.error?.message
+
+  return (
+    <tr className="row-message">
+      <td colSpan={MACHINE_COLUMNS}>
+        <div className="confirm" role="group" aria-label={`Volumes of ${machine.name}`}>
+          <label>
+            Volumes declared on the server (name=/absolute/path, one a line)
+            <textarea rows={3} value={text} onChange={(event) => setText(event.target.value)} />
+          </label>
+          {error && (
+            <span className="text-bad" role="alert">
+              {error}
+            </span>
+          )}
+          <div className="spacer" />
+          <button type="button" className="small" disabled={save.isPending} onClick={onSave}>
+            Save volumes
+          </button>
+          <button type="button" className="small" onClick={onClose}>
+            Cancel
+          </button>
+        </div>
+      </td>
+    </tr>
   )
 }
 

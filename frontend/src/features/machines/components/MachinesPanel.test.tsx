@@ -136,6 +136,49 @@ describe('machines', () => {
     expect(requests.filter((r) => r.method === 'PATCH').map((r) => r.body)).toEqual([{ status: 'draining' }, { status: 'online' }])
   })
 
+  it("shows each machine's volumes, how full and whether they exist, and staff declare them", async () => {
+    let alpha = machine({
+      volumes: [
+        { name: 'gone', path: '/mnt/gone', source: 'agent', exists: false, total_bytes: null, free_bytes: null },
+        { name: 'shared-data', path: '/mnt/nfs', source: 'agent', exists: true, total_bytes: 100 * 1024 ** 3, free_bytes: 60 * 1024 ** 3 },
+      ],
+    })
+    const requests = mockFetch({
+      ...csrfRoute(),
+      ...staff,
+      'GET /api/machines': () => json([alpha]),
+      'PATCH /api/machines/1': (request) => {
+        const declared = (request.body as { volumes: Record<string, string> }).volumes
+        alpha = machine({
+          declared_volumes: declared,
+          volumes: Object.entries(declared).map(([name, path]) => ({
+            name,
+            path,
+            source: 'server' as const,
+            exists: null,
+            total_bytes: null,
+            free_bytes: null,
+          })),
+        })
+        return json(alpha)
+      },
+    })
+    renderWithProviders(<MachinesPanel />)
+    const volumes = within(await screen.findByRole('row', { name: 'alpha' })).getByRole('list', { name: 'Volumes' })
+    expect(within(volumes).getAllByRole('listitem').map((li) => li.textContent)).toEqual([
+      'gone /mnt/gone · missing',
+      'shared-data /mnt/nfs · 40% full of 100 GiB',
+    ])
+
+    const user = userEvent.setup()
+    await user.click(screen.getByRole('button', { name: 'Volumes of alpha' }))
+    const editor = screen.getByRole('group', { name: 'Volumes of alpha' })
+    await user.type(within(editor).getByRole('textbox'), 'scratch=/scratch')
+    await user.click(within(editor).getByRole('button', { name: 'Save volumes' }))
+    expect(await within(row('alpha')).findByText('scratch /scratch · not checked')).toBeInTheDocument()
+    expect(requests.filter((r) => r.method === 'PATCH').map((r) => r.body)).toEqual([{ volumes: { scratch: '/scratch' } }])
+  })
+
   it('removes a machine only after asking, and Cancel (or Escape) keeps it', async () => {
     const requests = mockFetch({
       ...csrfRoute(),

@@ -1,5 +1,5 @@
 import { formatGiB } from '../../../lib/format'
-import type { Machine } from '../../../lib/types'
+import type { Machine, MachineVolume } from '../../../lib/types'
 
 function count(n: number, one: string, many: string): string {
   return `${n} ${n === 1 ? one : many}`
@@ -46,6 +46,35 @@ export function usageSummary(machine: Machine): string {
 export function gpuIndexes(machine: Machine): number[] {
   const n = Math.max(machine.capabilities.gpu_count ?? 0, machine.current_load.gpu_usage?.length ?? 0)
   return Array.from({ length: n }, (_, i) => i)
+}
+
+/** "shared-data /mnt/nfs · 40% full of 1.0 TiB"; "missing" when its agent finds no such
+ * directory; "not checked" when only the server declares it. */
+export function volumeSummary(volume: MachineVolume): string {
+  const where = `${volume.name} ${volume.path}`
+  if (volume.exists === false) return `${where} · missing`
+  if (volume.exists == null || volume.total_bytes == null || volume.free_bytes == null) return `${where} · not checked`
+  const full = volume.total_bytes ? Math.round((100 * (volume.total_bytes - volume.free_bytes)) / volume.total_bytes) : 0
+  const total = volume.total_bytes / 1024 ** 4 >= 1 ? `${(volume.total_bytes / 1024 ** 4).toFixed(1)} TiB` : `${formatGiB(volume.total_bytes)} GiB`
+  return `${where} · ${full}% full of ${total}`
+}
+
+/** The server's declarations as the edit field shows them: one `name=/path` a line. */
+export function volumesText(declared: Record<string, string>): string {
+  return Object.entries(declared)
+    .map(([name, path]) => `${name}=${path}`)
+    .join('\n')
+}
+
+/** The edit field's text back to declarations; the server checks names and paths (400 on a bad one). */
+export function parseVolumesText(text: string): Record<string, string> | string {
+  const volumes: Record<string, string> = {}
+  for (const line of text.split('\n').map((l) => l.trim()).filter(Boolean)) {
+    const at = line.indexOf('=')
+    if (at < 1) return `"${line}": write name=/absolute/path`
+    volumes[line.slice(0, at).trim()] = line.slice(at + 1).trim()
+  }
+  return volumes
 }
 
 /** The last answer to a ping or a health check, whichever came last. */

@@ -1,0 +1,90 @@
+"""A function job's results: the files a rank leaves (runner.py), how a node supervisor turns them
+into `result` events (collect_results), and the error a caller gets back for a rank that raised.
+
+Standard library only: the supervisor and the CLI import this without cloudpickle or torch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torchyard.bundles import sha256_file, size_text
+
+# Every rank writes results/rank-<R>.json (and rank-<R>.pkl, unless there is nothing to unpickle).
+RESULT_FILE_SUFFIX = ".json"
+RESULTS_DIR = "results"  # under the node's run directory
+# A function's payload bundle: the pickle, and what the runner needs before unpickling it.
+PAYLOAD_FILE = "function.pkl"
+META_FILE = "function.json"
+REPR_LIMIT = 2000  # characters of a value's repr (or an exception's message) the API shows
+DEFAULT_RESULT_MAX_BYTES = 50 * 1024 * 1024
+
+__all__ = ["DEFAULT_RESULT_MAX_BYTES", "first_failure", "META_FILE", "PAYLOAD_FILE", "REPR_LIMIT", "RESULTS_DIR", "RESULT_FILE_SUFFIX", "RemoteError",
+           "collect_results", "result_stem", "size_text"]
+
+
+def result_stem(rank: int) -> str:
+    return f"rank-{rank}"
+
+
+def first_failure(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The failure that explains the others: the earliest rank whose own function raised, else (every
+    failure a peer's consequence, e.g. gloo's "Connection reset by peer") the earliest of all."""
+    failed = [r for r in results if not r.get("ok")]
+    own = [r for r in failed if not r.get("peer_failure")]
+    return min(own or failed, key=lambda r: (r.get("raised_at") or float("inf"), r.get("rank") or 0), default=None)
+
+
+class RemoteError(RuntimeError):
+    """A rank of a function job raised (or its result could not come back).
+
+    Carries where (`rank`, `node_rank`, `machine`), what (`error_type`, `error`) and the remote
+    traceback's text (`remote_traceback`), which `str()` shows after the one-line summary.
+    """
+
+    def __init__(self, *, job_id: int, rank: int | None, node_rank: int | None, machine: str, error_type: str,
+                 error: str, remote_traceback: str = "") -> None:
+        self.job_id, self.rank, self.node_rank, self.machine = job_id, rank, node_rank, machine
+        self.error_type, self.error, self.remote_traceback = error_type, error, remote_traceback
+        where = f"rank {rank} (node {node_rank} on {machine})" if rank is not None else f"job {job_id}"
+        summary = f"{where} of job {job_id} raised {error_type}: {error}" if rank is not None else \
+            f"job {job_id} failed: {error}"
+        text = summary + (f"\n\nremote traceback:\n{remote_traceback.rstrip()}" if remote_traceback else "")
+        super().__init__(text)
+
+
+def collect_results(results_dir: Path, upload: Any, destination: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Upload every rank's pickle under `destination` (`<dest>/rank-<R>.pkl`) with `upload(path, uri)`
+    and return the `result` events' payloads (one per rank, in rank order) and failures as text.
+
+    A rank with a .json but no .pkl (an unpicklable exception, a result over the limit) still gets
+    its event: the text is what explains the failure."""
+    events, failures = [], []
+    if not results_dir.is_dir():
+        return [], []
+    for meta_path in sorted(results_dir.glob(f"rank-*{RESULT_FILE_SUFFIX}"),
+                            key=lambda p: int(p.stem.split("-", 1)[1]) if p.stem.split("-", 1)[1].isdigit() else -1):
+        try:
+            meta = json.loads(meta_path.read_text())
+            rank = int(meta["rank"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            failures.append(f"{meta_path.name}: {exc}")
+            continue
+        event = {key: meta.get(key) for key in ("ok", "size", "repr", "error_type", "error", "traceback",
+                                                "raised_at", "peer_failure")}
+        event.update(rank=rank, sha256="", uri="")
+        pickled = results_dir / f"{result_stem(rank)}.pkl"
+        if pickled.is_file():
+            uri = f"{destination.rstrip('/')}/{result_stem(rank)}.pkl"
+            try:
+                event["sha256"] = sha256_file(pickled)
+                upload(pickled, uri)
+                event["uri"] = uri
+            except Exception as exc:  # one rank's failure to upload must not lose the others
+                failures.append(f"{pickled.name}: {exc}")
+                if event["ok"]:
+                    event.update(ok=False, error_type="ResultLost", error=f"could not store the result: {exc}")
+        events.append(event)
+    return events, failures
