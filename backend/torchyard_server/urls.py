@@ -9,7 +9,7 @@ from .bundles import api as bundles
 from .checkpoints import api as checkpoints
 from .checkpoints import summaries
 from .experiments import api as experiments
-from .jobs import agent_api, cluster, purge_api
+from .jobs import agent_api, cluster, purge_api, ray_proxy
 from .jobs import api as jobs
 from .machines import api as machines
 from .network import urls as network_urls
@@ -67,6 +67,8 @@ api = [
     path("api/jobs/<int:job_id>/artifacts/archive", artifacts.JobArtifactArchiveView.as_view()),
     path("api/jobs/<int:job_id>/artifacts/<int:artifact_id>", artifacts.JobArtifactFileView.as_view()),
     path("api/jobs/<int:job_id>/results", artifacts.JobResultsView.as_view()),
+    path("api/jobs/<int:job_id>/ray/", ray_proxy.JobRayDashboardView.as_view()),
+    path("api/jobs/<int:job_id>/ray/<path:path>", ray_proxy.JobRayDashboardView.as_view()),
     path("api/jobs/<int:job_id>/results/<int:rank>", artifacts.JobResultFileView.as_view()),
     path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>", checkpoints.JobCheckpointManifestView.as_view()),
     path("api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>/files/<path:path>", checkpoints.JobCheckpointFileView.as_view()),

@@ -17,7 +17,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.test import APIClient
 from torchyard_server.accounts.services import api_token_create
-from torchyard_server.artifacts.services import artifacts_record
+from torchyard_server.artifacts.services import artifacts_record, function_result_record
 from torchyard_server.bundles.models import Bundle
 from torchyard_server.checkpoints.models import CheckpointManifest
 from torchyard_server.jobs.models import Job, JobNode
@@ -96,6 +96,11 @@ def agent(role: str) -> str:
     return ADMITTED if role == "machine" else UNAUTH
 
 
+def live_jobs_only(role: str) -> str:
+    # The Ray dashboard of a live Ray job: the lab job has ended, so every reader is told 404 too.
+    return HIDDEN if role in USERS else UNAUTH
+
+
 READ_WRITE_STAFF = {"get": everyone_signed_in, "post": staff_only, "patch": staff_only, "delete": staff_only}
 
 POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
@@ -144,6 +149,10 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/jobs/<int:job_id>/artifacts": job_read,
     "api/jobs/<int:job_id>/artifacts/archive": job_read,
     "api/jobs/<int:job_id>/artifacts/<int:artifact_id>": job_read,
+    "api/jobs/<int:job_id>/results": job_read,
+    "api/jobs/<int:job_id>/results/<int:rank>": job_read,
+    "api/jobs/<int:job_id>/ray/": live_jobs_only,
+    "api/jobs/<int:job_id>/ray/<path:path>": live_jobs_only,
     "api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>": job_read,
     "api/jobs/<int:job_id>/checkpoints/<int:checkpoint_id>/files/<path:path>": job_read,
     "api/network/machines": READ_WRITE_STAFF,
@@ -254,7 +263,9 @@ def world(settings, tmp_path, django_user_model):
     machine, token = machine_create(name="gpu-a", host="10.0.0.1")
     gone, revoked = machine_create(name="gone", host="10.0.0.2")
     machine_delete(machine=gone)
-    job = Job.objects.create(name="labs", spec={}, owner=users["admin"], project=lab, status=Job.Status.COMPLETED)
+    # A function job (torchyard.fn), so its results answer too.
+    job = Job.objects.create(name="labs", spec={"function": {"name": "train"}}, owner=users["admin"], project=lab,
+                             status=Job.Status.COMPLETED)
 
     root = tmp_path / "store" / f"job-{job.pk}"
     (root / "checkpoints" / "step-1").mkdir(parents=True)
@@ -270,6 +281,11 @@ def world(settings, tmp_path, django_user_model):
     (out / "model.txt").write_bytes(b"m\n")
     artifacts_record(event={"job": job.pk, "attempt": 0, "node_rank": 0, "files": [
         {"path": "model.txt", "size": 2, "sha256": hashlib.sha256(b"m\n").hexdigest(), "uri": (out / "model.txt").as_uri()}]})
+    result = root / "results" / "attempt-0" / "rank-0.pkl"
+    result.parent.mkdir(parents=True)
+    result.write_bytes(b"pickled")
+    function_result_record(event={"job": job.pk, "attempt": 0, "node_rank": 0, "rank": 0, "ok": True, "size": 7,
+                                  "sha256": "", "uri": result.as_uri(), "repr": "1"})
     # The job ran on gpu-a (the seed's machine/job routes ask about that pair); a task of lab is ada's.
     JobNode.objects.create(job=job, attempt=0, machine=machine, machine_name="gpu-a", host="10.0.0.1", node_rank=0,
                            nproc=1, rank_start=0, rank_end=0, status=JobNode.Status.COMPLETED)
@@ -301,6 +317,7 @@ def url_for(route: str, world) -> str:
         "artifact_id": world["artifact"].pk, "path": "w.bin", "key": "model.txt", "sha256": "a" * 64,
         "name": "gpu-a" if "by-name" in route else "lab", "username": "vic",
         "token_id": world["api_token"].pk, "task_id": world["template"].pk, "run_id": f"{world['job'].pk}.0",
+        "rank": 0,
     }
     url = route
     for conv in ("int", "str", "path"):

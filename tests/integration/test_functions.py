@@ -106,10 +106,12 @@ def where(tag):
             "imported": type(decorated.where).__name__, "host": socket.gethostname()}
 
 
-@ty.distribute(framework="pytorch", workers=2)
+@ty.distribute(framework="python", workers=2)  # once per node, as a plain process
 @ty.compute(cpus=1)
 def reversed_order(x):
-    return x * 10
+    import os
+
+    return (x * 10, os.environ["NODE_RANK"], os.environ["NNODES"])
 
 
 if __name__ == "__main__":
@@ -178,7 +180,7 @@ def test_decorators_stack_either_way_and_the_file_imports_on_a_node_without_laun
     results = _results(completed)
     assert [r["rank"] for r in results["where"]] == [0, 1] and [r["node"] for r in results["where"]] == [0, 1]
     assert all(r["imported"] == "function" and r["tag"] == "hi" for r in results["where"])
-    assert results["reversed"] == [40, 40]
+    assert results["reversed"] == [[40, "0", "2"], [40, "1", "2"]]
     # Two calls, two jobs: importing the module on the nodes launched nothing more.
     assert len(_jobs(pg_stack)) == before + 2
 

@@ -170,7 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         nproc_per_node=args.nproc_per_node, gpus_per_node=args.gpus_per_node, name=args.name,
         env=parse_env(args.env), secret_env=secret_env_from(args.secret_env, dict(os.environ)),
         pip=args.pip, max_restarts=args.max_restarts, project=args.project, volumes=args.volume,
-        launcher=args.launcher,
+        launcher=None if args.framework == "ray" else args.launcher, framework=args.framework,
     )
     api, console = _client(args), Console()
     spec["code"] = {"bundle": upload_project(api, directory, console, entrypoint=None if args.module else target)}
@@ -296,6 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--launcher", choices=["torchrun", "none"], default="torchrun",
                      help="torchrun (default): --nproc-per-node ranks per machine; none: SCRIPT once per machine "
                           "as a plain process, with NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT and TORCHYARD_PEERS")
+    run.add_argument("--framework", choices=["pytorch", "ray"], default="pytorch",
+                     help="ray: a Ray cluster over the machines (a head on the first, workers joining it; Ray from "
+                          "the project's requirements.txt or --pip ray), SCRIPT its driver on the head")
     run.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, metavar="N",
                      help="relaunches from the last checkpoint before the job fails (server default 3)")
     run.add_argument("--gpus-per-node", "--gpus_per_node", dest="gpus_per_node", type=int, metavar="G",

@@ -87,7 +87,8 @@ class JobResultsView(APIView):
         results = FunctionResult.objects.filter(job=job, attempt=job.attempt)
         return Response(FunctionResultsOut({
             "function": function.get("name") or "", "status": job.status, "attempt": job.attempt,
-            "world_size": job.world_size, "results": results}).data)
+            # A Ray job's function runs once, as the driver on the head: one result (rank 0).
+            "world_size": 1 if job.spec.get("framework") == "ray" else job.world_size, "results": results}).data)
 
 
 class JobResultFileView(APIView):

@@ -206,7 +206,7 @@ def _shapes(spec: dict[str, Any], online: int) -> list[tuple[int, Need]]:
         return [(resources["nodes"], Need(resources["procs_per_node"], resources.get("gpus_per_node", 0),
                                           min_memory, oversubscribe))]
     workers, per_worker = resources["workers"], resources.get("gpus_per_worker", 0)
-    if (spec.get("distributed") or {}).get("launcher") == "none":
+    if (spec.get("distributed") or {}).get("launcher") in ("none", "ray"):
         # One plain process per node: the world is spread one worker to a machine, or not at all.
         return [(workers, Need(1, per_worker, min_memory, oversubscribe))]
     return [

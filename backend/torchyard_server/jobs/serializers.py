@@ -62,7 +62,7 @@ class PlanOut(serializers.Serializer):
     master_port = serializers.IntegerField()
     backend = serializers.ChoiceField(choices=["gloo", "nccl"])
     # distributed.launcher (plans stored before launchers existed have none: torchrun).
-    launcher = serializers.ChoiceField(choices=["torchrun", "none", "command"], required=False)
+    launcher = serializers.ChoiceField(choices=["torchrun", "none", "command", "ray"], required=False)
     nodes = PlanNodeOut(many=True)
     hyperparameters = serializers.DictField()
     warnings = serializers.ListField(child=serializers.CharField())
@@ -212,7 +212,7 @@ class JobPlacementOut(serializers.Serializer):
 
 class JobDistributedOut(serializers.Serializer):
     backend = serializers.ChoiceField(choices=["auto", "gloo", "nccl"])
-    launcher = serializers.ChoiceField(choices=["torchrun", "none", "command"])
+    launcher = serializers.ChoiceField(choices=["torchrun", "none", "command", "ray"])
     command = serializers.ListField(child=serializers.CharField(), required=False,
                                     help_text="launcher command: the argv run once per node")
     strategy = serializers.ChoiceField(choices=["data_parallel"])
@@ -239,6 +239,11 @@ class JobFaultToleranceOut(serializers.Serializer):
     heartbeat_timeout = serializers.FloatField()
     stall_timeout = serializers.FloatField(allow_null=True, help_text="null: 10x the job's median step time, at least 60 s")
     on_stall = serializers.ChoiceField(choices=["report", "recover"])
+    ray_worker_loss = serializers.ChoiceField(choices=["recover", "tolerate"], required=False,
+                                              help_text="framework ray: what a lost Ray worker node does")
+
+    class Meta:
+        optional_fields = ("ray_worker_loss",)
 
 
 class JobCompressionOut(serializers.Serializer):
@@ -276,7 +281,7 @@ class JobSpecOut(StoredJsonOut):
     fault_tolerance = JobFaultToleranceOut()
     compression = JobCompressionOut()
     function = JobFunctionOut(help_text="a function job's function (torchyard.fn); absent for a script")
-    framework = serializers.ChoiceField(choices=["pytorch"])
+    framework = serializers.ChoiceField(choices=["pytorch", "ray"])
     model = serializers.CharField(help_text="DistroML's model name the entrypoint was chosen by")
     dataset = serializers.CharField()
 

@@ -370,12 +370,21 @@ def node_report_state(*, event: dict[str, Any]) -> None:
             if transition_node(node, N.RUNNING, "running", announce=False, pid=event.get("pid"),
                                last_heartbeat=timezone.now()) and job.attempt == node.attempt:
                 membership_send(job_id=job.pk, attempt=node.attempt)
+            if isinstance(event.get("ray"), dict):
+                # framework ray: the node's Ray ports (the head's dashboard port: GET /api/jobs/{id}/ray/).
+                JobNode.objects.filter(pk=node.pk).update(progress={**(node.progress or {}), "ray": event["ray"]})
             if job.attempt == node.attempt and job.status == J.DISPATCHING and not job.nodes.filter(
                 attempt=node.attempt).exclude(status=N.RUNNING).exists():
                 transition_job(job, J.RUNNING, f"all {job.world_size} ranks running")
         elif status == protocol.NODE_COMPLETED:
             transition_node(node, N.COMPLETED, "exited 0", announce=False, exit_code=0)
-            if not _winding_down(job) and job.attempt == node.attempt and not job.nodes.filter(
+            if _is_ray(job) and node.node_rank == 0 and job.attempt == node.attempt and job.status not in JOB_FINAL \
+                    and job.status not in (J.STOPPING, J.RECOVERING):
+                # A Ray job is its driver on the head: done when it exits 0; the workers' raylets
+                # block until stopped.
+                _stop_nodes([n for n in _live_nodes(job) if n.pk != node.pk])
+                transition_job(job, J.COMPLETED, "the Ray driver exited 0")
+            elif not _winding_down(job) and job.attempt == node.attempt and not job.nodes.filter(
                 attempt=node.attempt).exclude(status=N.COMPLETED).exists():
                 transition_job(job, J.COMPLETED, "every node exited 0")
         elif status in (protocol.NODE_FAILED, protocol.NODE_STOPPED):
@@ -404,6 +413,10 @@ def _quote(node: JobNode, line: Any) -> str:
     return f"[{who}] {line.get('line')}"
 
 
+def _is_ray(job: Job) -> bool:
+    return (job.spec.get("distributed") or {}).get("launcher") == "ray"
+
+
 def _node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: list[Any], fatal: bool = False) -> None:
     """One node of the current attempt ended badly: stop the others, then either recover (relaunch
     every node from the last committed checkpoint, up to fault_tolerance.max_restarts times) or
@@ -416,6 +429,12 @@ def _node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: li
     if tail:
         full_reason += "\nlast log lines:\n" + tail
     others = [n for n in _live_nodes(job) if n.pk != node.pk]
+    if (not fatal and _is_ray(job) and node.node_rank != 0 and job.status not in JOB_FINAL
+            and (job.spec.get("fault_tolerance") or {}).get("ray_worker_loss") == "tolerate"
+            and any(n.node_rank == 0 for n in others)):
+        # fault_tolerance.ray_worker_loss: tolerate: the driver handles a lost Ray worker itself.
+        log.warning("job %s: %s; the Ray job goes on (ray_worker_loss: tolerate)", job.pk, full_reason)
+        return
     _stop_nodes(others)
     max_restarts = int(job.spec["fault_tolerance"]["max_restarts"])
     if not fatal and job.status in (J.DISPATCHING, J.RUNNING) and job.restarts < max_restarts:

@@ -29,7 +29,9 @@ FUNCTION_PAYLOAD_FILE = "function.pkl"
 MODEL_RECIPES = {"mlp": "examples/mlp_ddp.py", "char_gpt": "examples/char_gpt.py", "transformer": "examples/char_gpt.py"}
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by torchrun and Torchyard for every rank; a user value would silently break the launch.
-RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"}
+# NODE_RANK and NNODES: every launcher's node identity (distributed.launcher none and command).
+RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                "NODE_RANK", "NNODES"}
 # Refused unless staff allow them (TORCHYARD_ALLOWED_JOB_ENV): variables that reach past the job's
 # own script. They act on every process of the node (torchrun, Torchyard's SDK, pip's helpers), and
 # make them load code or data from paths on the machine outside the job's code and environment
@@ -177,10 +179,11 @@ class ArgvItemField(serializers.CharField):
 class DistributedSerializer(serializers.Serializer):
     backend = serializers.ChoiceField(choices=["auto", "gloo", "nccl"], default="auto")
     launcher = serializers.ChoiceField(
-        choices=["torchrun", "none", "command"], default="torchrun",
+        choices=["torchrun", "none", "command", "ray"], default="torchrun",
         help_text="torchrun: the entrypoint under torchrun, procs_per_node ranks per node; none: the entrypoint once "
-                  "per node as a plain process; command: `command` once per node. Every one gets NODE_RANK, NNODES, "
-                  "MASTER_ADDR, MASTER_PORT and TORCHYARD_PEERS")
+                  "per node as a plain process; command: `command` once per node; ray (what framework ray "
+                  "chooses): a Ray head on node 0, Ray workers on the others, the entrypoint as the driver on the "
+                  "head. Every one gets NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT and TORCHYARD_PEERS")
     command = serializers.ListField(
         child=ArgvItemField(max_length=4096, allow_blank=True, trim_whitespace=False),
         min_length=1, max_length=256, required=False,
@@ -260,6 +263,10 @@ class FaultToleranceSerializer(serializers.Serializer):
         choices=["report", "recover"], default="report",
         help_text="report: a `stalled` event with the rank's Python stack; recover: also fail its node, "
                   "so the job resumes from its last checkpoint")
+    ray_worker_loss = serializers.ChoiceField(
+        choices=["recover", "tolerate"], required=False,
+        help_text="framework ray: recover (default): a lost Ray worker node is a node failure like any other; "
+                  "tolerate: the driver handles the loss itself, the job goes on while the head lives")
 
 
 class FunctionSerializer(serializers.Serializer):
@@ -319,7 +326,10 @@ class JobSpecSerializer(serializers.Serializer):
     volumes = VolumeSerializer(many=True, required=False, max_length=16, help_text=(
         "volumes declared on the machines (torchyard agent --volume, or PATCH /api/machines/{id}): the job goes "
         "only to machines that have every one"))
-    framework = serializers.ChoiceField(choices=["pytorch"], default="pytorch")
+    framework = serializers.ChoiceField(
+        choices=["pytorch", "ray"], default="pytorch",
+        help_text="pytorch; ray: a Ray cluster over the job's nodes (Ray from the job's requirements), the "
+                  "entrypoint (or function) as its driver on node 0")
     model = serializers.CharField(max_length=100, required=False)
     dataset = serializers.CharField(max_length=100, required=False)
 
@@ -328,6 +338,8 @@ class JobSpecSerializer(serializers.Serializer):
             unknown = sorted(set(data) - TOP_LEVEL_KEYS)
             if unknown:
                 raise serializers.ValidationError({key: ["unknown field."] for key in unknown})
+        distributed = data.get("distributed") if isinstance(data, dict) else None
+        self._launcher_given = distributed.get("launcher") if isinstance(distributed, dict) else None
         value = super().to_internal_value(data)
         # Nested serializers with required=False leave absent sections out; fill their defaults.
         for section in ("resources", "placement", "distributed", "scaling", "checkpointing", "fault_tolerance",
@@ -410,7 +422,9 @@ class JobSpecSerializer(serializers.Serializer):
 
 
     def _validate_launcher(self, attrs: dict[str, Any]) -> None:
-        """launcher none runs one process per node; launcher command runs its command, nothing else."""
+        """launcher none runs one process per node; launcher command runs its command, nothing else;
+        framework ray is launcher ray (and the other way round), no other."""
+        self._validate_ray(attrs)
         launcher, resources = attrs["distributed"]["launcher"], attrs["resources"]
         if launcher == "none" and "workers" not in resources and resources["procs_per_node"] != 1:
             raise serializers.ValidationError({"resources": {"procs_per_node": [
@@ -424,6 +438,18 @@ class JobSpecSerializer(serializers.Serializer):
             if not attrs.get("code") and attrs.get("runtime", {}).get("pip"):
                 raise serializers.ValidationError({"runtime": {"pip": [
                     "packages are installed with the job's code: give code.bundle too."]}})
+
+    def _validate_ray(self, attrs: dict[str, Any]) -> None:
+        given = getattr(self, "_launcher_given", None)
+        if attrs.get("framework") == "ray" or given == "ray":
+            if given not in (None, "ray"):
+                raise serializers.ValidationError({"distributed": {"launcher": [
+                    f"a Ray job (framework ray) runs Ray's own launcher; give no launcher {given!r}."]}})
+            attrs["framework"] = "ray"
+            attrs["distributed"]["launcher"] = "ray"
+        elif attrs["fault_tolerance"].get("ray_worker_loss"):
+            raise serializers.ValidationError({"fault_tolerance": {"ray_worker_loss": [
+                "only a Ray job (framework: ray) has Ray workers to lose."]}})
 
     def _validate_code(self, attrs: dict[str, Any]) -> None:
         """A job runs a built-in recipe, or an entrypoint script or module of the user's own bundle,
@@ -491,7 +517,7 @@ def validate_env_names(value: dict[str, str]) -> dict[str, str]:
         if not ENV_NAME.match(key):
             errors.append(f"{key!r} is not a valid environment variable name.")
         elif key in RESERVED_ENV:
-            errors.append(f"{key} is set by torchrun for every rank; it cannot be overridden.")
+            errors.append(f"{key} is set by torchrun (or Torchyard's launcher) for every rank; it cannot be overridden.")
         elif not any(fnmatch.fnmatchcase(key.upper(), pattern) for pattern in allowed):
             why = next((why for pattern, why in REFUSED_ENV.items() if fnmatch.fnmatchcase(key.upper(), pattern)), None)
             if why is not None:

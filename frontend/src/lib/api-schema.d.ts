@@ -1563,11 +1563,12 @@ export interface components {
             /** @default auto */
             backend?: components["schemas"]["DistributedBackendEnum"];
             /**
-             * @description torchrun: the entrypoint under torchrun, procs_per_node ranks per node; none: the entrypoint once per node as a plain process; command: `command` once per node. Every one gets NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT and TORCHYARD_PEERS
+             * @description torchrun: the entrypoint under torchrun, procs_per_node ranks per node; none: the entrypoint once per node as a plain process; command: `command` once per node; ray (what framework ray chooses): a Ray head on node 0, Ray workers on the others, the entrypoint as the driver on the head. Every one gets NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT and TORCHYARD_PEERS
              *
              *     * `torchrun` - torchrun
              *     * `none` - none
              *     * `command` - command
+             *     * `ray` - ray
              * @default torchrun
              */
             launcher?: components["schemas"]["LauncherEnum"];
@@ -1750,6 +1751,13 @@ export interface components {
              * @default report
              */
             on_stall?: components["schemas"]["OnStallEnum"];
+            /**
+             * @description framework ray: recover (default): a lost Ray worker node is a node failure like any other; tolerate: the driver handles the loss itself, the job goes on while the head lives
+             *
+             *     * `recover` - recover
+             *     * `tolerate` - tolerate
+             */
+            ray_worker_loss?: components["schemas"]["RayWorkerLossEnum"];
         };
         FinalMetricOut: {
             name: string;
@@ -1774,9 +1782,10 @@ export interface components {
         };
         /**
          * @description * `pytorch` - pytorch
+         *     * `ray` - ray
          * @enum {string}
          */
-        FrameworkEnum: "pytorch";
+        FrameworkEnum: "pytorch" | "ray";
         /** @description A Python function run on every rank (torchyard.fn): its pickle is a bundle of its own. */
         Function: {
             /** @description sha256 of the uploaded bundle that holds the pickled function and arguments */
@@ -1951,6 +1960,13 @@ export interface components {
              */
             stall_timeout: number | null;
             on_stall: components["schemas"]["OnStallEnum"];
+            /**
+             * @description framework ray: what a lost Ray worker node does
+             *
+             *     * `recover` - recover
+             *     * `tolerate` - tolerate
+             */
+            ray_worker_loss?: components["schemas"]["RayWorkerLossEnum"];
         };
         JobFunctionOut: {
             /** @description sha256 of the bundle holding the pickled function and arguments */
@@ -2192,7 +2208,13 @@ export interface components {
             function?: components["schemas"]["Function"];
             /** @description volumes declared on the machines (torchyard agent --volume, or PATCH /api/machines/{id}): the job goes only to machines that have every one */
             volumes?: components["schemas"]["Volume"][];
-            /** @default pytorch */
+            /**
+             * @description pytorch; ray: a Ray cluster over the job's nodes (Ray from the job's requirements), the entrypoint (or function) as its driver on node 0
+             *
+             *     * `pytorch` - pytorch
+             *     * `ray` - ray
+             * @default pytorch
+             */
             framework?: components["schemas"]["FrameworkEnum"];
             model?: string;
             dataset?: string;
@@ -2284,9 +2306,10 @@ export interface components {
          * @description * `torchrun` - torchrun
          *     * `none` - none
          *     * `command` - command
+         *     * `ray` - ray
          * @enum {string}
          */
-        LauncherEnum: "torchrun" | "none" | "command";
+        LauncherEnum: "torchrun" | "none" | "command" | "ray";
         LocalJobOutputOut: {
             job_id: number;
             status: components["schemas"]["JobStatusEnum"];
@@ -2853,6 +2876,12 @@ export interface components {
              */
             procs_per_machine?: number;
         };
+        /**
+         * @description * `recover` - recover
+         *     * `tolerate` - tolerate
+         * @enum {string}
+         */
+        RayWorkerLossEnum: "recover" | "tolerate";
         RecipeOut: {
             /** @description what a JobSpec's entrypoint names, e.g. examples/mlp_ddp.py */
             entrypoint: string;

@@ -117,9 +117,10 @@ def run_spec(*, target: str, module: bool, args: list[str], directory: Path, nno
              env: dict[str, str] | None = None, secret_env: dict[str, str] | None = None,
              pip: list[str] | None = None, max_restarts: int | None = None,
              project: str | None = None, volumes: list[str] | None = None,
-             launcher: str | None = None) -> dict[str, Any]:
+             launcher: str | None = None, framework: str | None = None) -> dict[str, Any]:
     """The JobSpec of `torchyard run`, without its `code` (set once the bundle is uploaded).
-    `target` is the entrypoint (a path inside `directory`) or, with `module`, a module name."""
+    `target` is the entrypoint (a path inside `directory`) or, with `module`, a module name.
+    `framework` "ray": a Ray cluster over the nodes, the script its driver on node 0."""
     resources: dict[str, Any] = {"nodes": nnodes, "procs_per_node": nproc_per_node}
     if gpus_per_node is not None:
         resources["gpus_per_node"] = gpus_per_node
@@ -141,6 +142,8 @@ def run_spec(*, target: str, module: bool, args: list[str], directory: Path, nno
         spec["fault_tolerance"] = {"max_restarts": max_restarts}
     if launcher and launcher != "torchrun":
         spec["distributed"] = {"launcher": launcher}
+    if framework and framework != "pytorch":
+        spec["framework"] = framework
     if volumes:
         spec["volumes"] = [volume_request(text) for text in volumes]
     return spec

@@ -39,7 +39,10 @@ from .compute import Compute
 from .results import META_FILE, PAYLOAD_FILE, RemoteError, first_failure
 
 RUNNER_MODULE = "torchyard.functions.runner"
-FRAMEWORKS = {"pytorch": "torchrun", "python": "none"}
+# A framework's launcher; "ray": a Ray cluster on the job's nodes, the function its driver on the head.
+FRAMEWORKS = {"pytorch": "torchrun", "python": "none", "ray": "ray"}
+# distribute(worker_node_options=...): what each node of the cluster needs, as Compute's names.
+NODE_OPTIONS = ("gpus", "cpus", "memory")
 # A directory with one of these is a project's root; the function's file is looked up from there.
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", ".torchyardignore")
 FINAL = {"completed", "failed", "stopped"}
@@ -63,6 +66,7 @@ class Distribution:
     workers: int = 1
     nproc_per_node: int | None = None  # default: the node's GPUs, or 1 on CPU
     max_restarts: int | None = None
+    worker_node_options: tuple[tuple[str, Any], ...] = ()  # framework ray: each node's gpus, cpus, memory
 
     def __post_init__(self) -> None:
         if self.framework not in FRAMEWORKS:
@@ -71,8 +75,11 @@ class Distribution:
             raise FunctionError(f"workers={self.workers!r}: the number of nodes, 1 or more")
         if self.nproc_per_node is not None and (not isinstance(self.nproc_per_node, int) or self.nproc_per_node < 1):
             raise FunctionError(f"nproc_per_node={self.nproc_per_node!r}: processes per node, 1 or more")
-        if self.framework == "python" and self.nproc_per_node not in (None, 1):
-            raise FunctionError("framework 'python' runs the function once per node: nproc_per_node must be 1")
+        if self.framework in ("python", "ray") and self.nproc_per_node not in (None, 1):
+            raise FunctionError(f"framework {self.framework!r} runs one process per node: nproc_per_node must be 1")
+        unknown = sorted(k for k, _ in self.worker_node_options if k not in NODE_OPTIONS)
+        if unknown:
+            raise FunctionError(f"worker_node_options: unknown {', '.join(unknown)}; known: {', '.join(NODE_OPTIONS)}")
 
 
 @dataclass(frozen=True)
@@ -208,10 +215,15 @@ class RemoteFunction:
         return replace(self, compute=compute if compute is not None else Compute(**options))
 
     def distribute(self, framework: str = "pytorch", workers: int = 1, nproc_per_node: int | None = None,
-                   *, max_restarts: int | None = None) -> RemoteFunction:
+                   *, max_restarts: int | None = None,
+                   worker_node_options: dict[str, Any] | None = None) -> RemoteFunction:
         """Across `workers` nodes with `nproc_per_node` processes each (torchrun for "pytorch";
-        "python" runs the function once per node with NODE_RANK, MASTER_ADDR ... set)."""
-        return replace(self, distribution=Distribution(framework, workers, nproc_per_node, max_restarts))
+        "python" runs the function once per node with NODE_RANK, MASTER_ADDR ... set; "ray" makes the
+        `workers` nodes a Ray cluster, head included, and runs the function once, as the driver on the
+        head: its return value is the single result). `worker_node_options` ({"gpus", "cpus",
+        "memory"}) is what each node of the cluster needs, over the Compute's."""
+        options = tuple(sorted((worker_node_options or {}).items()))
+        return replace(self, distribution=Distribution(framework, workers, nproc_per_node, max_restarts, options))
 
     def using(self, *, server: str | None = None, token: str | None = None, project: str | None = None,
               project_dir: str | Path | None = None, name: str | None = None) -> RemoteFunction:
@@ -221,17 +233,18 @@ class RemoteFunction:
                        project_dir=Path(project_dir) if project_dir else self.project_dir)
 
     # --- running ----------------------------------------------------------------------------------
-    def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
-        """Run on the cluster, streaming the job's logs here; the return values in rank order.
-        Raises RemoteError for the first rank that raised (the rest of the job is stopped).
-        Ctrl-C stops the job."""
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on the cluster, streaming the job's logs here; the return values in rank order (framework
+        ray: the driver's return value itself, the function running once). Raises RemoteError for the
+        first rank that raised (the rest of the job is stopped). Ctrl-C stops the job."""
         run = self.submit(*args, **kwargs)
         try:
             run.follow()
         except KeyboardInterrupt:
             run.stop()
             raise
-        return run.result()
+        values = run.result()
+        return values[0] if self.distribution.framework == "ray" else values
 
     def submit(self, *args: Any, **kwargs: Any) -> FunctionRun:
         """Submit the call and return at once: a FunctionRun to wait on, follow, or stop."""
@@ -260,6 +273,11 @@ class RemoteFunction:
         """The JobSpec of one call."""
         dist, compute = self.distribution, self.compute
         nproc = dist.nproc_per_node or (compute.gpus if compute.gpus and dist.framework == "pytorch" else 1)
+        if dist.worker_node_options:
+            options = dict(dist.worker_node_options)
+            if isinstance(options.get("cpus"), str) and options["cpus"].strip().isdigit():
+                options["cpus"] = int(options["cpus"])  # "4", as the seed writes it
+            compute = replace(compute, **options)
         resources = {"nodes": dist.workers, "procs_per_node": nproc, **compute.resources()}
         spec: dict[str, Any] = {
             "name": (self.name or f"fn {self.qualname}")[:200],
@@ -268,6 +286,9 @@ class RemoteFunction:
             "resources": resources,
             "distributed": {"launcher": FRAMEWORKS[dist.framework]},
         }
+        if dist.framework == "ray":
+            spec["framework"] = "ray"
+            del spec["distributed"]
         if self.result_max_bytes:
             spec["function"]["result_max_bytes"] = self.result_max_bytes
         if compute.labels:

@@ -32,7 +32,7 @@ from torchyard import protocol
 from torchyard.bundles import size_text
 from torchyard.protocol import NodeLaunch
 
-from . import functions, prepare
+from . import functions, prepare, ray_launch
 from .argv import (
     CONFIG_FILE,
     LAUNCHER_COMMAND,
@@ -260,7 +260,9 @@ class NodeSupervisor:
         # (JobSpec secret_env) shows ***. The per-rank files in the run directory keep what it wrote.
         self._mask = secret_masker(launch.secret_env)
         # What the node runs, as its reasons name it: torchrun, or (launcher none) python, or the command.
-        self._what = {LAUNCHER_NONE: "python", LAUNCHER_COMMAND: "the command"}.get(launch.launcher, "torchrun")
+        self._what = {LAUNCHER_NONE: "python", LAUNCHER_COMMAND: "the command",
+                      ray_launch.LAUNCHER_RAY: "Ray"}.get(launch.launcher, "torchrun")
+        self._ray_temp: Path | None = None  # framework ray: the node's Ray --temp-dir, removed at the end
         # Where torchrun runs and with which Python: the run directory and the agent's Python for
         # the built-in recipes; a fresh copy of the bundle and its cached environment otherwise.
         self.workdir = self.run_dir
@@ -345,6 +347,8 @@ class NodeSupervisor:
             self._prepare()
             script = None if self.launch.module or self.launch.launcher == LAUNCHER_COMMAND else \
                 resolve_entrypoint(self.launch.entrypoint, self.code_root)
+            if self.launch.launcher == ray_launch.LAUNCHER_RAY and ray_launch.ray_missing(self.python):
+                raise EntrypointError(ray_launch.MISSING_RAY)
             self._preflight()
         except (prepare.PrepareError, EntrypointError, PreflightError) as exc:
             # A missing entrypoint, a volume this machine lacks or that is not shared, versions that
@@ -360,7 +364,7 @@ class NodeSupervisor:
             return _Outcome(SupervisorState.STOPPED, None, f"stop requested before {self._what} started")
         try:
             self._start_torchrun(script)
-        except (OSError, EntrypointError) as exc:
+        except (OSError, EntrypointError, ray_launch.RayLaunchError) as exc:
             return _Outcome(SupervisorState.FAILED, None, f"{node}: cannot start {self._what}: {exc}")
         exit_code = self._monitor()
         return self._outcome(exit_code)
@@ -512,19 +516,25 @@ class NodeSupervisor:
         # Created before any folder of this launch exists: it ignores what an earlier one left.
         self._tailer = RankLogTailer(self.run_dir / TORCHRUN_LOG_DIR, self.launch.nproc_per_node if torchrun else 1)
         torchrun_log = self.run_dir / TORCHRUN_LOG_FILE
+        ray: dict[str, Any] = {}
         if torchrun:
             argv = build_torchrun_argv(self.launch, self.run_dir, script, python=self.python)
             stdout_path = stderr_path = torchrun_log
         else:
             # One process per node: its stdout and stderr go where torchrun would put local rank
             # 0's, so tailing, masking and the failure's last lines work as they do for torchrun.
-            argv = (build_plain_argv(self.launch, script, python=self.python) if self.launch.launcher == LAUNCHER_NONE
-                    else build_command_argv(self.launch, python=self.python))
+            if self.launch.launcher == ray_launch.LAUNCHER_RAY:
+                argv, ray = self._ray_argv(script)
+            else:
+                argv = (build_plain_argv(self.launch, script, python=self.python)
+                        if self.launch.launcher == LAUNCHER_NONE else build_command_argv(self.launch, python=self.python))
             log_dir = plain_log_dir(self.run_dir, self.launch)
             log_dir.mkdir(parents=True, exist_ok=True)
             stdout_path, stderr_path = log_dir / "stdout.log", log_dir / "stderr.log"
         env = build_launcher_env(self.launch, build_env(self.launch, self.run_dir, os.environ, workdir=self.workdir))
         env.update(self._function_env)
+        if ray:
+            env = ray_launch.ray_env(env)
         env.update(volume_env(self.launch.volumes))
         if self._interface_env:
             env.update(self._interface_env)
@@ -556,8 +566,37 @@ class NodeSupervisor:
             pid=self._proc.pid,
             supervisor_pid=os.getpid(),
             hostname=socket.gethostname(),
+            **({"ray": ray} if ray else {}),  # type: ignore[arg-type]
         )
         self.publisher.flush()
+
+    def _ray_argv(self, script: Path | None) -> tuple[list[str], dict[str, Any]]:
+        """framework ray: the runner's argv (ray_node.py), with its plan written to RUN_DIR/ray.json, and
+        what the node's `running` event says of it (ports, temp dir, the dashboard on the head)."""
+        launch = self.launch
+        address = ray_launch.node_address(launch)
+        ports = ray_launch.pick_ports(address, launch.node_rank == 0)
+        self._ray_temp = ray_launch.temp_dir(launch, self.run_dir)
+        self._ray_temp.mkdir(parents=True, exist_ok=True)
+        shm_free = None
+        with contextlib.suppress(OSError):
+            shm_free = psutil.disk_usage("/dev/shm").free
+        object_store = ray_launch.object_store_bytes(psutil.virtual_memory().available, shm_free)
+        driver = build_plain_argv(launch, script, python=self.python) if launch.node_rank == 0 else None
+        plan = ray_launch.build_plan(launch, self.python, driver, ports=ports, temp=self._ray_temp,
+                                     object_store=object_store, timeout=ray_launch.quorum_timeout())
+        plan_file = self.run_dir / ray_launch.RAY_PLAN_FILE
+        write_json_atomic(plan_file, plan)
+        info: dict[str, Any] = {"head": launch.node_rank == 0, "address": address, "gcs": ray_launch.head_address(launch),
+                                "ports": ports, "temp_dir": str(self._ray_temp), "object_store_bytes": object_store,
+                                "num_cpus": ray_launch.num_cpus(launch), "num_gpus": ray_launch.num_gpus(launch)}
+        if launch.node_rank == 0:
+            info["dashboard_port"] = ports["dashboard"]
+        self._publish_supervisor_line(
+            f"Ray {'head' if launch.node_rank == 0 else 'worker'} on {address}: {info['num_cpus']} CPU(s), "
+            f"{info['num_gpus']} GPU(s), object store {size_text(object_store)}, ports "
+            + ", ".join(f"{k}={v}" for k, v in ports.items()))
+        return [self.python, "-m", ray_launch.RUNNER_MODULE, str(plan_file)], info
 
     def _rank_range(self) -> str:
         first = self.launch.rank_start
@@ -601,7 +640,9 @@ class NodeSupervisor:
     def _begin_stop(self, now: float) -> None:
         self._stop_sent = True
         self.state = SupervisorState.STOPPING
-        self._kill_at = now + self.settings.stop_grace_s
+        # Ray: the driver gets a moment for its own SIGTERM; Ray's daemons need SIGKILL anyway.
+        ray = self.launch.launcher == ray_launch.LAUNCHER_RAY
+        self._kill_at = now + (min(1.0, self.settings.stop_grace_s) if ray else self.settings.stop_grace_s)
         self._publish_supervisor_line(
             f"stop requested ({_signal_name(self._stop_signal)}); sending SIGTERM to {self._what}"
         )
@@ -767,6 +808,12 @@ class NodeSupervisor:
 
     def _kill_torchrun_now(self) -> None:
         """SIGKILL torchrun's group and every descendant (workers live in sessions of their own)."""
+        if self._proc is not None and self.launch.launcher == ray_launch.LAUNCHER_RAY:
+            # Ray's daemons (GCS, raylet, its workers) outlive the runner in its group, and SIGTERM
+            # leaves some of them: the group is killed whether its leader is gone or not.
+            tree = process_tree(self._proc.pid)
+            self._signal_group(signal.SIGKILL)
+            kill_processes(tree, sig=signal.SIGKILL)
         if self._proc is None or self._proc.poll() is not None:
             return
         tree = process_tree(self._proc.pid)  # read before the kill: orphans cannot be found from torchrun
@@ -784,6 +831,7 @@ class NodeSupervisor:
         steps = [
             self._kill_torchrun_now,
             lambda: swept.extend(self._sweep() if self._proc is not None else []),
+            lambda: ray_launch.remove_temp_dir(self._ray_temp) if self._ray_temp else None,
             self._drain_to_the_end,
             self._close_local_sources,
             self._collect_results,

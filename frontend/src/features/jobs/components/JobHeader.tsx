@@ -22,6 +22,12 @@ export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus:
         <StatusBadge status={job.status} />
         <span className={`stream-dot stream-${streamStatus}`} title={`Live stream: ${streamStatus}`} />
         <div className="spacer" />
+        {job.spec.framework === 'ray' && (job.status === 'running' || job.status === 'dispatching') && (
+          // Proxied by the server (sign-in and the job's permissions); the dashboard itself is not open.
+          <a href={`/api/jobs/${job.id}/ray/`} target="_blank" rel="noreferrer">
+            Ray dashboard
+          </a>
+        )}
         {live && !confirming && (
           <button type="button" className="danger" onClick={() => setConfirming(true)} disabled={stop.isPending}>
             {stop.isPending ? 'Stopping…' : 'Stop all nodes…'}
