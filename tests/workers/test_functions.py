@@ -160,6 +160,9 @@ def test_a_peers_disappearance_is_told_apart_from_the_functions_own_error():
     consequence = {"ok": False, "rank": 0, "raised_at": 10.0, "peer_failure": True}
     assert first_failure([{"ok": True, "rank": 1}, consequence, own]) is own
     assert first_failure([consequence]) is consequence and first_failure([{"ok": True}]) is None
+    # As the API gives them: ISO 8601 times, or none at all (last).
+    api = [{"ok": False, "rank": 1, "raised_at": None}, {"ok": False, "rank": 2, "raised_at": "2026-11-25T13:07:49+00:00"}]
+    assert first_failure(api) is api[1]
 
 
 def test_a_node_stores_every_ranks_result_and_says_which_had_none(tmp_path):

@@ -9,16 +9,21 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from torchyard.functions.results import first_failure
+
 from . import CliError
 from .http import ApiClient
 from .output import say, size_text
 
 
-def _describe(result: dict[str, Any]) -> Text:
+def _describe(result: dict[str, Any], first: bool) -> Text:
     where = f"rank {result['rank']} (node {result['node_rank']} on {result['machine'] or '?'})"
     if result["ok"]:
         return Text(f"{where}: {result['repr']}  [{size_text(result['size'])}]")
-    return Text(f"{where} raised {result['error_type']}: {result['error']}", style="red")
+    if result.get("peer_failure") and not first:
+        return Text(f"{where}: a peer went away ({result['error_type']}: {result['error'][:200]})", style="dim")
+    return Text(f"{where} raised {result['error_type']}: {result['error']}" + ("   <- first failure" if first else ""),
+                style="bold red" if first else "red")
 
 
 def show_results(api: ApiClient, job_id: int, out: Path | None, console: Console) -> int:
@@ -28,9 +33,10 @@ def show_results(api: ApiClient, job_id: int, out: Path | None, console: Console
     results = answer["results"]
     say(console, f"job {job_id}: {answer['function']} ({answer['status']}, attempt {answer['attempt']}): "
                  f"{len(results)} of {answer['world_size'] or '?'} result(s)")
+    first = first_failure(results)
     for result in results:
-        console.print(_describe(result), soft_wrap=True)
-        if not result["ok"] and result["traceback"]:
+        console.print(_describe(result, result is first), soft_wrap=True)
+        if not result["ok"] and result["traceback"] and (result is first or not result.get("peer_failure")):
             for line in result["traceback"].rstrip().splitlines():
                 say(console, f"    {line}", style="dim")
     if out is not None:

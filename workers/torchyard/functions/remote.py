@@ -60,10 +60,11 @@ def on_node(environ: dict[str, str] | None = None) -> bool:
 
 @dataclass(frozen=True)
 class Distribution:
-    """How many nodes (`workers`, as in the seed) and processes per node, under which framework."""
+    """How many nodes (`workers`, as in the seed; a (MIN, MAX) pair for an elastic job) and processes
+    per node, under which framework."""
 
     framework: str = "pytorch"
-    workers: int = 1
+    workers: int | tuple[int, int] = 1
     nproc_per_node: int | None = None  # default: the node's GPUs, or 1 on CPU
     max_restarts: int | None = None
     worker_node_options: tuple[tuple[str, Any], ...] = ()  # framework ray: each node's gpus, cpus, memory
@@ -71,8 +72,14 @@ class Distribution:
     def __post_init__(self) -> None:
         if self.framework not in FRAMEWORKS:
             raise FunctionError(f"framework {self.framework!r} is not supported; use one of: {', '.join(FRAMEWORKS)}")
-        if not isinstance(self.workers, int) or self.workers < 1:
-            raise FunctionError(f"workers={self.workers!r}: the number of nodes, 1 or more")
+        if isinstance(self.workers, list):
+            object.__setattr__(self, "workers", tuple(self.workers))
+        if isinstance(self.workers, tuple):
+            if (len(self.workers) != 2 or not all(isinstance(n, int) and not isinstance(n, bool) for n in self.workers)
+                    or not 1 <= self.workers[0] <= self.workers[1]):
+                raise FunctionError(f"workers={self.workers!r}: an elastic range (MIN, MAX) of nodes, 1 <= MIN <= MAX")
+        elif not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1:
+            raise FunctionError(f"workers={self.workers!r}: the number of nodes, 1 or more, or a range (MIN, MAX)")
         if self.nproc_per_node is not None and (not isinstance(self.nproc_per_node, int) or self.nproc_per_node < 1):
             raise FunctionError(f"nproc_per_node={self.nproc_per_node!r}: processes per node, 1 or more")
         if self.framework in ("python", "ray") and self.nproc_per_node not in (None, 1):
@@ -214,10 +221,11 @@ class RemoteFunction:
         """On this compute (or `Compute(**options)`)."""
         return replace(self, compute=compute if compute is not None else Compute(**options))
 
-    def distribute(self, framework: str = "pytorch", workers: int = 1, nproc_per_node: int | None = None,
-                   *, max_restarts: int | None = None,
+    def distribute(self, framework: str = "pytorch", workers: int | tuple[int, int] = 1,
+                   nproc_per_node: int | None = None, *, max_restarts: int | None = None,
                    worker_node_options: dict[str, Any] | None = None) -> RemoteFunction:
-        """Across `workers` nodes with `nproc_per_node` processes each (torchrun for "pytorch";
+        """Across `workers` nodes (or an elastic range: `workers=(2, 4)`, as many as fit, at least 2)
+        with `nproc_per_node` processes each (torchrun for "pytorch";
         "python" runs the function once per node with NODE_RANK, MASTER_ADDR ... set; "ray" makes the
         `workers` nodes a Ray cluster, head included, and runs the function once, as the driver on the
         head: its return value is the single result). `worker_node_options` ({"gpus", "cpus",
@@ -278,7 +286,8 @@ class RemoteFunction:
             if isinstance(options.get("cpus"), str) and options["cpus"].strip().isdigit():
                 options["cpus"] = int(options["cpus"])  # "4", as the seed writes it
             compute = replace(compute, **options)
-        resources = {"nodes": dist.workers, "procs_per_node": nproc, **compute.resources()}
+        nodes = f"{dist.workers[0]}:{dist.workers[1]}" if isinstance(dist.workers, tuple) else dist.workers
+        resources = {"nodes": nodes, "procs_per_node": nproc, **compute.resources()}
         spec: dict[str, Any] = {
             "name": (self.name or f"fn {self.qualname}")[:200],
             "code": {"bundle": code},
@@ -415,7 +424,7 @@ def compute(compute: Compute | None = None, **options: Any) -> Callable[[Any], A
     return decorate
 
 
-def distribute(framework: str = "pytorch", workers: int = 1, nproc_per_node: int | None = None,
+def distribute(framework: str = "pytorch", workers: int | tuple[int, int] = 1, nproc_per_node: int | None = None,
                **options: Any) -> Callable[[Any], Any]:
     """Decorator: `@torchyard.distribute(framework="pytorch", workers=2)`. The identity inside a job."""
     Distribution(framework, workers, nproc_per_node, options.get("max_restarts"))  # fail at the decorator's line

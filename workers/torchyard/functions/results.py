@@ -7,6 +7,7 @@ Standard library only: the supervisor and the CLI import this without cloudpickl
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,19 @@ def first_failure(results: list[dict[str, Any]]) -> dict[str, Any] | None:
     failure a peer's consequence, e.g. gloo's "Connection reset by peer") the earliest of all."""
     failed = [r for r in results if not r.get("ok")]
     own = [r for r in failed if not r.get("peer_failure")]
-    return min(own or failed, key=lambda r: (r.get("raised_at") or float("inf"), r.get("rank") or 0), default=None)
+    return min(own or failed, key=lambda r: (_seconds(r.get("raised_at")), r.get("rank") or 0), default=None)
+
+
+def _seconds(when: Any) -> float:
+    """A result's raised_at: seconds from the runner, ISO 8601 from the API, none: last."""
+    if isinstance(when, int | float) and not isinstance(when, bool):
+        return float(when)
+    if isinstance(when, str):
+        try:
+            return datetime.fromisoformat(when).timestamp()
+        except ValueError:
+            pass
+    return float("inf")
 
 
 class RemoteError(RuntimeError):

@@ -54,6 +54,12 @@ def _restore_filename(function: Any, filename: str) -> None:
         function.__code__ = _refiled(code, filename)
 
 
+def _their_traceback(exc: BaseException) -> str:
+    """The traceback from the function's own frame down: this runner's frame is no news to its caller."""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
 def _short_repr(value: Any) -> str:
     try:
         text = repr(value)
@@ -123,7 +129,7 @@ def run(environ: dict[str, str] | None = None) -> int:
     try:
         value = function(*args, **kwargs)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the rank did not return
-        trace = traceback.format_exc()
+        trace = _their_traceback(exc)
         pickled = _pickled_exception(cloudpickle, exc)
         _write(results, rank, pickled, _failure(rank, type(exc).__name__, str(exc), trace, pickled,
                                                 peer=peer_failure(exc)))
