@@ -4,6 +4,7 @@ import { Link } from 'react-router-dom'
 import { StatusBadge } from '../../../components/StatusBadge'
 import { formatGiB } from '../../../lib/format'
 import type { MachineUsage } from '../../../lib/types'
+import { volumeSummary } from '../../machines/components/machine-summary'
 import type { ControlPlaneNode, JobNodeNode, MachineNode } from '../layout'
 
 export const ControlPlaneCard = memo(function ControlPlaneCard({ data }: NodeProps<ControlPlaneNode>) {
@@ -49,6 +50,7 @@ export const MachineCard = memo(function MachineCard({ data }: NodeProps<Machine
     caps.memory != null ? `${formatGiB(caps.memory)} GB` : null,
   ].filter(Boolean)
   const status = removed ? 'removed' : machine.status
+  const volumes = machine.volumes ?? []
   return (
     <div className={`topo-machine topo-machine-${status}`}>
       <div className="topo-machine-top" style={{ height: headerHeight }}>
@@ -65,6 +67,12 @@ export const MachineCard = memo(function MachineCard({ data }: NodeProps<Machine
         <div className="topo-sub mono" title={machine.host}>
           {machine.host}
           {size.length > 0 && <span className="topo-size"> · {size.join(' · ')}</span>}
+          {volumes.length > 0 && (
+            <span className="topo-size" title={volumes.map(volumeSummary).join('\n')} aria-label={`Volumes: ${volumes.map((v) => v.name).join(', ')}`}>
+              {' '}
+              · vol {volumes.map((v) => v.name).join(', ')}
+            </span>
+          )}
         </div>
         <div className="topo-meters">
           <Meter label="CPU" percent={machine.current_load.cpu_usage} />

@@ -19,6 +19,7 @@ const gamma = machine({
   usage: [{ project: 'nlp', gpus: 2, processes: 4 }],
   capabilities: { cpu_count: 8, gpu_count: 2, gpus: [0, 1].map((index) => ({ index, name: 'L4', memory_mb: 23034 })) },
   current_load: { cpu_usage: 50, memory_usage: 30, gpu_usage: [87, 3] },
+  volumes: [{ name: 'shared-data', path: '/mnt/nfs', exists: true, total_bytes: 2 * 1024 ** 4, free_bytes: 1024 ** 4, source: 'agent' }],
 })
 
 /** The flow node React Flow drew for an id: its box in flow coordinates. */
@@ -84,6 +85,8 @@ describe('topology page', () => {
     expect(within(gammaCard).getByText('GPU0 87%')).toBeInTheDocument()
     expect(within(gammaCard).getByText('GPU1 3%')).toBeInTheDocument()
     expect(within(gammaCard).getByText("other projects' jobs only")).toBeInTheDocument()
+    // Its volumes, by name (how full in the tooltip).
+    expect(within(gammaCard).getByLabelText('Volumes: shared-data')).toHaveAttribute('title', 'shared-data /mnt/nfs · 50% full of 2.0 TiB')
     // A finished job is neither drawn nor fetched.
     expect(screen.queryByText('old')).not.toBeInTheDocument()
     expect(requests.some((r) => r.path === '/api/jobs/6')).toBe(false)
