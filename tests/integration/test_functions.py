@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,14 @@ def big():
     return b"x" * 20000
 
 
+def flaky():
+    import os
+    import time
+    if os.environ["TORCHYARD_ATTEMPT"] == "0":
+        time.sleep(120)  # killed meanwhile: the job recovers and calls it again
+    return (int(os.environ["RANK"]), int(os.environ["TORCHYARD_ATTEMPT"]))
+
+
 if __name__ == "__main__":
     case = sys.argv[1]
     compute = ty.Compute(gpus=0, cpus=1, memory="64Mi")
@@ -76,6 +86,8 @@ if __name__ == "__main__":
             run.result(timeout=60)
         except ty.RemoteError as exc:
             print("''' + RESULTS + '''" + json.dumps({"stopped": str(exc)}), flush=True)
+    elif case == "recover":
+        print("''' + RESULTS + '''" + json.dumps(ty.fn(flaky).distribute(workers=2, max_restarts=1)()), flush=True)
     elif case == "too-big":
         try:
             ty.fn(big, result_max_bytes=1000).distribute(workers=1)()
@@ -274,3 +286,33 @@ def test_the_planner_places_a_function_only_where_its_python_and_compute_fit(pg_
     # Entrypoint and function are two ways to run; a spec gives one.
     both = pg_stack.api("POST", "/api/jobs/plan", json={**huge, "entrypoint": "helpers.py"})
     assert both.status_code == 400 and "entrypoint" in both.json()
+
+
+def test_a_function_job_whose_rank_is_killed_recovers_and_returns_the_next_attempts_values(pg_stack, user_dir):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
+    env.update(TORCHYARD_SERVER=pg_stack.base, TORCHYARD_TOKEN=pg_stack.token)
+    proc = subprocess.Popen([sys.executable, "train_fn.py", "recover"], cwd=str(user_dir), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        victims: list = []
+        while not victims and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            jobs = _jobs(pg_stack)  # the newest first; none until the call has submitted it
+            job_id = jobs[0]["id"] if jobs and jobs[0]["name"] == "fn flaky" else 0
+            victims = [p for p in (pg_stack.job_processes(job_id) if job_id else [])
+                       if "torchyard.functions.runner" in " ".join(p.cmdline())
+                       and "torch.distributed.run" not in " ".join(p.cmdline())
+                       and p.environ().get("TORCHYARD_ATTEMPT") == "0" and p.environ().get("RANK") == "1"]
+        assert victims, "no rank 1 of attempt 0 ran"
+        victims[0].send_signal(signal.SIGKILL)  # kill -9 of one rank: not the function's own error
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = [line for line in out.splitlines() if line.startswith(RESULTS)]
+    assert lines, out[-3000:] + err[-3000:]
+    assert json.loads(lines[-1][len(RESULTS):]) == [[0, 1], [1, 1]]  # both ranks, from attempt 1
+    job = pg_stack.job(job_id)
+    assert job["status"] == "completed" and job["attempt"] == 1 and job["restarts"] == 1
