@@ -64,8 +64,8 @@ POLL_S = 0.02
 
 # --- the stack -----------------------------------------------------------------------------------
 @contextlib.contextmanager
-def bench_stack(work: Path, env: dict[str, str] | None = None) -> Iterator[Stack]:
-    """A running stack with two local agents; stopped and its database dropped afterwards."""
+def bench_stack(work: Path, env: dict[str, str] | None = None, agents: int = 2) -> Iterator[Stack]:
+    """A running stack with two local agents (or `agents`); stopped and its database dropped afterwards."""
     name = unique_name("torchyard_bench")
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -73,7 +73,7 @@ def bench_stack(work: Path, env: dict[str, str] | None = None) -> Iterator[Stack
     try:
         (work / "stack").mkdir(parents=True, exist_ok=True)
         stack = start_stack(work / "stack", env={"DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{name}",
-                                                 **(env or {})})
+                                                 **(env or {})}, agents=agents)
         yield stack
     finally:
         if stack is not None:

@@ -1,6 +1,6 @@
 """The `torchyard` command: run your code on the cluster, talk to a server's API, or run an agent.
 
-    torchyard run [--nnodes N] [--nproc-per-node P] [-m] SCRIPT|MODULE [ARGS...]
+    torchyard run [--nnodes N|MIN:MAX] [--nproc-per-node P] [-m] SCRIPT|MODULE [ARGS...]
     torchyard submit job.yaml [--detach]          (a JobSpec, YAML or JSON; `code: {dir: "."}` uploads a project)
     torchyard logs JOB [--follow] | artifacts JOB [--out DIR] | results JOB [--out DIR] | jobs | machines | stop JOB
     torchyard login [--username U] | token create NAME [--expires-days N] | token list | token revoke ID
@@ -28,7 +28,14 @@ from torchyard.client.artifacts import show_or_download
 from torchyard.client.follow import JobRenderer, follow_job
 from torchyard.client.http import ApiClient
 from torchyard.client.results import show_results
-from torchyard.client.specfile import entrypoint_in, load_spec_file, parse_env, run_spec, secret_env_from
+from torchyard.client.specfile import (
+    entrypoint_in,
+    load_spec_file,
+    nnodes_arg,
+    parse_env,
+    run_spec,
+    secret_env_from,
+)
 from torchyard.client.tokens import (
     create_token,
     default_token_name,
@@ -288,7 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "it. Everything after SCRIPT is its own argv, passed as is.",
     )
     # torchrun's own flag names, both spellings.
-    run.add_argument("--nnodes", type=int, default=1, metavar="N", help="machines to run on (default 1)")
+    run.add_argument("--nnodes", type=nnodes_arg, default=1, metavar="N|MIN:MAX",
+                     help="machines to run on (default 1), or an elastic range MIN:MAX (2:4): as many as fit, at "
+                          "least MIN; the job shrinks when a machine is lost and grows back at a checkpoint")
     run.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", type=int, default=1, metavar="P",
                      help="processes per machine (default 1)")
     run.add_argument("-m", "--module", action="store_true",

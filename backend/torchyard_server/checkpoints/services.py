@@ -7,6 +7,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ..jobs.models import Job
+from ..jobs.services import job_grow_at_checkpoint
 from .models import CheckpointManifest
 
 
@@ -43,4 +44,7 @@ def checkpoint_record(*, event: dict[str, Any]) -> CheckpointManifest | None:
     if isinstance(keep, int) and keep > 0:
         stale = CheckpointManifest.objects.filter(job_id=job_id, deleted=False).order_by("-step")[keep:]
         CheckpointManifest.objects.filter(pk__in=[r.pk for r in stale]).update(deleted=True)
+    if isinstance(event.get("attempt"), int):
+        # An elastic job below its most nodes grows at a committed checkpoint when machines allow.
+        job_grow_at_checkpoint(job_id=job.pk, attempt=event["attempt"])
     return row

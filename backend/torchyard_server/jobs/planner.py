@@ -203,8 +203,9 @@ def _shapes(spec: dict[str, Any], online: int) -> list[tuple[int, Need]]:
     oversubscribe = bool(placement.get("oversubscribe"))
     min_memory = resources.get("min_gpu_memory", 0)
     if "workers" not in resources:
-        return [(resources["nodes"], Need(resources["procs_per_node"], resources.get("gpus_per_node", 0),
-                                          min_memory, oversubscribe))]
+        # An elastic range (min_nodes..nodes): every count from the most down, one node's need for all.
+        need = Need(resources["procs_per_node"], resources.get("gpus_per_node", 0), min_memory, oversubscribe)
+        return [(nodes, need) for nodes in range(resources["nodes"], min_nodes(spec) - 1, -1)]
     workers, per_worker = resources["workers"], resources.get("gpus_per_worker", 0)
     if (spec.get("distributed") or {}).get("launcher") in ("none", "ray"):
         # One plain process per node: the world is spread one worker to a machine, or not at all.
@@ -214,6 +215,19 @@ def _shapes(spec: dict[str, Any], online: int) -> list[tuple[int, Need]]:
         for nodes in range(min(workers, max(online, 1)), 0, -1)
         if workers % nodes == 0
     ]
+
+
+def min_nodes(spec: dict[str, Any]) -> int:
+    """The fewest nodes the job runs on: resources.min_nodes of an elastic job (nodes "MIN:MAX",
+    stored as nodes: MAX, min_nodes: MIN), else its node count."""
+    resources = spec.get("resources") or {}
+    most = int(resources.get("nodes") or 1)
+    return min(int(resources.get("min_nodes") or most), most)
+
+
+def is_elastic(spec: dict[str, Any]) -> bool:
+    resources = spec.get("resources") or {}
+    return "workers" not in resources and min_nodes(spec) < int(resources.get("nodes") or 1)
 
 
 def _could_hold(machine: Candidate, need: Need) -> bool:
@@ -262,14 +276,17 @@ def plan_job(
         if reason is not None:
             reasons[machine.id] = reason
 
+    elastic = is_elastic(spec)
+    at_least = "at least " if elastic else ""
+
     def refuse(message: str, kind: str) -> PlanError:
-        fine = f"fits, but the job needs {_plural(nodes, 'such machine')}"
+        fine = f"fits, but the job needs {at_least}{_plural(nodes, 'such machine')}"
         return PlanError(message, kind=kind, skipped=_skipped(machines, {m.id: fine for m in pool} | reasons))
 
     online = [m for m in pool if m.schedulable]
     could_hold = [m for m in online if _could_hold(m, need)]
     if len(could_hold) < nodes:
-        wanted = f"{nodes} online machines" + (
+        wanted = f"{at_least}{nodes} online machines" + (
             f" with {need.gpus} GPUs of >= {need.min_gpu_memory} MB" if need.gpus else "") + (
             f" with volume{'s' if len(need.volumes) > 1 else ''} {', '.join(need.volumes)}" if need.volumes else "")
         offline = [m.name for m in pool if not m.schedulable]
@@ -280,15 +297,19 @@ def plan_job(
         )
     # Only machines that could ever hold a node (volumes, labels ...): _fits looks at what is free.
     ready = [m for m in could_hold if _fits(m, need)]
+    if elastic:
+        # As many nodes as fit now, up to the most; never fewer than the least (refused below).
+        nodes = max(min_nodes(spec), min(nodes, len(ready)))
     if len(ready) < nodes:
-        what = "free GPUs" if need.gpus else f"room for {need.procs} more processes"
+        what = "free GPUs" if need.gpus else f"room for {need.procs} more process{'' if need.procs == 1 else 'es'}"
         # A queued job shows this as its reason: say what holds the busy machines back.
         busy = [f"{m.name}: {reasons[m.id]}" for m in online if m.id in reasons][:5]
-        raise refuse(f"waiting for {nodes} machines with {what}: {len(ready)} now"
+        raise refuse(f"waiting for {at_least}{nodes} machines with {what}: {len(ready)} now"
                      + (f" ({'; '.join(busy)})" if busy else ""), "busy")
 
     try:
-        chosen = _agreeing(ready, nodes, manual=manual is not None)
+        chosen = _agreeing(ready, nodes, manual=manual is not None, least=min_nodes(spec) if elastic else nodes)
+        nodes = len(chosen)
     except PlanError as exc:
         for machine in ready:
             reasons.setdefault(machine.id, f"versions differ: {machine.describe_versions()}")
@@ -338,6 +359,8 @@ def plan_job(
         "launcher": (spec.get("distributed") or {}).get("launcher", "torchrun"),
         "nodes": plan_nodes,
         "hyperparameters": adjust_hyperparameters(spec["hyperparameters"], spec["scaling"], world_size),
+        # An elastic job's range [MIN, MAX]: it starts with `nnodes` of them (the world size above).
+        **({"nodes_range": [min_nodes(spec), int(spec["resources"]["nodes"])]} if elastic else {}),
         "warnings": warnings,
         "skipped": _skipped(machines, reasons),
         # What the nodes' preflight will check before any rank starts (the job's preflight events
@@ -354,18 +377,23 @@ def _agrees(machine: Candidate, chosen: list[Candidate]) -> bool:
     return machine.versions == ("", "") or all(m.versions in (machine.versions, ("", "")) for m in chosen)
 
 
-def _agreeing(ready: list[Candidate], nodes: int, *, manual: bool) -> list[Candidate]:
+def _agreeing(ready: list[Candidate], nodes: int, *, manual: bool, least: int | None = None) -> list[Candidate]:
     """The first `nodes` ready machines (in policy order) whose training Pythons agree with each
     other, so no node's preflight has to refuse the job at launch. A machine whose agent does not
-    report versions goes with any."""
+    report versions goes with any. An elastic job takes the largest agreeing group of at least
+    `least` machines (up to `nodes`)."""
     groups: dict[tuple[str, str], list[Candidate]] = {}
     for machine in ready:
         if machine.versions != ("", ""):
             groups.setdefault(machine.versions, [])
     for key, members in (groups.items() if groups else [(("", ""), [])]):
         members.extend(m for m in ready if m.versions in (key, ("", "")))
+    largest = max(groups.values() if groups else [list(ready)], key=len)
+    for members in (groups.values() if groups else [largest]):
         if len(members) >= nodes:
             return members[:nodes]
+    if least is not None and len(largest) >= least:
+        return largest[:nodes]
     found = ", ".join(f"{m.name} {m.describe_versions()}" for m in ready)
     raise PlanError(f"needs {nodes} machines with the same torch and Python (minor) version; {found}",
                     kind="invalid" if manual else "capacity")

@@ -58,10 +58,14 @@ def usage_by_machine() -> dict[int, list[dict[str, Any]]]:
     return usage
 
 
-def machine_candidates() -> list[Candidate]:
+def machine_candidates(*, exclude_job: int | None = None) -> list[Candidate]:
     """Snapshots for the planner: every machine with what live nodes already hold on it. Here and
-    not in machines, which sits below jobs and knows nothing of nodes."""
-    live = JobNode.objects.filter(status__in=NODE_LIVE, machine__isnull=False).values_list("machine_id", "gpus", "nproc")
+    not in machines, which sits below jobs and knows nothing of nodes. `exclude_job`: as if that
+    job's own nodes were gone (would the job fit larger once it stops?)."""
+    live = JobNode.objects.filter(status__in=NODE_LIVE, machine__isnull=False)
+    if exclude_job is not None:
+        live = live.exclude(job_id=exclude_job)
+    live = live.values_list("machine_id", "gpus", "nproc")
     live_nodes: dict[int, int] = {}
     busy_procs: dict[int, int] = {}
     busy_gpus: dict[int, set[int]] = {}

@@ -65,6 +65,9 @@ class PlanOut(serializers.Serializer):
     launcher = serializers.ChoiceField(choices=["torchrun", "none", "command", "ray"], required=False)
     nodes = PlanNodeOut(many=True)
     hyperparameters = serializers.DictField()
+    # An elastic job's node range [MIN, MAX] (resources.nodes "MIN:MAX"); nnodes is what it starts with.
+    nodes_range = serializers.ListField(child=serializers.IntegerField(min_value=1), min_length=2, max_length=2,
+                                        required=False)
     warnings = serializers.ListField(child=serializers.CharField())
     # Plans stored before preflight existed have none.
     preflight = PlanPreflightOut(required=False)
@@ -72,7 +75,7 @@ class PlanOut(serializers.Serializer):
     skipped = PlanSkippedOut(many=True, required=False)
 
     class Meta:
-        optional_fields = ('preflight', 'skipped', 'launcher')
+        optional_fields = ('preflight', 'skipped', 'launcher', 'nodes_range')
 
 
 class _Reported(serializers.Field):

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max
+from django.db.models import Max, Min
 from django.utils import timezone
 from torchyard import protocol
 
@@ -27,7 +27,7 @@ from ..projects.models import DEFAULT_PROJECT
 from ..projects.selectors import project_by_name
 from .membership import membership_send
 from .models import Job, JobNode
-from .planner import Candidate, PlanError, plan_job
+from .planner import Candidate, PlanError, is_elastic, plan_job
 from .rates import PER_ATTEMPT, fold_rates
 from .registries import resume_manifest_uri
 from .selectors import machine_candidates
@@ -42,6 +42,8 @@ FUNCTION_RUNNER = "torchyard.functions.runner"
 # A node says when a relaunch would fail the same way (its final state's `fatal`): the job's function
 # raised, a volume is not shared, versions disagree.
 NOT_RETRIED = "(not retried: a relaunch would fail the same way)"
+# elastic.min_interval's default: the fewest seconds between two resizes of an elastic job.
+DEFAULT_RESIZE_INTERVAL = 300.0
 
 
 # --- planning -------------------------------------------------------------------------------------
@@ -182,6 +184,9 @@ def _dispatch(job: Job, plan: dict[str, Any]) -> None:
     ]
     resume = resume_manifest_uri(job_id=job.pk) if attempt > 0 else ""
     what = f"launching {len(nodes)} node(s), world size {plan['world_size']}"
+    resized = _resized(job, attempt, plan) if attempt > 0 and is_elastic(job.spec) else ""
+    if resized:
+        what = f"{resized}; {what}"
     if attempt > 0:
         what += f", attempt {attempt}, " + (f"resuming from {resume}" if resume else "from scratch (no checkpoint yet)")
     transition_job(
@@ -201,6 +206,59 @@ def _dispatch(job: Job, plan: dict[str, Any]) -> None:
                 protocol.TASK_LAUNCH_NODE, kwargs={"launch": launch}, queue=protocol.machine_queue(machine_id)
             )
         )
+
+
+def _resized(job: Job, attempt: int, plan: dict[str, Any]) -> str:
+    """An elastic job's new attempt next to its last one: "shrunk from 3 to 2 nodes: machine m3 lost",
+    "grown from 2 to 3 nodes", or "" for the same count."""
+    before = list(job.nodes.filter(attempt=attempt - 1).select_related("machine").order_by("node_rank"))
+    if not before or len(before) == len(plan["nodes"]):
+        return ""
+    if len(plan["nodes"]) > len(before):
+        return f"grown from {len(before)} to {len(plan['nodes'])} nodes"
+    kept = {n["machine_id"] for n in plan["nodes"]}
+    why = [f"machine {n.machine_name} {_gone(n)}" for n in before if n.machine_id not in kept]
+    return f"shrunk from {len(before)} to {len(plan['nodes'])} nodes" + (f": {', '.join(why)}" if why else "")
+
+
+def _gone(node: JobNode) -> str:
+    """Why a node's machine is not in an elastic job's next attempt, in a word or two."""
+    machine = node.machine
+    if node.status == N.LOST or machine is None or machine.status == Machine.Status.OFFLINE:
+        return "lost" if machine is not None else "removed"
+    if machine.status == Machine.Status.DRAINING:
+        return "draining"
+    return "failed" if node.status == N.FAILED else "busy"
+
+
+def job_grow_at_checkpoint(*, job_id: int, attempt: int) -> bool:
+    """An elastic job below its most nodes committed a checkpoint (checkpoints.services calls this):
+    when more machines fit it now and its attempt has run elastic.min_interval seconds, stop the
+    attempt (without counting a restart) so that recovery relaunches it larger from that checkpoint.
+    True when it asked."""
+    with transaction.atomic():
+        _placement_lock()
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.status != J.RUNNING or job.attempt != attempt or not is_elastic(job.spec):
+            return False
+        current = int((job.plan or {}).get("nnodes") or 0)
+        if not current or current >= int(job.spec["resources"]["nodes"]):
+            return False
+        interval = float((job.spec.get("elastic") or {}).get("min_interval", DEFAULT_RESIZE_INTERVAL))
+        started = job.nodes.filter(attempt=attempt).aggregate(first=Min("created_at"))["first"]
+        if started is None or started > timezone.now() - timedelta(seconds=interval):
+            return False
+        try:
+            # As if this job's own nodes were gone: they are stopped before the relaunch.
+            larger = plan_job(job.spec, machine_candidates(exclude_job=job.pk), pick_port=lambda machine: 0)
+        except PlanError:
+            return False
+        if larger["nnodes"] <= current:
+            return False
+        transition_job(job, J.RECOVERING, f"growing from {current} to {larger['nnodes']} nodes: stopping attempt "
+                       f"{attempt} at its committed checkpoint")
+        _stop_nodes(_live_nodes(job))
+    return True
 
 
 def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manifest: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torchyard
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from torchyard import protocol
 from torchyard.sdk.scaling import adjust_hyperparameters
@@ -58,7 +59,7 @@ MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 TOP_LEVEL_KEYS = {
     "name", "entrypoint", "module", "code", "runtime", "args", "env", "resources", "placement", "distributed", "hyperparameters",
     "scaling", "checkpointing", "fault_tolerance", "compression", "framework", "model", "dataset", "project",
-    "secret_env", "volumes", "function",
+    "secret_env", "volumes", "function", "elastic",
 }
 
 
@@ -123,8 +124,50 @@ class RuntimeSerializer(serializers.Serializer):
         return [r.strip() for r in value]
 
 
+MAX_NODES = 256
+
+
+@extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_NODES},
+                                {"type": "string", "pattern": r"^\s*[0-9]+\s*(:\s*[0-9]+\s*)?$"}]})
+class NodesField(serializers.Field):
+    """`resources.nodes`: a node count (4), or an elastic range MIN:MAX as torchrun's --nnodes
+    ("2:4"). Internally (int, None) or (MIN, MAX); ResourcesSerializer stores the range as
+    {"nodes": MAX, "min_nodes": MIN}."""
+
+    def to_internal_value(self, data: Any) -> tuple[int, int | None]:
+        if isinstance(data, bool):
+            raise serializers.ValidationError("a node count (4) or a range MIN:MAX (\"2:4\").")
+        if isinstance(data, int):
+            return self._count(data), None
+        if isinstance(data, str) and re.fullmatch(r"\s*[0-9]{1,4}\s*(:\s*[0-9]{1,4}\s*)?", data):
+            low, _, high = data.partition(":")
+            if not high:
+                return self._count(int(low)), None
+            low_n, high_n = int(low), int(high)
+            if low_n < 1:
+                raise serializers.ValidationError(f"{data.strip()}: MIN must be at least 1.")
+            if low_n > high_n:
+                raise serializers.ValidationError(f"{data.strip()}: MIN ({low_n}) exceeds MAX ({high_n}).")
+            return low_n, self._count(high_n)
+        raise serializers.ValidationError("a node count (4) or a range MIN:MAX (\"2:4\").")
+
+    @staticmethod
+    def _count(value: int) -> int:
+        if not 1 <= value <= MAX_NODES:
+            raise serializers.ValidationError(f"must be between 1 and {MAX_NODES} (is {value}).")
+        return value
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class ResourcesSerializer(serializers.Serializer):
-    nodes = serializers.IntegerField(min_value=1, max_value=256, required=False)
+    nodes = NodesField(required=False, help_text=(
+        "machines (nodes) of the job: a count, or an elastic range MIN:MAX (\"2:4\") that the planner fills "
+        "with as many as fit, at least MIN; stored as nodes: MAX, min_nodes: MIN"))
+    min_nodes = serializers.IntegerField(
+        min_value=1, max_value=MAX_NODES, required=False,
+        help_text="elastic jobs: the fewest nodes the job runs on (nodes is then the most); same as nodes \"MIN:MAX\"")
     procs_per_node = serializers.IntegerField(min_value=1, max_value=64, required=False)
     gpus_per_node = serializers.IntegerField(min_value=0, max_value=64, default=0)
     min_gpu_memory = serializers.IntegerField(min_value=0, default=0, help_text="MB per GPU")
@@ -143,10 +186,33 @@ class ResourcesSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 {"workers": ["give either workers (world size) or nodes + procs_per_node, not both."]}
             )
+        if "workers" in attrs and "min_nodes" in attrs:
+            raise serializers.ValidationError({"min_nodes": ["an elastic range needs nodes + procs_per_node, not workers."]})
+        if "nodes" in attrs:
+            low, high = attrs["nodes"]
+            if high is None:
+                attrs["nodes"] = low
+            else:
+                if "min_nodes" in attrs and attrs["min_nodes"] != low:
+                    raise serializers.ValidationError({"min_nodes": ["give the range once: nodes \"MIN:MAX\" or min_nodes."]})
+                attrs["nodes"], attrs["min_nodes"] = high, low
         if "workers" not in attrs:
             attrs.setdefault("nodes", 1)
             attrs.setdefault("procs_per_node", 1)
+            if "min_nodes" in attrs:
+                if attrs["min_nodes"] > attrs["nodes"]:
+                    raise serializers.ValidationError({"nodes": [
+                        f"min_nodes ({attrs['min_nodes']}) exceeds nodes ({attrs['nodes']})."]})
+                if attrs["min_nodes"] == attrs["nodes"]:
+                    del attrs["min_nodes"]  # a range of one count is that count
         return attrs
+
+
+class ElasticSerializer(serializers.Serializer):
+    min_interval = serializers.FloatField(
+        min_value=0, max_value=7 * 24 * 3600, default=300,
+        help_text="elastic jobs (resources.nodes MIN:MAX): the fewest seconds between two resizes; a job "
+                  "running below MAX grows at its first checkpoint commit after that long")
 
 
 class PlacementSerializer(serializers.Serializer):
@@ -322,6 +388,7 @@ class JobSpecSerializer(serializers.Serializer):
     checkpointing = CheckpointingSerializer(required=False)
     fault_tolerance = FaultToleranceSerializer(required=False)
     compression = CompressionSerializer(required=False)
+    elastic = ElasticSerializer(required=False, help_text="how an elastic job (resources.nodes MIN:MAX) resizes")
     function = FunctionSerializer(required=False, help_text="a Python function run on every rank (torchyard.fn)")
     volumes = VolumeSerializer(many=True, required=False, max_length=16, help_text=(
         "volumes declared on the machines (torchyard agent --volume, or PATCH /api/machines/{id}): the job goes "
@@ -415,7 +482,14 @@ class JobSpecSerializer(serializers.Serializer):
                 f"use store 'default' or ask for a {store} store there."]}})
         world_size = resources.get("workers") or resources["nodes"] * resources["procs_per_node"]
         try:
-            adjust_hyperparameters(attrs["hyperparameters"], attrs["scaling"], world_size)
+            if "min_nodes" not in resources:
+                adjust_hyperparameters(attrs["hyperparameters"], attrs["scaling"], world_size)
+            # An elastic job may run at any node count of its range: each must take the hyperparameters.
+            for nodes in range(resources.get("min_nodes", 1), resources["nodes"] + 1 if "min_nodes" in resources else 1):
+                try:
+                    adjust_hyperparameters(attrs["hyperparameters"], attrs["scaling"], nodes * resources["procs_per_node"])
+                except ValueError as exc:
+                    raise ValueError(f"with {nodes} nodes of the range: {exc}") from exc
         except ValueError as exc:
             raise serializers.ValidationError({"hyperparameters": [str(exc)]}) from exc
         return attrs

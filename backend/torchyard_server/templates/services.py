@@ -41,6 +41,7 @@ def on_one_machine(spec: dict[str, Any], machine_name: str) -> dict[str, Any]:
         resources.update(procs_per_node=nodes * resources["procs_per_node"],
                          gpus_per_node=nodes * resources.get("gpus_per_node", 0))
     resources["nodes"] = 1
+    resources.pop("min_nodes", None)  # an elastic range: its most nodes, all on the one machine
     return {**spec, "resources": resources,
             "placement": {**spec["placement"], "policy": "pack", "machines": [machine_name]}}
 

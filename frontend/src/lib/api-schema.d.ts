@@ -1672,6 +1672,14 @@ export interface components {
              */
             project?: string;
         };
+        Elastic: {
+            /**
+             * Format: double
+             * @description elastic jobs (resources.nodes MIN:MAX): the fewest seconds between two resizes; a job running below MAX grows at its first checkpoint commit after that long
+             * @default 300
+             */
+            min_interval?: number;
+        };
         /**
          * @description Any refusal that is not about a field: not signed in (401), not allowed (403), not found (404),
          *     a conflict (409), a body of the wrong media type (415).
@@ -2204,6 +2212,8 @@ export interface components {
             checkpointing?: components["schemas"]["Checkpointing"];
             fault_tolerance?: components["schemas"]["FaultTolerance"];
             compression?: components["schemas"]["Compression"];
+            /** @description how an elastic job (resources.nodes MIN:MAX) resizes */
+            elastic?: components["schemas"]["Elastic"];
             /** @description a Python function run on every rank (torchyard.fn) */
             function?: components["schemas"]["Function"];
             /** @description volumes declared on the machines (torchyard agent --volume, or PATCH /api/machines/{id}): the job goes only to machines that have every one */
@@ -2731,6 +2741,7 @@ export interface components {
             hyperparameters: {
                 [key: string]: unknown;
             };
+            nodes_range?: number[];
             warnings: string[];
             preflight?: components["schemas"]["PlanPreflightOut"];
             skipped?: components["schemas"]["PlanSkippedOut"][];
@@ -2905,7 +2916,10 @@ export interface components {
             procs_per_machine?: number;
         };
         Resources: {
-            nodes?: number;
+            /** @description machines (nodes) of the job: a count, or an elastic range MIN:MAX ("2:4") that the planner fills with as many as fit, at least MIN; stored as nodes: MAX, min_nodes: MIN */
+            nodes?: number | string;
+            /** @description elastic jobs: the fewest nodes the job runs on (nodes is then the most); same as nodes "MIN:MAX" */
+            min_nodes?: number;
             procs_per_node?: number;
             /** @default 0 */
             gpus_per_node?: number;

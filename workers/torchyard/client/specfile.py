@@ -7,6 +7,7 @@ Everything else in the spec goes to the server as written: the server validates 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from dataclasses import dataclass
@@ -112,7 +113,16 @@ def entrypoint_in(directory: Path, script: str, cwd: Path) -> str:
     raise CliError(f"{script}: no such file in the project directory {root}")
 
 
-def run_spec(*, target: str, module: bool, args: list[str], directory: Path, nnodes: int,
+def nnodes_arg(text: str) -> int | str:
+    """`--nnodes` as torchrun takes it: a count ("2" -> 2) or an elastic range MIN:MAX ("2:4", kept as
+    the string the JobSpec's resources.nodes takes). The server checks the numbers (MIN >= 1, MIN <= MAX)."""
+    low, sep, high = text.strip().partition(":")
+    if low.isdigit() and (not sep or high.isdigit()):
+        return f"{int(low)}:{int(high)}" if sep else int(low)
+    raise argparse.ArgumentTypeError(f"{text!r}: a machine count (2) or a range MIN:MAX (2:4)")
+
+
+def run_spec(*, target: str, module: bool, args: list[str], directory: Path, nnodes: int | str,
              nproc_per_node: int, gpus_per_node: int | None = None, name: str | None = None,
              env: dict[str, str] | None = None, secret_env: dict[str, str] | None = None,
              pip: list[str] | None = None, max_restarts: int | None = None,

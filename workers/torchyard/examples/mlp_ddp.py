@@ -57,17 +57,25 @@ class MLP(nn.Module):
 
 class SyntheticData:
     """Batches from a fixed teacher; each (rank, step) gets its own reproducible batch, so a resumed
-    run sees the data it would have seen."""
+    run sees the data it would have seen. With a `sampler` (sdk.GlobalSampler), each sample is its
+    own by global index instead: a run resumed at another world size (an elastic job that shrank or
+    grew) goes on at the very sample the checkpoint recorded."""
 
-    def __init__(self, input_dim: int, batch_size: int, seed: int, rank: int, device) -> None:
+    def __init__(self, input_dim: int, batch_size: int, seed: int, rank: int, device,
+                 sampler: sdk.GlobalSampler | None = None) -> None:
         teacher = torch.Generator().manual_seed(TEACHER_SEED)
         self.w1 = torch.randn(input_dim, 16, generator=teacher) / input_dim**0.5
         self.w2 = torch.randn(16, 1, generator=teacher)
         self.input_dim, self.batch_size, self.device = input_dim, batch_size, device
+        self.seed, self.sampler = seed, sampler
         self.base_seed = seed * 1_000_003 + rank * 10_007
         self.gen = torch.Generator()
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.sampler is not None:
+            samples = [torch.randn(self.input_dim, generator=self.gen.manual_seed(self.seed * 1_000_003 + index))
+                       for index in self.sampler.next_batch()]
+            return self._labelled(torch.stack(samples))
         self.gen.manual_seed(self.base_seed + step)
         return self._labelled(torch.randn(self.batch_size, self.input_dim, generator=self.gen))
 
@@ -155,7 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)  # identical initial weights everywhere (DDP also broadcasts rank 0's)
     model = MLP(int(hp["input_dim"]), int(hp["hidden"])).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=float(hp["lr"]))
-    data = SyntheticData(int(hp["input_dim"]), int(hp["batch_size"]), args.seed, rank, device)
+    # The global sample position goes into every checkpoint: a resume at another world size (an
+    # elastic job) continues at the same sample. The synthetic data never runs out: no epochs.
+    sampler = sdk.GlobalSampler(1 << 40, batch_size=int(hp["batch_size"]))
+    data = SyntheticData(int(hp["input_dim"]), int(hp["batch_size"]), args.seed, rank, device, sampler=sampler)
     every = sdk.checkpoint.every_n_steps(args.checkpoint_every)
 
     start = 0
@@ -164,17 +175,21 @@ def main(argv: list[str] | None = None) -> int:
         state, start, _manifest = resumed
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        # A checkpoint from before the position was kept: every step took one global batch.
+        sampler.load_state_dict(state.get("data") or {"position": start * sampler.global_batch_size})
         print(f"rank {rank}: resumed from checkpoint at step {start}", flush=True)
     ddp_model = sdk.wrap_ddp(model)
     print(
         f"rank {rank}: training steps {start + 1}..{args.steps}, batch {hp['batch_size']} per rank "
-        f"(global {hp['global_batch_size']}), lr {hp['lr']:g}, checkpoint every {every or '-'}",
+        f"(global {hp['global_batch_size']}), lr {hp['lr']:g}, checkpoint every {every or '-'}, "
+        f"from global sample {sampler.position}",
         flush=True,
     )
 
     saved_at = train(
         args, model=ddp_model, optimizer=optimizer, data=data, start=start, every=every,
-        checkpoint_state=lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict()},
+        checkpoint_state=lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                  "data": sampler.state_dict()},
         recipe="mlp_ddp",
     )  # fmt: skip
     print(

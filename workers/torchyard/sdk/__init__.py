@@ -25,7 +25,7 @@ from torchyard.sdk.context import (
     should_save_outputs,
     world_size,
 )
-from torchyard.sdk.data import shard
+from torchyard.sdk.data import GlobalSampler, shard
 from torchyard.sdk.distributed import (
     barrier,
     device,
@@ -41,6 +41,7 @@ from torchyard.sdk.peers import on_membership_change, peers
 from torchyard.sdk.scaling import adjust_hyperparameters
 
 __all__ = [
+    "GlobalSampler",
     "add_training_arguments",
     "adjust_hyperparameters",
     "attempt",

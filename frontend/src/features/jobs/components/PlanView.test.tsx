@@ -69,6 +69,13 @@ describe('plan view', () => {
     expect(screen.queryByRole('button', { name: 'Launch' })).not.toBeInTheDocument()
     expect(screen.getByText(/plan again before launching/)).toBeInTheDocument()
   })
+
+  it('shows the range of an elastic job and the machines it starts with', () => {
+    renderWithProviders(
+      <PlanView plan={{ ...plan, nodes_range: [1, 3] }} asked={{}} stale={false} launching={false} onLaunch={() => {}} />,
+    )
+    expect(screen.getByText(/elastic: 1 to 3 machines \(starts with 2\)/)).toBeInTheDocument()
+  })
 })
 
 const refusal = (detail: string, skipped: PlanRefusal['skipped'] = []): PlanRefusal => ({
