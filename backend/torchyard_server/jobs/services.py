@@ -236,6 +236,9 @@ def job_grow_at_checkpoint(*, job_id: int, attempt: int) -> bool:
     when more machines fit it now and its attempt has run elastic.min_interval seconds, stop the
     attempt (without counting a restart) so that recovery relaunches it larger from that checkpoint.
     True when it asked."""
+    spec = Job.objects.filter(pk=job_id, status=J.RUNNING, attempt=attempt).values_list("spec", flat=True).first()
+    if spec is None or not is_elastic(spec):
+        return False  # most jobs: no placement lock taken for their checkpoints
     with transaction.atomic():
         _placement_lock()
         job = Job.objects.select_for_update().filter(pk=job_id).first()
