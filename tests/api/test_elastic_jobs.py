@@ -275,3 +275,23 @@ def test_a_template_put_on_one_machine_is_no_longer_a_range():
     assert one["resources"]["nodes"] == 1 and one["resources"]["procs_per_node"] == 6
     assert "min_nodes" not in one["resources"]
     assert plan(one, cpus(0, 0))["nnodes"] == 1
+
+
+def test_an_elastic_job_short_of_its_least_machines_waits_queued_until_they_join(
+        api, sent, django_capture_on_commit_callbacks):
+    bring_online("gpu-a")
+    response = api.post("/api/jobs", elastic("2:3"), format="json")
+    assert response.status_code == 201, response.json()  # a fixed-size job would be refused (400)
+    job = Job.objects.get(pk=response.json()["id"])
+    with django_capture_on_commit_callbacks(execute=True):
+        job_schedule(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.status == J.QUEUED
+    assert job.status_reason.startswith("needs at least 2 online machines; 1 online machine(s) can hold a node")
+    bring_online("gpu-b")
+    with django_capture_on_commit_callbacks(execute=True):
+        job_services.jobs_schedule_queued()
+    job.refresh_from_db()
+    assert job.status == J.DISPATCHING and job.plan["nnodes"] == 2
+    fixed = api.post("/api/jobs", {**elastic(3)}, format="json")
+    assert fixed.status_code == 400

@@ -80,11 +80,12 @@ def job_preview_plan(*, spec: dict[str, Any]) -> dict[str, Any]:
 
 # --- submit, schedule, dispatch ------------------------------------------------------------------
 def job_submit(*, spec: dict[str, Any], owner) -> Job:
-    """Create a queued job. Refuses (PlanError) a spec that the online machines can never hold."""
+    """Create a queued job. Refuses (PlanError) a spec that the online machines can never hold,
+    except an elastic one short of machines: it waits, saying why, until enough of them join."""
     try:
         job_preview_plan(spec=spec)
     except PlanError as exc:
-        if exc.kind != "busy":
+        if exc.kind != "busy" and not (exc.kind == "capacity" and is_elastic(spec)):
             raise
     with transaction.atomic():
         project = project_by_name(spec.get("project") or DEFAULT_PROJECT)
