@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import psutil
 import psycopg
@@ -123,3 +124,32 @@ def test_a_job_below_its_most_grows_back_at_a_checkpoint_when_a_machine_returns(
     assert all("batch 4 per rank (global 12)" in line and line.endswith(f"from global sample {step * 12}")
                for line in started)
     assert stack.wait_no_job_processes(job["id"]) == []
+
+
+def test_an_elastic_job_short_of_its_least_machines_waits_queued_then_starts_when_one_joins(three_agents):
+    stack = three_agents
+    machines = {m["name"]: m for m in stack.api("GET", "/api/machines").json()}
+    away = [machines["local-1"], machines["local-2"]]
+    for machine in away:
+        assert stack.api("PATCH", f"/api/machines/{machine['id']}", json={"status": "draining"}).status_code == 200
+    try:
+        job = stack.submit({
+            "name": "waits", "entrypoint": "examples/mlp_ddp.py", "args": ["--steps", "30", "--step-sleep", "0.02"],
+            "resources": {"nodes": "2:3", "procs_per_node": 1},
+            "hyperparameters": {"batch_size": 12}, "scaling": {"mode": "keep_global_batch"},
+        })
+        queued = stack.wait_job(job["id"], {"queued"})
+        deadline = time.monotonic() + 30
+        while "at least 2" not in (queued := stack.job(job["id"]))["status_reason"]:
+            assert queued["status"] == "queued" and time.monotonic() < deadline, queued
+            time.sleep(0.3)
+        assert queued["status"] == "queued"
+    finally:
+        # A machine joins again: the queued job starts on the two there are.
+        stack.api("PATCH", f"/api/machines/{away[0]['id']}", json={"status": "online"})
+    try:
+        final = stack.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=180)
+        assert final["status"] == "completed", f"{final['status_reason']}\n{stack.job_log_tail(job['id'])}"
+        assert final["world_size"] == 2 and final["attempt"] == 0
+    finally:
+        stack.api("PATCH", f"/api/machines/{away[1]['id']}", json={"status": "online"})
