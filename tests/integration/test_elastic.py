@@ -138,12 +138,12 @@ def test_an_elastic_job_short_of_its_least_machines_waits_queued_then_starts_whe
             "resources": {"nodes": "2:3", "procs_per_node": 1},
             "hyperparameters": {"batch_size": 12}, "scaling": {"mode": "keep_global_batch"},
         })
-        queued = stack.wait_job(job["id"], {"queued"})
+        # The scheduler retries a queued job now and then (queued -> planning -> queued): it never
+        # gets further, and says why while it waits.
         deadline = time.monotonic() + 30
-        while "at least 2" not in (queued := stack.job(job["id"]))["status_reason"]:
-            assert queued["status"] == "queued" and time.monotonic() < deadline, queued
+        while not ((queued := stack.job(job["id"]))["status"] == "queued" and "at least 2" in queued["status_reason"]):
+            assert queued["status"] in ("queued", "planning") and time.monotonic() < deadline, queued
             time.sleep(0.3)
-        assert queued["status"] == "queued"
     finally:
         # A machine joins again: the queued job starts on the two there are.
         stack.api("PATCH", f"/api/machines/{away[0]['id']}", json={"status": "online"})
