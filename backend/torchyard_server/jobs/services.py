@@ -323,6 +323,11 @@ def _checkpoint_url(job: Job, volumes: list[dict[str, Any]]) -> str:
         name = store.split(":", 1)[1]
         path = next(v["path"] for v in volumes if v["name"] == name)
         return f"file://{path.rstrip('/')}/torchyard-checkpoints/job-{job.pk}"
+    return _job_store_url(job)
+
+
+def _job_store_url(job: Job) -> str:
+    """The job's own folder of the server's store: checkpoints by default, artifacts, results."""
     return f"{settings.STORAGE_URL.rstrip('/')}/job-{job.pk}"
 
 
@@ -337,7 +342,7 @@ def _function_payload(job: Job) -> dict[str, Any]:
         "payload": {"bundle": sha256, "size": function.get("size"), "uri": f"{bundles_url()}/{sha256}.tar.zst"},
         "name": function["name"],
         "result_max_bytes": int(function.get("result_max_bytes") or settings.RESULT_MAX_BYTES),
-        "results_url": f"{settings.STORAGE_URL.rstrip('/')}/job-{job.pk}/results",
+        "results_url": f"{_job_store_url(job)}/results",
     }
 
 
@@ -460,11 +465,15 @@ def node_report_state(*, event: dict[str, Any]) -> None:
             if fatal and job.status == J.RECOVERING and job.attempt == node.attempt:
                 # Another node's failure (its ranks saw this one's go away) started a recovery; this
                 # node says a relaunch would fail the same way (the job's function raised).
-                transition_job(job, J.FAILED, f"{_describe(node)}: {re.sub(r'^node rank [0-9]+:[ ]*', '', reason)}"
-                               f"\n{NOT_RETRIED}")
+                transition_job(job, J.FAILED, f"{_describe(node)}: {_without_node_rank(reason)}\n{NOT_RETRIED}")
             elif not _winding_down(job) and job.attempt == node.attempt and job.status not in JOB_FINAL:
                 detail = reason if failed else f"{_describe(node)} stopped unexpectedly: {reason}"
                 _node_lost_or_failed(job, node, detail, last_lines=event.get("last_lines") or [], fatal=fatal)
+
+
+def _without_node_rank(reason: str) -> str:
+    """A supervisor's reason without its "node rank N: " opening (the controller names the machine)."""
+    return re.sub(r"^node rank \d+:\s*", "", reason)
 
 
 def _quote(node: JobNode, line: Any) -> str:
@@ -486,7 +495,7 @@ def _node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: li
     function raised, a volume is not shared) fails the job at once."""
     tail = "\n".join(_quote(node, line) for line in last_lines[-protocol.FAILURE_LOG_LINES :])
     # The supervisor says "node rank N: ..."; name the machine too, once.
-    reason = re.sub(r"^node rank \d+:\s*", "", reason)
+    reason = _without_node_rank(reason)
     full_reason = reason if reason.startswith(_describe(node)) else f"{_describe(node)}: {reason}"
     if tail:
         full_reason += "\nlast log lines:\n" + tail

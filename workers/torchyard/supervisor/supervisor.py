@@ -21,7 +21,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -302,7 +302,7 @@ class NodeSupervisor:
             )
         swept = self._wind_down()
         outcome = self._function_outcome(outcome)
-        outcome = _Outcome(outcome.state, outcome.exit_code, self._mask(outcome.reason), outcome.fatal)
+        outcome = replace(outcome, reason=self._mask(outcome.reason))
         self.state = outcome.state
         last_lines = self._last_lines() if outcome.state is SupervisorState.FAILED else []
         self._emit_final_state(outcome, last_lines)
