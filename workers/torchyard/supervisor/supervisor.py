@@ -884,13 +884,15 @@ class NodeSupervisor:
 
     def _function_outcome(self, outcome: _Outcome) -> _Outcome:
         """A node that failed because the job's function raised says so (and that retrying is no use),
-        rather than only that its launcher exited 1."""
+        rather than only that its launcher exited 1. Also when the controller's stop overtook the
+        node's own end (another node's ranks saw this one's go away first): a rank that raised did
+        not stop, and reporting it stopped would have the job relaunched to raise again."""
         failed = functions.raised(self._results)
-        if failed is None or outcome.state is not SupervisorState.FAILED:
+        if failed is None or outcome.state is SupervisorState.COMPLETED:
             return outcome
         reason = (f"node rank {self.launch.node_rank}: global rank {failed['rank']} raised "
                   f"{failed.get('error_type')}: {failed.get('error')}")
-        return _Outcome(outcome.state, outcome.exit_code, reason, fatal=True)
+        return _Outcome(SupervisorState.FAILED, outcome.exit_code, reason, fatal=True)
 
     def _collect_outputs(self) -> None:
         """Copy what the node wrote under its output directory into the store; one `artifact` event
