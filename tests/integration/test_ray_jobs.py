@@ -204,6 +204,53 @@ def test_a_ray_job_spans_both_hosts_shows_its_dashboard_to_members_only_and_stop
     assert cluster.stack.api("GET", f"/api/jobs/{job_id}/ray/api/version").status_code == 404
 
 
+def kill_worker_raylet(cluster: Cluster, job_id: int) -> str:
+    """SIGKILL the Ray worker node's raylet (node 1's host): the host lives, its Ray node dies."""
+    worker = next(n for n in cluster.stack.job(job_id)["nodes"] if n["node_rank"] == 1 and n["status"] == "running")
+    host = cluster.host_of(worker["machine"]["id"])
+    raylets = [p for p in host.processes() if p.name() == "raylet"]
+    assert len(raylets) == 1, raylets
+    raylets[0].kill()
+    return host.address
+
+
+def test_a_lost_ray_worker_node_relaunches_the_cluster_and_the_driver(cluster, bundle):
+    spec = ray_spec(bundle, "--hold", fault_tolerance={"max_restarts": 1})
+    job_id = cluster.stack.submit(spec)["id"]
+    wait_line(cluster, job_id, "holding", PREPARE_S)
+    kill_worker_raylet(cluster, job_id)
+    # A node failure like any other: the whole cluster and the driver again, in attempt 1.
+    addresses = ",".join(sorted(h.address for h in cluster.hosts))
+    deadline = time.monotonic() + 180
+    while not [e for e in cluster.stack.logs(job_id)
+               if e.get("attempt") == 1 and e["line"] == f"tasks 20 on {addresses} of 2 nodes"]:
+        assert time.monotonic() < deadline, cluster.stack.job_log_tail(job_id)
+        assert cluster.stack.job(job_id)["status"] not in FINAL, cluster.stack.job_log_tail(job_id)
+        time.sleep(1.0)
+    assert cluster.stack.job(job_id)["restarts"] == 1
+    assert cluster.stack.api("POST", f"/api/jobs/{job_id}/stop").status_code == 202
+    assert cluster.stack.wait_job(job_id, FINAL, timeout=60)["status"] == "stopped"
+
+
+def test_a_driver_that_tolerates_worker_loss_goes_on_and_the_heads_ray_logs_say_the_node_died(cluster, bundle):
+    spec = ray_spec(bundle, "--hold", fault_tolerance={"max_restarts": 0, "ray_worker_loss": "tolerate"})
+    job_id = cluster.stack.submit(spec)["id"]
+    wait_line(cluster, job_id, "holding", PREPARE_S)
+    kill_worker_raylet(cluster, job_id)
+    # The head's GCS declares the node dead after its health checks (about 15 s); Ray's own warnings
+    # reach the job's log, labelled as Ray's, while the job runs on.
+    deadline = time.monotonic() + 60
+    while not [e for e in cluster.stack.logs(job_id)
+               if e.get("source") == "ray" and "Node is dead because the health check failed" in e["line"]]:
+        assert time.monotonic() < deadline, "\n".join(lines_of(cluster, job_id)[-40:])
+        time.sleep(1.0)
+    job = cluster.stack.job(job_id)
+    assert job["status"] == "running" and job["attempt"] == 0, job["status_reason"]
+    assert {n["node_rank"]: n["status"] for n in job["nodes"]} == {0: "running", 1: "failed"}
+    assert cluster.stack.api("POST", f"/api/jobs/{job_id}/stop").status_code == 202
+    assert cluster.stack.wait_job(job_id, FINAL, timeout=60)["status"] == "stopped"
+
+
 def test_a_driver_that_exits_0_completes_the_job_and_ends_the_workers(cluster, bundle):
     done = cluster.stack.wait_job(cluster.stack.submit(ray_spec(bundle))["id"], FINAL, timeout=PREPARE_S)
     assert done["status"] == "completed", done["status_reason"]

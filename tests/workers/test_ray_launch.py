@@ -12,6 +12,7 @@ import pytest
 from torchyard.functions.remote import FunctionError, fn
 from torchyard.protocol import NodeLaunch
 from torchyard.supervisor import ray_launch
+from torchyard.supervisor.ray_logs import RayLogs
 
 PEERS = [{"node_rank": 0, "host": "10.0.0.5", "machine": "a"}, {"node_rank": 1, "host": "10.0.0.6", "machine": "b"}]
 PORTS = {"node_manager": 11001, "object_manager": 11002, "dashboard_agent_listen": 11003,
@@ -123,3 +124,42 @@ def test_torchyard_run_framework_ray_asks_for_a_ray_job(tmp_path):
     spec = run_spec(target="driver.py", module=False, args=[], directory=tmp_path, nnodes=2, nproc_per_node=1,
                     framework="ray")
     assert spec["framework"] == "ray" and "distributed" not in spec
+
+
+# --- a Ray node's own logs ---------------------------------------------------------------------------
+def _ray_log(temp: Path, name: str, text: str, mode: str = "a") -> None:
+    logs = temp / "session_2026-11-25_15-20-01_000000_4242" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    latest = temp / "session_latest"
+    if not latest.exists():
+        latest.symlink_to(logs.parent)
+    with open(logs / name, mode) as f:
+        f.write(text)
+
+
+def test_ray_logs_pass_the_daemons_warnings_with_their_continuations_and_their_own_output_whole(tmp_path):
+    logs = RayLogs(tmp_path)
+    assert logs.poll() == []  # no session yet
+    _ray_log(tmp_path, "raylet.out",
+             "[2026-11-25 15:20:01,123 I 4242 4242] (raylet) main.cc:179: Setting cluster ID\n"
+             "[2026-11-25 15:20:02,001 I 4242 4250] (raylet) event_stats: Global stats: 12 total\n"
+             "\tRayletWorkerPool.deadline_timer - 1 total\n"
+             "[2026-11-25 15:20:03,500 W 4242 4242] (raylet) node_manager.cc:1021: Worker 7 was killed "
+             "due to the node running low on memory\n"
+             "    memory used 23.1 GB of 24 GB\n"
+             "[2026-11-25 15:20:04,000 I 4242 4242] (raylet) node_manager.cc:99: all good\n")
+    _ray_log(tmp_path, "gcs_server.err", "*** SIGSEGV received at time=1764084000 ***\n\n")
+    assert logs.poll() == [
+        "[2026-11-25 15:20:03,500 W 4242 4242] (raylet) node_manager.cc:1021: Worker 7 was killed due to "
+        "the node running low on memory",
+        "    memory used 23.1 GB of 24 GB",
+        "gcs_server.err: *** SIGSEGV received at time=1764084000 ***",
+    ]
+    _ray_log(tmp_path, "gcs_server.out",
+             "[2026-11-25 15:20:05,000 E 4100 4100] (gcs_server) gcs_health_check_manager.cc:80: Node abc "
+             "failed health check")
+    assert logs.poll() == []  # not a whole line yet
+    assert logs.poll(final=True) == [
+        "[2026-11-25 15:20:05,000 E 4100 4100] (gcs_server) gcs_health_check_manager.cc:80: Node abc failed "
+        "health check"]
+    logs.close()

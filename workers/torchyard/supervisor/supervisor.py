@@ -60,6 +60,7 @@ from .outputs import collect_outputs
 from .preflight import MasterListener, PreflightError, reach_master, training_versions
 from .proctree import TreeSampler, is_alive, kill_processes, process_tree, sweep_job_processes
 from .publisher import EventPublisher
+from .ray_logs import RayLogs
 from .stall import StallWatch, process_state, python_stack
 from .tail import FileTail, RankLogTailer
 from .volumes import VolumeError, check_present, link_volumes, remove_probes, volume_env, write_probes
@@ -243,6 +244,7 @@ class NodeSupervisor:
         self._socket: EventSocket | None = None
         self._tailer: RankLogTailer | None = None
         self._torchrun_tail: FileTail | None = None
+        self._ray_logs: RayLogs | None = None  # framework ray: the node's raylet and GCS logs
         self._worker_failed_at: float | None = None
         self._first_failure: tuple[int, int] | None = None  # (exit code, local rank) as torchrun names it
         self._watchdog_fired = False
@@ -578,6 +580,7 @@ class NodeSupervisor:
         ports = ray_launch.pick_ports(address, launch.node_rank == 0)
         self._ray_temp = ray_launch.temp_dir(launch, self.run_dir)
         self._ray_temp.mkdir(parents=True, exist_ok=True)
+        self._ray_logs = RayLogs(self._ray_temp)
         shm_free = None
         with contextlib.suppress(OSError):
             shm_free = psutil.disk_usage("/dev/shm").free
@@ -720,6 +723,9 @@ class NodeSupervisor:
             for line in map(self._mask, self._torchrun_tail.read_lines(final=final)):
                 self._note_torchrun_line(line)
                 self.publisher.emit(protocol.LOG, stream="stderr", line=line, source="torchrun")
+        if self._ray_logs is not None:
+            for line in map(self._mask, self._ray_logs.poll(final=final)):
+                self.publisher.emit(protocol.LOG, stream="stderr", line=line, source="ray")
         if self._socket is not None:
             for event in self._socket.receive():
                 self._publish_sdk_event(event)
@@ -978,3 +984,5 @@ class NodeSupervisor:
             self._tailer.close()
         if self._torchrun_tail is not None:
             self._torchrun_tail.close()
+        if self._ray_logs is not None:
+            self._ray_logs.close()
