@@ -114,6 +114,24 @@ class Stack:
         assert victims, f"no training process of node {node_rank} attempt {attempt}:\n{self.log_tail()}"
         victims[0].send_signal(signal.SIGKILL)
 
+    def wait_warm(self, timeout: float = 180.0) -> list[dict[str, Any]]:
+        """Every local agent's warm pool of the training Python, once each answers (the agents start
+        them as they start; importing torch on this machine takes seconds)."""
+        from torchyard.warm import pools
+
+        agents = sorted((self.data_dir / "agents").glob("local-*"))
+        deadline = time.monotonic() + timeout
+        while True:
+            answers = [next(filter(None, map(pools.hello, (agent / "cache" / pools.WARM_DIR).glob("*.sock"))), None)
+                       for agent in agents]
+            if agents and all(answers):
+                return [a for a in answers if a]
+            if time.monotonic() > deadline:
+                logs = "\n".join(f"{p}: {p.read_text()[-2000:]}" for a in agents
+                                 for p in (a / "cache" / pools.WARM_DIR).glob("*.log"))
+                raise AssertionError(f"no warm pool in {agents}:\n{logs}\n{self.log_tail()}")
+            time.sleep(0.5)
+
     def wait_checkpoint(self, job_id: int, timeout: float = 90) -> dict[str, Any]:
         """The job's newest committed checkpoint, once there is one."""
         deadline = time.monotonic() + timeout

@@ -256,6 +256,11 @@ class DistributedSerializer(serializers.Serializer):
         help_text="launcher command: the argv run once per node (never through a shell); ${NODE_RANK}, ${NNODES}, "
                   "${MASTER_ADDR}, ${MASTER_PORT}, ${NPROC_PER_NODE} and ${WORLD_SIZE} in its items are replaced, "
                   "and a first item python or python3 is the node's training Python")
+    warm = serializers.BooleanField(
+        default=True,
+        help_text="launcher torchrun: fork each node's ranks from its machine's warm pool (a Python that has "
+                  "already imported torch; the node's log says when there is none and it starts cold); false: "
+                  "always a cold torchrun")
     strategy = serializers.ChoiceField(
         choices=["data_parallel"], default="data_parallel",
         error_messages={"invalid_choice": "only data_parallel is supported ({input!r} is not)."},

@@ -24,6 +24,7 @@ from torchyard import protocol
 from torchyard.protocol import NodeLaunch
 from torchyard.supervisor.preflight import PreflightError, training_versions
 from torchyard.supervisor.prepare import BundleSource
+from torchyard.warm.pools import WarmPools
 
 from . import capabilities, runs, warm
 
@@ -74,6 +75,10 @@ class Agent:
         self.stop = threading.Event()
         self.app = self._make_app()
         self.training = self._training_versions()
+        # Warm interpreters (torchyard.warm): a fork server for the training Python, and for each job
+        # environment a node asks for; kept up by the heartbeat loop.
+        self.pools = WarmPools(self.work_dir / "cache")
+        self.pools.want(self.python or sys.executable)
 
     def _training_versions(self) -> dict[str, str]:
         """The training Python's and its torch's versions, read once: the plan shows whether the
@@ -111,6 +116,10 @@ class Agent:
 
     def _heartbeat_loop(self) -> None:
         while not self.stop.is_set():
+            try:
+                self.pools.maintain()
+            except Exception:  # a pool that cannot start must never stop the heartbeats
+                log.exception("warm pools")
             try:
                 self.heartbeat_once()
             except redis.RedisError as exc:
@@ -191,6 +200,7 @@ class Agent:
             ])
         finally:
             self.stop.set()
+            self.pools.close()
             if self.shutdown_reason:
                 # A restarted agent is refused anyway: the token no longer authenticates.
                 log.error("agent of machine %s stopped: %s; its token is no longer valid",

@@ -151,9 +151,11 @@ class TreeSampler:
     def __init__(self) -> None:
         self._known: dict[int, psutil.Process] = {}
 
-    def sample(self, root_pid: int) -> dict[str, Any]:
-        """{"cpu_percent", "rss_mb", "processes"} of the tree under root_pid (100 = one full core)."""
-        tree = process_tree(root_pid)
+    def sample(self, *root_pids: int) -> dict[str, Any]:
+        """{"cpu_percent", "rss_mb", "processes"} of the trees under root_pids (100 = one full core)."""
+        tree: list[psutil.Process] = []
+        for root in root_pids:
+            tree += [proc for proc in process_tree(root) if proc not in tree]
         current: dict[int, psutil.Process] = {}
         cpu = 0.0
         rss = 0

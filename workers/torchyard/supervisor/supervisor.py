@@ -32,7 +32,7 @@ from torchyard import protocol
 from torchyard.bundles import size_text
 from torchyard.protocol import NodeLaunch
 
-from . import functions, prepare, ray_launch
+from . import functions, prepare, ray_launch, warm_launch
 from .argv import (
     CONFIG_FILE,
     LAUNCHER_COMMAND,
@@ -245,6 +245,9 @@ class NodeSupervisor:
         self._tailer: RankLogTailer | None = None
         self._torchrun_tail: FileTail | None = None
         self._ray_logs: RayLogs | None = None  # framework ray: the node's raylet and GCS logs
+        # A warm start: where the launcher writes its ranks' pids (they are the pool's children).
+        self._warm_pids_file: Path | None = None
+        self._warm_ranks: list[psutil.Process] = []
         self._worker_failed_at: float | None = None
         self._first_failure: tuple[int, int] | None = None  # (exit code, local rank) as torchrun names it
         self._watchdog_fired = False
@@ -519,8 +522,10 @@ class NodeSupervisor:
         self._tailer = RankLogTailer(self.run_dir / TORCHRUN_LOG_DIR, self.launch.nproc_per_node if torchrun else 1)
         torchrun_log = self.run_dir / TORCHRUN_LOG_FILE
         ray: dict[str, Any] = {}
+        env = self._launch_env(ray=self.launch.launcher == ray_launch.LAUNCHER_RAY)
         if torchrun:
-            argv = build_torchrun_argv(self.launch, self.run_dir, script, python=self.python)
+            argv = self._warm_argv(script, env) or build_torchrun_argv(self.launch, self.run_dir, script,
+                                                                         python=self.python)
             stdout_path = stderr_path = torchrun_log
         else:
             # One process per node: its stdout and stderr go where torchrun would put local rank
@@ -533,16 +538,6 @@ class NodeSupervisor:
             log_dir = plain_log_dir(self.run_dir, self.launch)
             log_dir.mkdir(parents=True, exist_ok=True)
             stdout_path, stderr_path = log_dir / "stdout.log", log_dir / "stderr.log"
-        env = build_launcher_env(self.launch, build_env(self.launch, self.run_dir, os.environ, workdir=self.workdir))
-        env.update(self._function_env)
-        if ray:
-            env = ray_launch.ray_env(env)
-        env.update(volume_env(self.launch.volumes))
-        if self._interface_env:
-            env.update(self._interface_env)
-            self._publish_supervisor_line(
-                f"ranks reach the master {self.launch.master_addr} through "
-                + ", ".join(f"{k}={v}" for k, v in sorted(self._interface_env.items())))
         # Truncated: the tails read them from the start.
         with open(stdout_path, "wb") as output, open(stderr_path, "ab") as errors:
             self._proc = subprocess.Popen(
@@ -571,6 +566,36 @@ class NodeSupervisor:
             **({"ray": ray} if ray else {}),  # type: ignore[arg-type]
         )
         self.publisher.flush()
+
+    def _launch_env(self, *, ray: bool) -> dict[str, str]:
+        """The environment of torchrun (or the warm launcher, or the one process) and so of the ranks."""
+        env = build_launcher_env(self.launch, build_env(self.launch, self.run_dir, os.environ, workdir=self.workdir))
+        env.update(self._function_env)
+        if ray:
+            env = ray_launch.ray_env(env)
+        env.update(volume_env(self.launch.volumes))
+        if self._interface_env:
+            env.update(self._interface_env)
+            self._publish_supervisor_line(
+                f"ranks reach the master {self.launch.master_addr} through "
+                + ", ".join(f"{k}={v}" for k, v in sorted(self._interface_env.items())))
+        return env
+
+    def _warm_argv(self, script: Path | None, env: dict[str, str]) -> list[str] | None:
+        """The warm launcher's argv when this node's Python has a warm pool that may serve it (its
+        ranks are then forked there, torch already imported), else None; the node's log says which."""
+        pool, why_cold = warm_launch.choose(self.launch, self.python, env)
+        if pool is None:
+            self._publish_supervisor_line(f"cold start (torchrun): {why_cold}")
+            return None
+        plan = warm_launch.build_plan(self.launch, self.run_dir, script, socket=pool, python=self.python)
+        plan_file = self.run_dir / warm_launch.PLAN_FILE
+        write_json_atomic(plan_file, plan)
+        self._warm_pids_file = Path(plan["log_dir"]) / "pids.json"
+        self._what = "the warm launcher"
+        self._publish_supervisor_line(f"warm start: {self.launch.nproc_per_node} rank(s) forked from the warm pool "
+                                      f"of {self.python} (torch already imported)")
+        return warm_launch.launcher_argv(plan_file)
 
     def _ray_argv(self, script: Path | None) -> tuple[list[str], dict[str, Any]]:
         """framework ray: the runner's argv (ray_node.py), with its plan written to RUN_DIR/ray.json, and
@@ -651,7 +676,7 @@ class NodeSupervisor:
         )
         self._signal_group(signal.SIGTERM)
         # A stopped process (SIGSTOP, a debugger let go) only acts on SIGTERM once continued.
-        for proc in process_tree(self._proc.pid) if self._proc else []:
+        for proc in self._tree():
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(signal.SIGCONT)
 
@@ -683,7 +708,7 @@ class NodeSupervisor:
             self._first_failure is not None or now - self._worker_failed_at > 0.5)
         if not (failed or self._stop_sent):
             return
-        if any(is_alive(p) for p in process_tree(self._proc.pid)[1:]):
+        if any(is_alive(p) for p in self._tree()[1:]):
             return
         self._torchrun_cut = True
         self._signal_group(signal.SIGKILL)
@@ -701,7 +726,7 @@ class NodeSupervisor:
             dropped_events=sum(self.publisher.dropped.values()),
             steps=self._stalls.snapshot(time.monotonic()),
         )
-        self.publisher.emit(protocol.RESOURCE, **self._sampler.sample(self._proc.pid))
+        self.publisher.emit(protocol.RESOURCE, **self._sampler.sample(self._proc.pid, *self._rank_pids()))
 
     def _drain_local_sources(self, final: bool = False) -> None:
         """Turn new log lines and SDK datagrams into events (not yet sent)."""
@@ -789,8 +814,7 @@ class NodeSupervisor:
     def _rank_pid(self, rank: int) -> int | None:
         """The pid of one of this node's ranks: torchrun's child whose RANK is `rank` (under another
         launcher the process itself may be the rank)."""
-        assert self._proc is not None
-        tree = process_tree(self._proc.pid)
+        tree = self._tree()
         for proc in tree[1:] + (tree[:1] if self.launch.launcher != LAUNCHER_TORCHRUN else []):
             try:
                 if proc.environ().get("RANK") == str(rank):
@@ -805,6 +829,28 @@ class NodeSupervisor:
         self.publisher.emit(protocol.LOG, stream="stderr", line=line, source="supervisor")
 
     # --- end ---------------------------------------------------------------------------------------
+    def _rank_pids(self) -> list[int]:
+        """A warm start's rank pids, once its launcher has written them (the pool forked them: they are
+        not under the launcher)."""
+        if not self._warm_ranks and self._warm_pids_file is not None:
+            with contextlib.suppress(OSError, ValueError, psutil.Error):
+                # Process objects: psutil tells a pid reused by another process from the rank.
+                self._warm_ranks = [psutil.Process(int(pid))
+                                    for pid in json.loads(self._warm_pids_file.read_text()).values()]
+        return [proc.pid for proc in self._warm_ranks if proc.is_running()]
+
+    def _tree(self) -> list[psutil.Process]:
+        """torchrun (or the launcher) and every process under it, then a warm start's ranks and theirs."""
+        if self._proc is None:
+            return []
+        tree = process_tree(self._proc.pid)
+        self._rank_pids()
+        for rank in self._warm_ranks:
+            with contextlib.suppress(psutil.Error):
+                if rank.is_running():
+                    tree += [proc for proc in [rank, *rank.children(recursive=True)] if proc not in tree]
+        return tree
+
     def _signal_group(self, signum: int) -> None:
         assert self._proc is not None
         # torchrun leads its own session, so its pgid is its pid; signalling by pid avoids a lookup
@@ -817,12 +863,12 @@ class NodeSupervisor:
         if self._proc is not None and self.launch.launcher == ray_launch.LAUNCHER_RAY:
             # Ray's daemons (GCS, raylet, its workers) outlive the runner in its group, and SIGTERM
             # leaves some of them: the group is killed whether its leader is gone or not.
-            tree = process_tree(self._proc.pid)
+            tree = self._tree()
             self._signal_group(signal.SIGKILL)
             kill_processes(tree, sig=signal.SIGKILL)
         if self._proc is None or self._proc.poll() is not None:
             return
-        tree = process_tree(self._proc.pid)  # read before the kill: orphans cannot be found from torchrun
+        tree = self._tree()  # read before the kill: orphans cannot be found from torchrun
         self._signal_group(signal.SIGKILL)
         kill_processes(tree, sig=signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
