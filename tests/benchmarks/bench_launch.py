@@ -1,7 +1,8 @@
 """Benchmark `launch`: submit -> first metric on every rank of a 2 nodes x 2 processes job of
 examples/mlp_ddp.py on CPU, through a real stack, against the same script started by hand.
 
-Torchyard: `POST /api/jobs` on `torchyard-server run` with two local agents (PostgreSQL, the
+Torchyard warm (ranks forked from each agent's warm pool, the default) and cold (distributed.warm
+false: torchrun), each: `POST /api/jobs` on `torchyard-server run` with two local agents (PostgreSQL, the
 launcher's own Redis); the time from the POST to the last of the four ranks' first metric event
 (the rank's own timestamp, taken when `sdk.report()` is called at step 10). Split by the job's
 state events: submit -> `dispatching` -> `running` (every node's torchrun started) -> first metric.
@@ -30,10 +31,11 @@ ROUNDS = 5
 ARGS = ["--steps", "100"]  # first metric at step 10; the run ends by itself right after
 
 
-def torchyard_launch(stack, round_no: int) -> dict[str, float]:
+def torchyard_launch(stack, round_no: int, warm: bool = True) -> dict[str, float]:
     """Submit, wait for every rank's first metric and the job's end; the phases from its events."""
     submitted = time.time()
-    job = stack.submit(lc.job_spec(f"bench-launch-{round_no}", ARGS, fault_tolerance={"max_restarts": 0}))
+    job = stack.submit(lc.job_spec(f"bench-launch-{round_no}", ARGS, fault_tolerance={"max_restarts": 0},
+                                   distributed={"warm": warm}))
     reader, first = lc.first_metrics(stack, job["id"], 0)
     done = stack.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=120)
     assert done["status"] == "completed", done["status_reason"]
@@ -54,27 +56,32 @@ def main() -> int:
     try:
         with lc.bench_stack(work) as stack:
             # Warm-up, not counted: the first torch import after a while reads it from disk.
+            stack.wait_warm()
             lc.hand_launch(work, ARGS)
             torchyard_launch(stack, -1)
-            hand, ours = [], []
+            torchyard_launch(stack, -1, warm=False)
+            hand, ours, cold = [], [], []
             for round_no in range(ROUNDS):
-                sides = ("hand", "torchyard") if round_no % 2 == 0 else ("torchyard", "hand")
+                sides = ("hand", "warm", "cold") if round_no % 2 == 0 else ("cold", "warm", "hand")
                 for side in sides:
                     if side == "hand":
                         hand.append(lc.hand_launch(work, ARGS))
-                    else:
+                    elif side == "warm":
                         ours.append(torchyard_launch(stack, round_no))
-                print(f"round {round_no + 1}/{ROUNDS}: by hand {hand[-1]:.2f} s, torchyard {ours[-1]['total']:.2f} s",
-                      flush=True)
+                    else:
+                        cold.append(torchyard_launch(stack, round_no, warm=False))
+                print(f"round {round_no + 1}/{ROUNDS}: by hand {hand[-1]:.2f} s, torchyard warm {ours[-1]['total']:.2f} s, "
+                      f"cold {cold[-1]['total']:.2f} s", flush=True)
         base = lc.med(hand)
         totals = [o["total"] for o in ours]
         print(f"\nlaunch: submit -> first metric on all {lc.WORLD} ranks, {lc.NODES} nodes x {lc.PROCS} processes "
               f"of {lc.SCRIPT} (CPU, gloo), {ROUNDS} rounds alternating, {os.cpu_count()} cores; seconds")
         print(lc.summary_header())
         print(lc.summary_row("by hand: 2 x torchrun", hand, base))
-        print(lc.summary_row("torchyard: submit -> metric", totals, base))
-        print(lc.summary_row("overhead (same round)", [o - h for o, h in zip(totals, hand, strict=True)]))
-        print("\ntorchyard phases (job state events)")
+        print(lc.summary_row("torchyard warm: submit -> metric", totals, base))
+        print(lc.summary_row("torchyard cold: submit -> metric", [c["total"] for c in cold], base))
+        print(lc.summary_row("warm - by hand (same round)", [o - h for o, h in zip(totals, hand, strict=True)]))
+        print("\ntorchyard warm phases (job state events)")
         print(lc.summary_header("phase", ratio=False))
         for key in ("submit -> dispatching", "dispatching -> nodes running", "nodes running -> first metric"):
             print(lc.summary_row(key, [o[key] for o in ours]))

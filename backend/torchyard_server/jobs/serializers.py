@@ -139,10 +139,74 @@ class JobProgressOut(serializers.Serializer):
     stall = StallOut(allow_null=True, help_text="null unless ranks of the current attempt stalled")
 
 
+@extend_schema_field({"type": "string", "nullable": True})
+class ReportedText(serializers.Field):
+    """A string a node reported, as stored: null when it is absent or not a string."""
+
+    def __init__(self, **kwargs):
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def to_representation(self, value):
+        return value if isinstance(value, str) else None
+
+
+@extend_schema_field({"type": "boolean", "nullable": True})
+class ReportedBool(serializers.Field):
+    """A flag a node reported, as stored: null when it is absent or not a boolean."""
+
+    def __init__(self, **kwargs):
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def to_representation(self, value):
+        return value if isinstance(value, bool) else None
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 65535}})
+class ReportedPorts(serializers.Field):
+    """Ports by name as a node reported them: only the entries that are TCP port numbers ({} when
+    there are none, or the value is not an object)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(read_only=True, default=dict, **kwargs)
+
+    def to_representation(self, value):
+        if not isinstance(value, dict):
+            return {}
+        return {str(name): port for name, port in value.items()
+                if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536}
+
+
+class NodeRayOut(serializers.Serializer):
+    """framework ray: the node's Ray processes as its supervisor reported them in its `running` event
+    (supervisor/ray_launch.py). Besides the head's GCS (the plan's master_addr:master_port), every
+    port was picked free on the node's machine at launch. Each field is null (ports {}) when the
+    report lacks it or holds something else."""
+
+    head = ReportedBool(help_text="node 0: it runs the Ray head (the GCS, the dashboard and the driver)")
+    address = ReportedText(help_text="the node's own address, that its Ray processes bind")
+    gcs = ReportedText(help_text="HOST:PORT of the head's GCS, that the workers and the driver join")
+    ports = ReportedPorts(help_text="port by name: node_manager, object_manager, dashboard_agent_listen, "
+                          "dashboard_agent_grpc, metrics_export, runtime_env_agent, min_worker and max_worker "
+                          "(the worker processes' range, both ends included), and dashboard on the head")
+    temp_dir = ReportedText(help_text="Ray's temp dir (its session logs) on the node's machine")
+    object_store_bytes = ReportedInt(help_text="the node's object store")
+    num_cpus = ReportedInt(help_text="CPUs the node gives Ray")
+    num_gpus = ReportedInt(help_text="GPUs the node gives Ray")
+    dashboard_port = ReportedInt(help_text="the head's dashboard port (Torchyard proxies it at "
+                                 "/api/jobs/{id}/ray/); null on a worker")
+
+    def to_representation(self, instance):
+        # A stored value that is not an object (never written so, but the page must not break on it).
+        return super().to_representation(instance) if isinstance(instance, dict) else None
+
+
 class NodeProgressOut(serializers.Serializer):
     step = ReportedInt()
     loss = ReportedFloat()
     throughput = ReportedFloat()
+    ray = NodeRayOut(allow_null=True, read_only=True,
+                     help_text="framework ray: the node's Ray ports, from its `running` report; null before it "
+                     "and for every other job")
 
 
 class NodeMachineOut(serializers.Serializer):

@@ -1574,6 +1574,11 @@ export interface components {
             launcher?: components["schemas"]["LauncherEnum"];
             /** @description launcher command: the argv run once per node (never through a shell); ${NODE_RANK}, ${NNODES}, ${MASTER_ADDR}, ${MASTER_PORT}, ${NPROC_PER_NODE} and ${WORLD_SIZE} in its items are replaced, and a first item python or python3 is the node's training Python */
             command?: string[];
+            /**
+             * @description launcher torchrun: fork each node's ranks from its machine's warm pool (a Python that has already imported torch; the node's log says when there is none and it starts cold); false: always a cold torchrun
+             * @default true
+             */
+            warm?: boolean;
             /** @default data_parallel */
             strategy?: components["schemas"]["StrategyEnum"];
         };
@@ -2615,6 +2620,36 @@ export interface components {
             readonly loss: number | null;
             /** Format: double */
             readonly throughput: number | null;
+            /** @description framework ray: the node's Ray ports, from its `running` report; null before it and for every other job */
+            readonly ray: components["schemas"]["NodeRayOut"] | null;
+        };
+        /**
+         * @description framework ray: the node's Ray processes as its supervisor reported them in its `running` event
+         *     (supervisor/ray_launch.py). Besides the head's GCS (the plan's master_addr:master_port), every
+         *     port was picked free on the node's machine at launch. Each field is null (ports {}) when the
+         *     report lacks it or holds something else.
+         */
+        NodeRayOut: {
+            /** @description node 0: it runs the Ray head (the GCS, the dashboard and the driver) */
+            readonly head: boolean | null;
+            /** @description the node's own address, that its Ray processes bind */
+            readonly address: string | null;
+            /** @description HOST:PORT of the head's GCS, that the workers and the driver join */
+            readonly gcs: string | null;
+            /** @description port by name: node_manager, object_manager, dashboard_agent_listen, dashboard_agent_grpc, metrics_export, runtime_env_agent, min_worker and max_worker (the worker processes' range, both ends included), and dashboard on the head */
+            readonly ports: {
+                [key: string]: number;
+            };
+            /** @description Ray's temp dir (its session logs) on the node's machine */
+            readonly temp_dir: string | null;
+            /** @description the node's object store */
+            readonly object_store_bytes: number | null;
+            /** @description CPUs the node gives Ray */
+            readonly num_cpus: number | null;
+            /** @description GPUs the node gives Ray */
+            readonly num_gpus: number | null;
+            /** @description the head's dashboard port (Torchyard proxies it at /api/jobs/{id}/ray/); null on a worker */
+            readonly dashboard_port: number | null;
         };
         /**
          * @description * `pending` - Pending

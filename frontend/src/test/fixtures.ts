@@ -102,7 +102,7 @@ export function jobNode(overrides: Partial<JobNode> = {}): JobNode {
     exit_code: null,
     pid: null,
     last_heartbeat: null,
-    progress: { step: null, loss: null, throughput: null },
+    progress: { step: null, loss: null, throughput: null, ray: null },
     started_at: null,
     finished_at: null,
     ...overrides,

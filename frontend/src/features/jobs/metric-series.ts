@@ -1,5 +1,6 @@
 import type { ChartSeries, Point } from '../../components/chart-data'
-import type { JobMetrics, MetricEvent } from '../../lib/types'
+import type { ChartMark } from '../../components/LineChart'
+import type { JobMetrics, MetricEvent, StateEvent } from '../../lib/types'
 
 /** Payload keys of a metric event that are not series of their own. */
 const NOT_SERIES = new Set(['id', 'job', 'node', 'node_rank', 'rank', 'seq', 'attempt', 'ts', 'type', 'step', 'total_steps', 'dropped'])
@@ -30,12 +31,44 @@ export function metricNames(history: JobMetrics | undefined, live: MetricEvent[]
   return [...names].filter((n) => !NOT_SERIES.has(n)).sort(byChartOrder)
 }
 
+/** The start of an elastic job's resized attempt, as the server words it (jobs/services.py `_resized`). */
+const RESIZED = /^(shrunk|grown) from \d+ to (\d+) nodes?\b/
+
+/**
+ * Which attempts of an elastic job started at another size than the one before, and how: attempt ->
+ * "shrunk to 2 nodes" / "grown to 3 nodes", from the job's "dispatching" state events (whose reason
+ * starts "shrunk from 3 to 2 nodes: machine m3 lost; launching ..." or "grown from 2 to 3 nodes; ...").
+ */
+export function resizesByAttempt(states: StateEvent[]): Map<number, string> {
+  const resizes = new Map<number, string>()
+  for (const event of states) {
+    if (event.scope !== 'job' || event.status !== 'dispatching' || typeof event.attempt !== 'number') continue
+    const match = RESIZED.exec(event.reason ?? '')
+    if (match) resizes.set(event.attempt, `${match[1]} to ${match[2]} ${match[2] === '1' ? 'node' : 'nodes'}`)
+  }
+  return resizes
+}
+
+/** A chart's lines (one per attempt) and its marks (where each resized attempt starts). */
+export interface MetricChartData {
+  series: ChartSeries[]
+  marks: ChartMark[]
+}
+
 /**
  * One line per attempt for `name`: the server's downsampled history (bucket means) up to the first
- * step the stream holds for that attempt, then every streamed point of the primary rank.
+ * step the stream holds for that attempt, then every streamed point of the primary rank. An attempt
+ * in `resizes` is labelled "attempt 2 · shrunk to 2 nodes" and marked at its first step.
  */
-export function seriesFor(name: string, history: JobMetrics | undefined, live: MetricEvent[]): ChartSeries[] {
+export function metricChart(
+  name: string,
+  history: JobMetrics | undefined,
+  live: MetricEvent[],
+  resizes: ReadonlyMap<number, string> = new Map(),
+): MetricChartData {
   const byAttempt = new Map<number, Point[]>()
+  // Each attempt's first step: a history bucket's first, not its midpoint where its mean is drawn.
+  const firstStep = new Map<number, number>()
   for (const m of live) {
     const y = m[name]
     if (typeof y !== 'number' || !Number.isFinite(y) || typeof m.step !== 'number') continue
@@ -43,15 +76,39 @@ export function seriesFor(name: string, history: JobMetrics | undefined, live: M
     let points = byAttempt.get(attempt)
     if (!points) byAttempt.set(attempt, (points = []))
     points.push({ x: m.step, y })
+    firstStep.set(attempt, Math.min(firstStep.get(attempt) ?? Infinity, m.step))
   }
   for (const s of history?.series ?? []) {
     if (s.name !== name) continue
     const streamed = byAttempt.get(s.attempt) ?? []
-    const from = streamed.length ? streamed[0].x : Infinity
-    const earlier = s.buckets.filter((b) => b.last_step < from).map((b) => ({ x: (b.first_step + b.last_step) / 2, y: b.mean }))
-    if (earlier.length) byAttempt.set(s.attempt, [...earlier, ...streamed])
+    const from = firstStep.get(s.attempt) ?? Infinity
+    const kept = s.buckets.filter((b) => b.last_step < from)
+    if (!kept.length) continue
+    byAttempt.set(s.attempt, [...kept.map((b) => ({ x: (b.first_step + b.last_step) / 2, y: b.mean })), ...streamed])
+    firstStep.set(s.attempt, kept.reduce((first, b) => Math.min(first, b.first_step), from))
   }
-  return [...byAttempt.entries()]
-    .sort(([a], [b]) => a - b)
-    .map(([attempt, points]) => ({ label: `attempt ${attempt}`, points: points.sort((p, q) => p.x - q.x) }))
+  const attempts = [...byAttempt.keys()].sort((a, b) => a - b)
+  const series = attempts.map((attempt) => {
+    const resize = resizes.get(attempt)
+    return {
+      label: resize ? `attempt ${attempt} · ${resize}` : `attempt ${attempt}`,
+      points: byAttempt.get(attempt)!.sort((p, q) => p.x - q.x),
+    }
+  })
+  const marks = attempts.flatMap((attempt) => {
+    const resize = resizes.get(attempt)
+    const x = firstStep.get(attempt)
+    return resize && x != null && Number.isFinite(x) ? [{ x, label: resize }] : []
+  })
+  return { series, marks }
+}
+
+/** The lines of metricChart alone. */
+export function seriesFor(
+  name: string,
+  history: JobMetrics | undefined,
+  live: MetricEvent[],
+  resizes?: ReadonlyMap<number, string>,
+): ChartSeries[] {
+  return metricChart(name, history, live, resizes).series
 }

@@ -1,8 +1,8 @@
 import { QueryClient } from '@tanstack/react-query'
 import { describe, expect, it } from 'vitest'
-import type { JobDetail, LogEvent } from '../../../lib/types'
-import { jobDetail } from '../../../test/fixtures'
-import { applyJobStreamMessages } from './cache'
+import type { JobDetail, LogEvent, MetricEvent } from '../../../lib/types'
+import { jobDetail, jobNode } from '../../../test/fixtures'
+import { applyEventsToJob, applyJobStreamMessages } from './cache'
 import { jobQueryKey } from './get-job'
 import { jobEventsQueryKey, type JobEventsState } from './job-events'
 
@@ -30,5 +30,20 @@ describe('applyJobStreamMessages', () => {
     expect(state?.lastId).toBe(4)
     expect(writes).toHaveLength(2) // before the snapshot, and after it
     expect(client.getQueryData<JobDetail>(jobQueryKey(7))?.status).toBe('running')
+  })
+})
+
+describe('applyEventsToJob', () => {
+  it("moves a node's step, loss and throughput and keeps the rest of what it reported (a Ray node's ports)", () => {
+    const ray = {
+      head: true, address: '10.0.0.1', gcs: '10.0.0.1:6379', ports: { dashboard: 8265 }, temp_dir: '/tmp/r',
+      object_store_bytes: 1e9, num_cpus: 4, num_gpus: 0, dashboard_port: 8265,
+    }
+    const job = jobDetail({ id: 7, nodes: [jobNode({ progress: { step: 1, loss: 2, throughput: null, ray } })] })
+    const metric: MetricEvent = {
+      id: 3, job: 7, node: 51, node_rank: 0, rank: 0, attempt: 0, seq: 3, ts: '2026-11-23T00:00:00Z', type: 'metric',
+      step: 5, throughput: 12,
+    }
+    expect(applyEventsToJob(job, [metric]).nodes[0].progress).toEqual({ step: 5, loss: 2, throughput: 12, ray })
   })
 })

@@ -84,6 +84,8 @@ export function applyEventsToJob(job: JobDetail, events: JobEvent[]): JobDetail 
     editNode(event.node, (n) => ({
       ...n,
       progress: {
+        // What else the node reported (a Ray node's ports) stays.
+        ...n.progress,
         step: event.step,
         loss: loss ?? n.progress?.loss ?? null,
         throughput: throughput ?? n.progress?.throughput ?? null,

@@ -4,7 +4,7 @@ import { Route, Routes } from 'react-router-dom'
 import { beforeEach, describe, expect, it, vi } from 'vitest'
 import type { JobEvent, LogEvent } from '../../../lib/types'
 import { FakeWebSocket } from '../../../test/fake-websocket'
-import { jobDetail } from '../../../test/fixtures'
+import { jobDetail, jobNode } from '../../../test/fixtures'
 import { withElementSize } from '../../../test/layout'
 import { csrfRoute, json, mockFetch } from '../../../test/http'
 import { renderWithProviders } from '../../../test/render'
@@ -193,5 +193,75 @@ describe('job page outputs', () => {
     expect(link).toHaveAttribute('href', '/api/jobs/5/artifacts/9')
     expect(within(outputs).getByText('2.5 MB')).toBeInTheDocument()
     expect(within(outputs).getByRole('link', { name: 'Download all (zip)' })).toHaveAttribute('href', '/api/jobs/5/artifacts/archive')
+  })
+})
+
+describe('job page Ray nodes', () => {
+  const ports = { node_manager: 20001, object_manager: 20002, dashboard_agent_listen: 20003, dashboard_agent_grpc: 20004, metrics_export: 20005, runtime_env_agent: 20006 }
+  const ray = {
+    head: true,
+    address: '10.0.0.1',
+    gcs: '10.0.0.1:6379',
+    ports: { ...ports, dashboard: 8265, min_worker: 21000, max_worker: 21063 },
+    temp_dir: '/tmp/ty-ray-5',
+    object_store_bytes: 1_200_000_000,
+    num_cpus: 4,
+    num_gpus: 0,
+    dashboard_port: 8265,
+  }
+  const rayJob = () =>
+    jobDetail({
+      nodes: [
+        jobNode({ progress: { step: 3, loss: null, throughput: null, ray } }),
+        jobNode({
+          id: 52,
+          node_rank: 1,
+          machine: { id: 2, name: 'beta', host: '10.0.0.2' },
+          rank_start: 1,
+          rank_end: 1,
+          progress: {
+            step: null,
+            loss: null,
+            throughput: null,
+            ray: { ...ray, head: false, address: '10.0.0.2', ports: { ...ports, min_worker: 22000, max_worker: 22063 }, num_cpus: 1, num_gpus: 1, dashboard_port: null },
+          },
+        }),
+      ],
+    })
+
+  beforeEach(() => {
+    vi.stubGlobal('WebSocket', FakeWebSocket)
+  })
+
+  it("shows each Ray node's role, GCS, dashboard, resources and every port it took", async () => {
+    mockFetch({ ...pageRoutes, 'GET /api/jobs/5': () => json(rayJob()) })
+    renderJobPage()
+    const head = within(await screen.findByRole('article', { name: 'Node 0' }))
+    const line = head.getByText('Ray head · GCS 10.0.0.1:6379 · dashboard :8265 · 4 CPUs, 0 GPUs, object store 1.2 GB')
+    expect(line).toHaveAttribute('title', expect.stringContaining('node_manager 20001'))
+    expect(line).toHaveAttribute('title', expect.stringContaining('workers 21000–21063'))
+    const headPorts = head.getByRole('list', { name: 'Ray ports of node 0', hidden: true })
+    expect(Array.from(headPorts.querySelectorAll('li')).map((li) => li.textContent)).toEqual([
+      'dashboard 8265',
+      'node_manager 20001',
+      'object_manager 20002',
+      'dashboard_agent_listen 20003',
+      'dashboard_agent_grpc 20004',
+      'metrics_export 20005',
+      'runtime_env_agent 20006',
+      'workers 21000–21063',
+    ])
+
+    const worker = within(screen.getByRole('article', { name: 'Node 1' }))
+    expect(worker.getByText('Ray worker · GCS 10.0.0.1:6379 · 1 CPU, 1 GPU, object store 1.2 GB')).toBeInTheDocument()
+    expect(worker.getByRole('list', { name: 'Ray ports of node 1', hidden: true })).toHaveTextContent('workers 22000–22063')
+  })
+
+  it('shows no Ray line for the nodes of another job', async () => {
+    mockFetch({ ...pageRoutes, 'GET /api/jobs/5': () => json(jobDetail()) })
+    renderJobPage()
+    await screen.findByRole('article', { name: 'Node 0' })
+    expect(screen.queryByText(/^Ray /)).not.toBeInTheDocument()
+    expect(screen.queryByRole('list', { name: /Ray ports/, hidden: true })).not.toBeInTheDocument()
   })
 })

@@ -62,7 +62,7 @@ function JobDetail({ jobId }: { jobId: number }) {
       {job.data.spec.function && <ResultsPanel job={job.data} seen={events.results} />}
       <JobTopology job={job.data} />
       <HealthPanel job={job.data} preflight={events.preflight} stalls={events.stalls} />
-      <MetricsPanel jobId={jobId} metrics={events.metrics} />
+      <MetricsPanel jobId={jobId} metrics={events.metrics} states={events.states} />
       <LogViewer jobId={jobId} logs={events.logs} trimmed={events.logsTrimmed} />
       <StateTimeline states={events.states} stalls={events.stalls} />
       <div className="job-files">

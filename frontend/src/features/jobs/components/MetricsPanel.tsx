@@ -1,13 +1,13 @@
 import { useMemo } from 'react'
 import { LineChart } from '../../../components/LineChart'
 import { metricFormatter } from '../../../lib/format'
-import type { MetricEvent } from '../../../lib/types'
+import type { MetricEvent, StateEvent } from '../../../lib/types'
 import { useMetricHistory } from '../api/get-metrics'
-import { metricNames, primarySeries, seriesFor } from '../metric-series'
+import { metricChart, metricNames, primarySeries, resizesByAttempt, type MetricChartData } from '../metric-series'
 
-function MetricChart({ name, series }: { name: string; series: ReturnType<typeof seriesFor> }) {
+function MetricChart({ name, chart }: { name: string; chart: MetricChartData }) {
   const format = metricFormatter(name)
-  const last = series.at(-1)?.points.at(-1)?.y
+  const last = chart.series.at(-1)?.points.at(-1)?.y
   return (
     <div className="metric-block" data-metric={name}>
       <div className="metric-head">
@@ -16,17 +16,24 @@ function MetricChart({ name, series }: { name: string; series: ReturnType<typeof
           {last == null ? '—' : name === 'throughput' ? `${format(last)}/s` : format(last)}
         </span>
       </div>
-      <LineChart series={series} label={name} formatY={format} syncKey="job-metrics" />
+      <LineChart series={chart.series} marks={chart.marks} label={name} formatY={format} syncKey="job-metrics" />
     </div>
   )
 }
 
-/** A chart per reported metric, one line per attempt, zoomable; history from the API, then live. */
-export function MetricsPanel({ jobId, metrics }: { jobId: number; metrics: MetricEvent[] }) {
+/**
+ * A chart per reported metric, one line per attempt, zoomable; history from the API, then live. An
+ * elastic job's resized attempts (from its state events) are named and marked where they start.
+ */
+export function MetricsPanel({ jobId, metrics, states }: { jobId: number; metrics: MetricEvent[]; states: StateEvent[] }) {
   const history = useMetricHistory(jobId)
   const main = useMemo(() => primarySeries(metrics), [metrics])
+  const resizes = useMemo(() => resizesByAttempt(states), [states])
   const names = useMemo(() => metricNames(history.data, main), [history.data, main])
-  const charts = useMemo(() => names.map((name) => ({ name, series: seriesFor(name, history.data, main) })), [names, history.data, main])
+  const charts = useMemo(
+    () => names.map((name) => ({ name, chart: metricChart(name, history.data, main, resizes) })),
+    [names, history.data, main, resizes],
+  )
 
   return (
     <section className="panel" aria-label="Metrics">
@@ -39,7 +46,7 @@ export function MetricsPanel({ jobId, metrics }: { jobId: number; metrics: Metri
       ) : (
         <div className="metrics">
           {charts.map((c) => (
-            <MetricChart key={c.name} name={c.name} series={c.series} />
+            <MetricChart key={c.name} name={c.name} chart={c.chart} />
           ))}
         </div>
       )}

@@ -1,7 +1,7 @@
 import { ProgressBar } from '../../../components/ProgressBar'
 import { RelativeTime } from '../../../components/RelativeTime'
 import { StatusBadge } from '../../../components/StatusBadge'
-import { formatLoss, formatNumber } from '../../../lib/format'
+import { formatBytes, formatLoss, formatNumber } from '../../../lib/format'
 import type { JobDetail, JobNode, Machine } from '../../../lib/types'
 import { useMachines } from '../../machines/api/get-machines'
 
@@ -13,6 +13,67 @@ function usageOf(node: JobNode, machine: Machine | undefined): { cpu: string; gp
   const used = gpus.map((i) => load?.gpu_usage?.[i]).filter((v): v is number => typeof v === 'number')
   const gpu = gpus.length === 0 ? 'none' : used.length ? `${Math.round(used.reduce((a, b) => a + b, 0) / used.length)}%` : '—'
   return { cpu, gpu }
+}
+
+type NodeRay = NonNullable<JobNode['progress']['ray']>
+
+/** Ray's ports in `ray start`'s order; the worker processes' range (min_worker..max_worker) after them. */
+const RAY_PORTS = ['dashboard', 'node_manager', 'object_manager', 'dashboard_agent_listen', 'dashboard_agent_grpc', 'metrics_export', 'runtime_env_agent']
+
+const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? '' : 's'}`
+
+/** Every port a Ray node reported, as [name, port(s)]: the known ones first, the rest by name. */
+function rayPorts(ports: NodeRay['ports']): [string, string][] {
+  const entries = Object.entries(ports ?? {}).filter(([, port]) => typeof port === 'number')
+  const known = (name: string) => (RAY_PORTS.includes(name) ? RAY_PORTS.indexOf(name) : RAY_PORTS.length)
+  const listed: [string, string][] = entries
+    .filter(([name]) => name !== 'min_worker' && name !== 'max_worker')
+    .sort(([a], [b]) => known(a) - known(b) || a.localeCompare(b))
+    .map(([name, port]) => [name, String(port)])
+  const { min_worker: low, max_worker: high } = ports ?? {}
+  if (low != null || high != null) listed.push(['workers', low != null && high != null ? `${low}–${high}` : String(low ?? high)])
+  return listed
+}
+
+/** "Ray head · GCS 10.0.0.1:6379 · dashboard :8265 · 4 CPUs, 0 GPUs, object store 1.2 GB". */
+function raySummary(ray: NodeRay): string {
+  const parts = [ray.head === true ? 'Ray head' : ray.head === false ? 'Ray worker' : 'Ray node']
+  if (ray.gcs) parts.push(`GCS ${ray.gcs}`)
+  const dashboard = ray.dashboard_port ?? (ray.head ? ray.ports?.dashboard : undefined)
+  if (dashboard != null) parts.push(`dashboard :${dashboard}`)
+  const resources = [
+    ray.num_cpus != null && plural(ray.num_cpus, 'CPU'),
+    ray.num_gpus != null && plural(ray.num_gpus, 'GPU'),
+    ray.object_store_bytes != null && `object store ${formatBytes(ray.object_store_bytes)}`,
+  ].filter((part): part is string => typeof part === 'string')
+  if (resources.length) parts.push(resources.join(', '))
+  return parts.join(' · ')
+}
+
+/** A Ray node's line (its role, the GCS, the dashboard, its resources) and, folded, every port it took. */
+function RayFacts({ ray, nodeRank }: { ray: NodeRay; nodeRank: number }) {
+  const ports = rayPorts(ray.ports)
+  const portsText = ports.map(([name, port]) => `${name} ${port}`).join(', ')
+  return (
+    <div className="node-ray small">
+      <div className="node-ray-summary" title={portsText ? `Ray ports: ${portsText}` : undefined}>
+        {raySummary(ray)}
+      </div>
+      {ports.length > 0 && (
+        <details className="node-ray-ports">
+          <summary className="muted">Ray ports</summary>
+          <ul className="mono" aria-label={`Ray ports of node ${nodeRank}`}>
+            {ports.map(([name, port]) => (
+              <li key={name}>
+                <span className="muted">{name}</span> {port}
+              </li>
+            ))}
+          </ul>
+          {ray.temp_dir && <div className="muted mono" title="Ray's temp dir (session logs) on the machine">{ray.temp_dir}</div>}
+        </details>
+      )}
+    </div>
+  )
 }
 
 function percentLabel(step: number | null | undefined, total: number | null | undefined): string | undefined {
@@ -48,6 +109,7 @@ export function NodeCards({ job }: { job: JobDetail }) {
             <div className="node-machine" title={node.machine.host}>
               {node.machine.name} <span className="muted mono">{node.machine.host}</span>
             </div>
+            {node.progress?.ray && <RayFacts ray={node.progress.ray} nodeRank={node.node_rank} />}
             <ProgressBar value={step ?? null} max={job.progress.total_steps} label={percentLabel(step, job.progress.total_steps)} />
             <dl className="node-facts">
               <dt>loss</dt>

@@ -76,6 +76,23 @@ describe('plan view', () => {
     )
     expect(screen.getByText(/elastic: 1 to 3 machines \(starts with 2\)/)).toBeInTheDocument()
   })
+
+  it("says where a Ray plan's head and GCS are, and that each node's other Ray ports are picked at launch", () => {
+    renderWithProviders(<PlanView plan={{ ...plan, launcher: 'ray' }} asked={{}} stale={false} launching={false} onLaunch={() => {}} />)
+    const ray = screen.getByText(/node 0 runs the Ray head/)
+    expect(ray).toHaveTextContent('Ray: node 0 runs the Ray head, its GCS on 10.0.0.12:29517, and every other node joins it.')
+    expect(ray).toHaveTextContent(
+      "Each node's other Ray ports (dashboard, raylet, object manager, worker range) are chosen free on its machine at launch and shown on its node card.",
+    )
+    expect(within(rowOf('Nodes', 'beta')).getByText('Ray head')).toBeInTheDocument()
+    expect(within(rowOf('Nodes', 'alpha')).queryByText('Ray head')).not.toBeInTheDocument()
+  })
+
+  it('says nothing of Ray for another launcher', () => {
+    renderWithProviders(<PlanView plan={{ ...plan, launcher: 'torchrun' }} asked={{}} stale={false} launching={false} onLaunch={() => {}} />)
+    expect(screen.queryByText(/Ray head/)).not.toBeInTheDocument()
+    expect(within(rowOf('Nodes', 'beta')).getByText('master')).toBeInTheDocument()
+  })
 })
 
 const refusal = (detail: string, skipped: PlanRefusal['skipped'] = []): PlanRefusal => ({

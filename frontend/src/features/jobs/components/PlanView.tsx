@@ -61,6 +61,7 @@ interface PlanViewProps {
 
 /** The execution plan of POST /api/jobs/plan: what Launch will start, machine by machine. */
 export function PlanView({ plan, asked, stale, launching, onLaunch }: PlanViewProps) {
+  const ray = plan.launcher === 'ray'
   return (
     <section className="plan-view" aria-label="Execution plan">
       <h3>Execution plan</h3>
@@ -69,6 +70,13 @@ export function PlanView({ plan, asked, stale, launching, onLaunch }: PlanViewPr
         {plan.nodes_range && ` elastic: ${plan.nodes_range[0]} to ${plan.nodes_range[1]} machines (starts with ${plan.nnodes}),`}
         backend <strong>{plan.backend}</strong>, master <strong>{`${plan.master_addr}:${plan.master_port}`}</strong>
       </p>
+      {ray && (
+        <p className="plan-ray">
+          Ray: node 0 runs the Ray head, its GCS on <strong>{`${plan.master_addr}:${plan.master_port}`}</strong>, and every
+          other node joins it. Each node's other Ray ports (dashboard, raylet, object manager, worker range) are chosen free
+          on its machine at launch and shown on its node card.
+        </p>
+      )}
       <table className="plan-table" aria-label="Nodes">
         <thead>
           <tr>
@@ -83,7 +91,7 @@ export function PlanView({ plan, asked, stale, launching, onLaunch }: PlanViewPr
             <tr key={node.node_rank}>
               <td>
                 {node.node_rank}
-                {node.node_rank === 0 && <span className="badge plan-master">master</span>}
+                {node.node_rank === 0 && <span className="badge plan-master">{ray ? 'Ray head' : 'master'}</span>}
               </td>
               <td>
                 {node.machine_name} <span className="muted">{node.host}</span>
