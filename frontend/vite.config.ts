@@ -22,6 +22,9 @@ export default defineConfig({
   test: {
     environment: 'jsdom',
     setupFiles: ['./src/test/setup.ts'],
+    // A page test renders the whole app shell in jsdom: seconds on a busy 2-core machine (5 s is
+    // vitest's default). These are behaviour tests; no timing is asserted.
+    testTimeout: 30_000,
     css: false,
     restoreMocks: true,
     unstubGlobals: true,
