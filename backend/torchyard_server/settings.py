@@ -152,6 +152,9 @@ REDIS_AGENT_ACL = env_bool("TORCHYARD_REDIS_AGENT_ACL", False)
 # Seconds without an agent heartbeat before a machine is offline.
 # One default with a node's heartbeat_timeout: agents beat every 2 s.
 MACHINE_OFFLINE_AFTER = env_float("TORCHYARD_MACHINE_OFFLINE_AFTER", 10.0)
+# Seconds a machine stays suspect after a stall verdict named one of its ranks as the one holding a
+# job (machines.models.Machine.suspect_until): planned on only when nothing else fits meanwhile.
+MACHINE_SUSPECT_FOR = env_float("TORCHYARD_MACHINE_SUSPECT_FOR", 600.0)
 # Seconds `POST /api/network/machines/{id}/ping` and the health check wait for agents to answer.
 PING_TIMEOUT = env_float("TORCHYARD_PING_TIMEOUT", 5.0)
 # Seconds a node may stay "launching" before it counts as failed to start.

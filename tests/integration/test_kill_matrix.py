@@ -51,13 +51,17 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def every_host_up(cluster):
-    """Each case starts with every link up and every agent running and online."""
+    """Each case starts with every link up and every agent running and online, and no machine
+    suspect (a stall verdict of an earlier case would otherwise steer its plan)."""
     for host in cluster.hosts:
         host.link_up()
         if host.agent is None or host.agent.poll() is not None:
             host.start_agent()
     for host in cluster.hosts:
         cluster.wait_machine(host, {"online"}, timeout=60)
+    for machine in cluster.stack.api("GET", "/api/machines").json():
+        if machine["suspect_until"]:
+            assert cluster.stack.api("PATCH", f"/api/machines/{machine['id']}", json={"suspect": False}).ok
 
 
 # --- the helper API ------------------------------------------------------------------------------

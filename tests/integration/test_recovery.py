@@ -3,6 +3,7 @@ checkpoint by itself, up to fault_tolerance.max_restarts times."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import psutil
@@ -15,6 +16,7 @@ SPEC = {
     "checkpointing": {"enabled": True, "every_n_steps": 20, "keep": 2},
     "fault_tolerance": {"max_restarts": 1, "heartbeat_timeout": 10},
 }
+FINAL = {"completed", "failed", "stopped"}
 
 
 # DDP's replicated checkpoints, and FSDP's sharded ones (torch.distributed.checkpoint, every rank's files).
@@ -83,4 +85,59 @@ def test_a_node_that_goes_silent_is_declared_lost_and_the_job_recovers(pg_stack)
     assert "lost: no heartbeat for 4s" in recovering["reason"]
     lost = [e for e in pg_stack.events(job["id"], "state") if e.get("scope") == "node" and e["status"] == "lost"]
     assert [(e["node_rank"], e["attempt"]) for e in lost] == [(0, 0)]
+    assert pg_stack.wait_no_job_processes(job["id"]) == []
+
+
+def test_a_sigstopped_rank_is_named_with_its_machine_which_recovery_then_suspects(pg_stack):
+    """2 nodes x 2 ranks; rank 1 (node 0's second, neither the first rank nor the last) is SIGSTOPped
+    mid-run. Every rank stalls; the verdict names rank 1 and its machine from its process state, the
+    others wait in DDP's all-reduce; on_stall: recover ends the attempt, and its machine is suspect
+    (the relaunch still goes there: nothing else fits)."""
+    spec = dict(SPEC, name="sigstop-culprit", args=["--steps", "100000", "--step-sleep", "0.05"],
+                resources={"nodes": 2, "procs_per_node": 2}, checkpointing={"enabled": False},
+                fault_tolerance={"max_restarts": 1, "heartbeat_timeout": 10, "stall_timeout": 3, "on_stall": "recover"})
+    job = pg_stack.submit(spec)
+    stopped: psutil.Process | None = None
+    held = ""
+    try:
+        deadline = time.monotonic() + 180
+        while not any(e["attempt"] == 0 and e["step"] >= 20 for e in pg_stack.events(job["id"], "metric")):
+            assert time.monotonic() < deadline, f"attempt 0 never trained:\n{pg_stack.job_log_tail(job['id'])}"
+            time.sleep(0.5)
+        [stopped] = [p for p in pg_stack.job_processes(job["id"])
+                     if p.environ().get("RANK") == "1" and p.environ().get("TORCHYARD_ATTEMPT") == "0"
+                     and "mlp_ddp.py" in " ".join(p.cmdline()) and "torch.distributed.run" not in " ".join(p.cmdline())]
+        stopped.suspend()
+        held = next(n["machine_name"] for n in pg_stack.job(job["id"])["plan"]["nodes"] if n["node_rank"] == 0)
+        other = next(n["machine_name"] for n in pg_stack.job(job["id"])["plan"]["nodes"] if n["node_rank"] == 1)
+
+        deadline = time.monotonic() + 120
+        while (detail := pg_stack.job(job["id"]))["attempt"] < 1:
+            assert time.monotonic() < deadline and detail["status"] not in FINAL, json.dumps(detail)[:3000]
+            time.sleep(0.5)
+        verdict = f"rank 1 on machine {held} (process stopped, SIGSTOP?) holds the job: ranks 0, 2, 3 wait"
+        stalls = {e["rank"]: e for e in pg_stack.events(job["id"], "stalled") if e["attempt"] == 0}
+        # Its process state names it, wherever its stack stopped (in its sleep, or inside backward).
+        assert stalls[1]["process_state"] == "stopped", stalls[1]
+        # The others that were looked at before on_stall: recover ended them wait in DDP's all-reduce (backward).
+        waiting = [e for rank, e in stalls.items() if rank != 1]
+        assert waiting and all("torch/autograd" in (e["waits_in"] or "") for e in waiting), stalls
+        recovering = next(e for e in pg_stack.events(job["id"], "state")
+                          if e.get("scope") == "job" and e["status"] == "recovering")
+        assert f"stall verdict: {verdict}" in recovering["reason"], recovering["reason"]
+
+        machines = {m["name"]: m for m in pg_stack.api("GET", "/api/machines").json()}
+        assert machines[held]["suspect_until"] and machines[other]["suspect_until"] is None, machines
+        assert machines[held]["suspect_reason"].startswith(f"rank 1 on machine {held} (process stopped, SIGSTOP?) "
+                                                            f"held job #{job['id']} (attempt 0)"), machines[held]
+        assert {n["machine_name"] for n in pg_stack.job(job["id"])["plan"]["nodes"]} == {held, other}
+    finally:
+        pg_stack.api("POST", f"/api/jobs/{job['id']}/stop")
+        if stopped is not None and stopped.is_running():
+            stopped.resume()  # on_stall: recover killed it; were it left, SIGCONT lets the stop end it
+        # The module's other jobs plan on both machines in name order again.
+        for machine in pg_stack.api("GET", "/api/machines").json():
+            if machine["suspect_until"]:
+                assert pg_stack.api("PATCH", f"/api/machines/{machine['id']}", json={"suspect": False}).ok
+    pg_stack.wait_job(job["id"], FINAL, timeout=90)
     assert pg_stack.wait_no_job_processes(job["id"]) == []

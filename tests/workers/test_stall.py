@@ -7,7 +7,15 @@ import subprocess
 import sys
 import time
 
-from torchyard.supervisor.stall import DEFAULT_MIN_TIMEOUT_S, StallWatch, process_state, python_stack
+from torchyard.supervisor.stall import (
+    DEFAULT_MIN_TIMEOUT_S,
+    Stall,
+    StallWatch,
+    examine,
+    process_state,
+    python_stack,
+    stack_facts,
+)
 
 
 def test_a_rank_is_reported_once_when_its_step_stops_advancing_and_again_after_it_moved():
@@ -17,12 +25,23 @@ def test_a_rank_is_reported_once_when_its_step_stops_advancing_and_again_after_i
     watch.step(0, 2, now=1.0)
     watch.step(1, 2, now=1.0)
     watch.step(0, 3, now=2.0)  # rank 1 stops at step 2
+    watch.step(0, 4, now=4.5)
     assert watch.stalled(now=5.5) == []
     [stall] = watch.stalled(now=6.5)
     assert (stall.rank, stall.step, stall.stalled_for, stall.timeout) == (1, 2, 5.5, 5)
-    assert [s.rank for s in watch.stalled(now=9.0)] == [0]  # rank 0 now; rank 1 not again
+    assert [s.rank for s in watch.stalled(now=9.6)] == [0]  # rank 0 now; rank 1 not again
     watch.step(1, 3, now=10.0)
     assert [s.rank for s in watch.stalled(now=15.5)] == [1]
+
+
+def test_a_stalled_rank_brings_the_nodes_ranks_that_stopped_with_it():
+    watch = StallWatch(timeout=4)
+    watch.step(0, 7, now=0.0)  # rank 0's metric came a moment before rank 1's: both then stopped
+    watch.step(1, 7, now=0.3)
+    watch.step(2, 7, now=0.3)
+    watch.step(2, 8, now=2.5)  # rank 2 trains on
+    assert [(s.rank, s.stalled_for) for s in watch.stalled(now=4.0)] == [(0, 4.0), (1, 3.7)]
+    assert watch.stalled(now=4.5) == []  # reported once
 
 
 def test_the_default_timeout_is_ten_median_steps_but_at_least_a_minute():
@@ -69,3 +88,57 @@ def test_the_stack_of_a_stopped_process_is_read_from_outside():
         proc.kill()
         proc.wait()
     assert process_state(proc.pid) == "gone"
+
+
+# py-spy's dumps of two ranks of a DDP job (examples/mlp_ddp.py) once one was SIGSTOPped: the other
+# waits in DDP's gradient all-reduce, inside backward.
+WAITING = """Process 15250: /venv/bin/python -u mlp_ddp.py --steps 100000
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 15250 (idle): "MainThread"
+    _engine_run_backward (torch/autograd/graph.py:979)
+    backward (torch/autograd/__init__.py:395)
+    Tensor.backward (torch/_tensor.py:623)
+    train (mlp_ddp.py:118)
+    main (mlp_ddp.py:189)
+    <module> (mlp_ddp.py:203)
+"""
+STOPPED = """Process 15251: /venv/bin/python -u mlp_ddp.py --steps 100000
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 15252 (idle): "pt_elastic"
+    wait (threading.py:331)
+Thread 15251 (idle): "MainThread"
+    train (mlp_ddp.py:138)
+    main (mlp_ddp.py:189)
+    <module> (mlp_ddp.py:203)
+"""
+
+
+def test_a_stack_says_whether_its_main_thread_waits_in_a_collective():
+    assert stack_facts(WAITING) == ("_engine_run_backward (torch/autograd/graph.py:979)",
+                                    "_engine_run_backward (torch/autograd/graph.py:979)")
+    assert stack_facts(STOPPED) == ("", "train (mlp_ddp.py:138)")
+    barrier = "Thread 7 (idle)\n    barrier (torch/distributed/distributed_c10d.py:4151)\n    wrapper (torch/distributed/c10d_logger.py:81)\n    save (ckpt.py:9)\n"
+    assert stack_facts(barrier) == ("barrier (torch/distributed/distributed_c10d.py:4151)",
+                                    "barrier (torch/distributed/distributed_c10d.py:4151)")
+    assert stack_facts("(no stack: py-spy is not installed beside the agent)") == (None, None)
+
+
+def test_every_stalled_rank_is_examined_the_most_suspicious_first():
+    code = "import time\ndef {0}():\n    time.sleep(60)\n{0}()"
+    procs = [subprocess.Popen([sys.executable, "-c", code.format(name)]) for name in ("rank_zero", "rank_one")]
+    try:
+        time.sleep(1.0)
+        procs[1].send_signal(signal.SIGSTOP)
+        time.sleep(0.1)
+        stalls = [Stall(rank=r, step=5, stalled_for=3.0, timeout=3.0) for r in (0, 1, 2)]
+        pids = {0: procs[0].pid, 1: procs[1].pid}  # rank 2's process has ended: left out
+        seen = examine(stalls, pids.get, mask=lambda text: text.replace("rank_one", "***"))
+        assert [(s.stall.rank, s.process_state) for s in seen] == [(1, "stopped"), (0, "sleeping")]
+        assert seen[1].waits_in == "" and seen[1].frame and "rank_zero" in seen[1].frame
+        assert "rank_one" not in seen[0].stack and "***" in (seen[0].frame or "")
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

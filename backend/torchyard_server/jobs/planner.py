@@ -47,6 +47,9 @@ class Candidate:
     # Offline because a node of a job was lost there, not because its agent went quiet: not planned
     # on until its agent heartbeats again (machines.services.machine_mark_suspect).
     suspect: bool = False
+    # Why a stall verdict made it suspect, while it is (Machine.suspect_until): online, but planned on
+    # last, only when the machines before it cannot hold the job.
+    suspect_reason: str = ""
     # Volumes by name: {"path": on this machine, "exists": True/False, None when only the server
     # declared it} (machines/volumes.py merged_volumes).
     volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -188,11 +191,11 @@ def _skipped(machines: list[Candidate], reasons: dict[int, str]) -> list[dict[st
 
 def order_machines(machines: list[Candidate], policy: str, need: Need | None = None) -> list[Candidate]:
     """pack (seed 004's "simple" policy): least waste, the machines the node fits most tightly
-    first; spread: the least loaded first."""
+    first; spread: the least loaded first. Suspect machines after all the others, either way."""
     if policy == "pack":
         need = need or Need(procs=1)
-        return sorted(machines, key=lambda m: (_waste(m, need), m.name))
-    return sorted(machines, key=lambda m: (m.live_nodes, m.cpu_usage, m.name))
+        return sorted(machines, key=lambda m: (bool(m.suspect_reason), _waste(m, need), m.name))
+    return sorted(machines, key=lambda m: (bool(m.suspect_reason), m.live_nodes, m.cpu_usage, m.name))
 
 
 def _shapes(spec: dict[str, Any], online: int) -> list[tuple[int, Need]]:
@@ -298,8 +301,9 @@ def plan_job(
     # Only machines that could ever hold a node (volumes, labels ...): _fits looks at what is free.
     ready = [m for m in could_hold if _fits(m, need)]
     if elastic:
-        # As many nodes as fit now, up to the most; never fewer than the least (refused below).
-        nodes = max(min_nodes(spec), min(nodes, len(ready)))
+        # As many nodes as fit now, up to the most; never fewer than the least (refused below). A
+        # suspect machine only makes up the least, it does not grow the job.
+        nodes = max(min_nodes(spec), min(nodes, len([m for m in ready if not m.suspect_reason])))
     if len(ready) < nodes:
         what = "free GPUs" if need.gpus else f"room for {need.procs} more process{'' if need.procs == 1 else 'es'}"
         # A queued job shows this as its reason: say what holds the busy machines back.
@@ -318,6 +322,7 @@ def plan_job(
     for machine in ready:
         if machine.id not in taken:
             reasons[machine.id] = (f"versions differ: {machine.describe_versions()}" if not _agrees(machine, chosen)
+                                   else f"suspect: {machine.suspect_reason}" if machine.suspect_reason
                                    else f"not needed: the job's {_plural(nodes, 'node')} went to machines before it")
     procs, gpus_per_node, min_gpu_memory = need.procs, need.gpus, need.min_gpu_memory
     world_size = nodes * procs

@@ -74,7 +74,8 @@ def machine_candidates(*, exclude_job: int | None = None) -> list[Candidate]:
         busy_procs[machine_id] = busy_procs.get(machine_id, 0) + nproc
         busy_gpus.setdefault(machine_id, set()).update(gpus or [])
     # Offline with a heartbeat too recent for the offline sweep: a lost node made it suspect.
-    quiet_since = timezone.now() - timedelta(seconds=settings.MACHINE_OFFLINE_AFTER)
+    now = timezone.now()
+    quiet_since = now - timedelta(seconds=settings.MACHINE_OFFLINE_AFTER)
     return [
         Candidate(
             id=m.pk,
@@ -90,6 +91,7 @@ def machine_candidates(*, exclude_job: int | None = None) -> list[Candidate]:
             python_version=str(m.capabilities.get("python_version") or ""),
             torch_version=str(m.capabilities.get("torch_version") or ""),
             suspect=m.status == "offline" and m.last_heartbeat is not None and m.last_heartbeat > quiet_since,
+            suspect_reason=m.suspect_reason or "suspect" if m.suspect_until is not None and m.suspect_until > now else "",
             volumes={v["name"]: v for v in merged_volumes(m.volumes, m.capabilities)},
             labels=dict(m.labels or {}),
             memory_total=int(m.capabilities.get("memory") or 0),

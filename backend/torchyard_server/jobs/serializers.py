@@ -108,19 +108,38 @@ class StalledRankOut(serializers.Serializer):
     step = ReportedInt()
     stalled_for = ReportedFloat(help_text="seconds without a step")
     process_state = serializers.CharField(allow_null=True, help_text='"running", "sleeping", "stopped", ...')
+    waits_in = serializers.CharField(allow_null=True, allow_blank=True, default=None, help_text=(
+        "the collective frame its main thread waits in; empty: outside any collective; null: no stack"))
+    frame = serializers.CharField(allow_null=True, default=None, help_text="its main thread's innermost Python frame")
     last_line = serializers.CharField(allow_null=True, allow_blank=True)
     machine = serializers.CharField(allow_null=True)
     node_rank = ReportedInt()
     event = serializers.IntegerField(help_text="the `stalled` event's id")
 
 
+class StallCulpritOut(serializers.Serializer):
+    """A rank (or a node gone quiet) that holds the others, and what says so."""
+
+    rank = serializers.IntegerField(allow_null=True, help_text="null when a whole node went quiet")
+    ranks = serializers.ListField(child=serializers.IntegerField(), help_text="the ranks it stands for")
+    machine = serializers.CharField(allow_null=True)
+    node_rank = serializers.IntegerField(allow_null=True)
+    cause = serializers.ChoiceField(choices=["process", "heartbeat", "stack"], help_text=(
+        "process: its process is stopped, dead or in uninterruptible sleep; heartbeat: its node stopped "
+        "heart-beating; stack: its stack is outside any collective while other ranks wait in one"))
+    evidence = serializers.CharField(help_text='e.g. "process stopped, SIGSTOP?"')
+
+
 class StallOut(serializers.Serializer):
     """The control plane's view of the current attempt's stalled ranks (jobs/stalls.py)."""
 
     attempt = serializers.IntegerField()
-    kind = serializers.ChoiceField(choices=["collective", "straggler", "rank"])
+    kind = serializers.ChoiceField(choices=["culprit", "collective", "straggler", "rank"])
     summary = serializers.CharField()
     ranks = serializers.DictField(child=StalledRankOut(), help_text="by rank")
+    culprits = StallCulpritOut(many=True, default=list, help_text="who holds the job, when the evidence says (kind culprit)")
+    suspected = serializers.ListField(child=serializers.CharField(), default=list, help_text=(
+        "the culprits' machines made suspect (on_stall: recover)"))
 
 
 class JobProgressOut(serializers.Serializer):

@@ -31,7 +31,7 @@ from .planner import Candidate, PlanError, is_elastic, plan_job
 from .rates import PER_ATTEMPT, fold_rates
 from .registries import resume_manifest_uri
 from .selectors import machine_candidates
-from .stalls import clear_moved_ranks
+from .stalls import clear_moved_ranks, stall_verdict
 from .states import JOB_FINAL, NODE_LIVE, transition_job, transition_node
 
 log = logging.getLogger(__name__)
@@ -497,6 +497,9 @@ def _node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: li
     # The supervisor says "node rank N: ..."; name the machine too, once.
     reason = _without_node_rank(reason)
     full_reason = reason if reason.startswith(_describe(node)) else f"{_describe(node)}: {reason}"
+    if verdict := stall_verdict(job, node.attempt):
+        # The rank that held the others, where the stall view has named it (jobs/stalls.py).
+        full_reason += f"\nstall verdict: {verdict}"
     if tail:
         full_reason += "\nlast log lines:\n" + tail
     others = [n for n in _live_nodes(job) if n.pk != node.pk]
@@ -583,7 +586,7 @@ def job_record_progress(*, job_id: int, metrics: list[dict[str, Any]]) -> None:
         if isinstance(m.get("step"), int) and m.get("rank") is not None:
             steps[str(m["rank"])] = m["step"]
     progress["step_by_rank"] = steps
-    clear_moved_ranks(progress, steps)
+    clear_moved_ranks(progress, steps, job.world_size)
     fold_rates(progress, metrics)
     Job.objects.filter(pk=job_id).update(progress=progress)
     for m in metrics:

@@ -17,6 +17,7 @@ from .selectors import machine_list_json
 from .serializers import AgentConfigOut, MachineIn, MachineOut, MachinePatch, MachineWithTokenOut
 from .services import (
     machine_authenticate,
+    machine_clear_suspect,
     machine_create,
     machine_delete,
     machine_rotate_token,
@@ -61,7 +62,12 @@ class MachineDetailView(APIView):
         machine = get_object_or_404(Machine, pk=machine_id)
         data = MachinePatch(data=request.data)
         data.is_valid(raise_exception=True)
-        return Response(MachineOut(machine_update(machine=machine, **data.validated_data)).data)
+        fields = dict(data.validated_data)
+        if fields.pop("suspect", None) is False:
+            machine = machine_clear_suspect(machine=machine)
+        if fields:
+            machine = machine_update(machine=machine, **fields)
+        return Response(MachineOut(machine).data)
 
     @extend_schema(parameters=[OpenApiParameter("force", bool, description="stop its live nodes first")],
                    responses={204: None, 409: ErrorOut})

@@ -22,6 +22,12 @@ class Machine(models.Model):
     # The operator's intent, kept apart from the status: a draining machine that drops offline comes
     # back draining, not online.
     drained = models.BooleanField(default=False, help_text="No new nodes are placed here.")
+    # A stall verdict named a rank here as the one that held its job (jobs/stalls.py): the planner
+    # places nodes here only when nothing else fits, until then. Its first heartbeat after that time
+    # clears both fields; an operator may clear them sooner.
+    suspect_until = models.DateTimeField(null=True, blank=True, help_text=(
+        "Planned on only when nothing else fits until then (a stall verdict named it)."))
+    suspect_reason = models.CharField(max_length=500, blank=True, help_text="Why it is suspect.")
     # cpu_count, memory (bytes), disk_space (bytes), gpu_count, gpu_memory (MB), gpus [{index, name, memory_mb}]
     capabilities = models.JSONField(default=dict, blank=True)
     # cpu_usage, memory_usage (percent), gpu_usage [percent per GPU]

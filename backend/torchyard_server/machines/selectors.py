@@ -67,7 +67,9 @@ def machine_list_json() -> str:
             'labels', m.labels, 'agent_version', m.agent_version,
             'last_heartbeat', {_iso("m.last_heartbeat")}, 'created_at', {_iso("m.created_at")},
             'usage', COALESCE(%s::json -> m.id::text, '[]'::json),
-            'volumes', ({_VOLUMES}), 'declared_volumes', m.volumes
+            'volumes', ({_VOLUMES}), 'declared_volumes', m.volumes,
+            'suspect_until', {_iso("m.suspect_until")},
+            'suspect_reason', m.suspect_reason
         ) ORDER BY m.name), '[]'::json)::text
         FROM {table} AS m"""
     with connection.cursor() as cursor:

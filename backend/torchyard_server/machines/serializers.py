@@ -98,6 +98,7 @@ class MachineOut(serializers.ModelSerializer):
         fields = [
             "id", "name", "host", "port", "status", "drained", "capabilities", "current_load", "labels",
             "agent_version", "last_heartbeat", "created_at", "usage", "volumes", "declared_volumes",
+            "suspect_until", "suspect_reason",
         ]
         # A thousand machines are listed on every GET /api/machines and cluster-stream snapshot.
         list_serializer_class = FlatListSerializer
@@ -134,9 +135,17 @@ class MachinePatch(serializers.Serializer):
     labels = serializers.DictField(child=serializers.CharField(max_length=200), required=False)
     status = serializers.ChoiceField(choices=["draining", "online"], required=False, help_text=(
         "draining: no new nodes are placed here; online: undo draining."))
+    suspect = serializers.BooleanField(required=False, help_text=(
+        "false: clear the suspicion a stall verdict put on the machine (suspect_until) before its time is up. "
+        "Only the control plane makes a machine suspect."))
     volumes = serializers.DictField(child=serializers.CharField(max_length=4096), required=False, help_text=(
         "the volumes declared on the server, name: absolute path, replacing the ones declared before "
         "(the agent's own --volume win for a name both declare)"))
+
+    def validate_suspect(self, value: bool) -> bool:
+        if value:
+            raise serializers.ValidationError("only false: a machine is made suspect by a stall verdict, not by hand.")
+        return value
 
     def validate_volumes(self, value: dict[str, str]) -> dict[str, str]:
         errors = []

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Case, F, Value, When
 from django.dispatch import Signal
 from django.utils import timezone
 from torchyard import protocol
@@ -119,14 +120,17 @@ def _heartbeats_in_one_update(claimed: dict[int, tuple[str, dict[str, Any]]], no
             status = CASE WHEN m.drained THEN %s WHEN v.running THEN %s ELSE %s END,
             -- What its caches hold (bundles, environments) rides along: it is what makes a launch fast.
             capabilities = COALESCE(v.capabilities, m.capabilities) || jsonb_build_object('cache', v.cache),
-            current_load = v.load, agent_version = v.agent_version, last_heartbeat = %s, updated_at = %s
+            current_load = v.load, agent_version = v.agent_version, last_heartbeat = %s, updated_at = %s,
+            -- A suspicion whose time is up ends with the first heartbeat after it (both read the old row).
+            suspect_until = CASE WHEN m.suspect_until <= %s THEN NULL ELSE m.suspect_until END,
+            suspect_reason = CASE WHEN m.suspect_until <= %s THEN '' ELSE m.suspect_reason END
         FROM json_to_recordset(%s::json)
             AS v(id bigint, token_hash text, capabilities jsonb, cache jsonb, load jsonb, agent_version text, running boolean)
         WHERE m.id = v.id AND m.token_hash = v.token_hash AND m.status = ANY(%s)
         RETURNING m.id"""
     statuses = [Machine.Status.DRAINING, Machine.Status.BUSY, Machine.Status.ONLINE]  # as reported_status says
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*statuses, now, now, json.dumps(rows), HEARTBEAT_FROM])
+        cursor.execute(sql, [*statuses, now, now, now, now, json.dumps(rows), HEARTBEAT_FROM])
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -147,7 +151,9 @@ def _heartbeats_one_by_one(claimed: dict[int, tuple[str, dict[str, Any]]], now: 
                                       status__in=HEARTBEAT_FROM).update(
                     status=reported_status(drained=drained, running=running),
                     capabilities={**(capabilities or stored_capabilities), "cache": cache},
-                    current_load=load, agent_version=version, last_heartbeat=now, updated_at=now):
+                    current_load=load, agent_version=version, last_heartbeat=now, updated_at=now,
+                    suspect_until=Case(When(suspect_until__lte=now, then=None), default=F("suspect_until")),
+                    suspect_reason=Case(When(suspect_until__lte=now, then=Value("")), default=F("suspect_reason"))):
                 applied.append(machine_id)
     return applied
 
@@ -168,6 +174,33 @@ def machine_mark_suspect(*, machine_id: int) -> bool:
     heartbeats again, so a relaunch goes to a spare instead of back to a machine that may be gone.
     A live agent's next heartbeat, 2 s later at most, brings it back."""
     return bool(transition_machines(Machine.objects.filter(pk=machine_id), Machine.Status.OFFLINE))
+
+
+def machine_suspect(*, machine_id: int, reason: str) -> bool:
+    """A stall verdict named a rank on this machine as the one that held its job: the planner
+    places nodes here only when nothing else fits for settings.MACHINE_SUSPECT_FOR seconds (the
+    machine stays online: its agent answers, so this is no lost node). Its first heartbeat after
+    that time clears it (machine_record_heartbeats), or an operator sooner (machine_clear_suspect).
+    False when the machine is gone."""
+    until = timezone.now() + timedelta(seconds=settings.MACHINE_SUSPECT_FOR)
+    machine = Machine.objects.filter(pk=machine_id).first()
+    if machine is None:
+        return False
+    with transaction.atomic():
+        Machine.objects.filter(pk=machine_id).update(suspect_until=until, suspect_reason=reason[:500])
+        audit.record(audit.SYSTEM, audit.Action.MACHINE_UPDATE, machine,
+                     changed={"suspect_reason": {"from": machine.suspect_reason, "to": reason[:500]}})
+    return True
+
+
+def machine_clear_suspect(*, machine: Machine) -> Machine:
+    """An operator vouches for the machine before its suspect time is up."""
+    before = machine.suspect_reason
+    machine.suspect_until, machine.suspect_reason = None, ""
+    with transaction.atomic():
+        Machine.objects.filter(pk=machine.pk).update(suspect_until=None, suspect_reason="", updated_at=timezone.now())
+        audit.record(None, audit.Action.MACHINE_UPDATE, machine, changed={"suspect_reason": {"from": before, "to": ""}})
+    return machine
 
 
 def machine_update(*, machine: Machine, **fields: Any) -> Machine:

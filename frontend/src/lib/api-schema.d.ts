@@ -1437,6 +1437,13 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /**
+         * @description * `process` - process
+         *     * `heartbeat` - heartbeat
+         *     * `stack` - stack
+         * @enum {string}
+         */
+        CauseEnum: "process" | "heartbeat" | "stack";
         CheckpointFileOut: {
             /** @description relative to the checkpoint's directory */
             path: string;
@@ -2311,12 +2318,13 @@ export interface components {
             project: string;
         };
         /**
-         * @description * `collective` - collective
+         * @description * `culprit` - culprit
+         *     * `collective` - collective
          *     * `straggler` - straggler
          *     * `rank` - rank
          * @enum {string}
          */
-        KindEnum: "collective" | "straggler" | "rank";
+        KindEnum: "culprit" | "collective" | "straggler" | "rank";
         /**
          * @description * `torchrun` - torchrun
          *     * `none` - none
@@ -2452,6 +2460,13 @@ export interface components {
             declared_volumes: {
                 [key: string]: string;
             };
+            /**
+             * Format: date-time
+             * @description Planned on only when nothing else fits until then (a stall verdict named it).
+             */
+            suspect_until: string | null;
+            /** @description Why it is suspect. */
+            suspect_reason: string;
         };
         /**
          * @description * `auto` - auto
@@ -2538,6 +2553,13 @@ export interface components {
             declared_volumes: {
                 [key: string]: string;
             };
+            /**
+             * Format: date-time
+             * @description Planned on only when nothing else fits until then (a stall verdict named it).
+             */
+            suspect_until: string | null;
+            /** @description Why it is suspect. */
+            suspect_reason: string;
             /** @description the machine's token: shown this once, never again */
             token: string;
             /** @description the command that starts its agent */
@@ -2697,6 +2719,8 @@ export interface components {
              *     * `online` - online
              */
             status?: components["schemas"]["MachineStatusChangeEnum"];
+            /** @description false: clear the suspicion a stall verdict put on the machine (suspect_until) before its time is up. Only the control plane makes a machine suspect. */
+            suspect?: boolean;
             /** @description the volumes declared on the server, name: absolute path, replacing the ones declared before (the agent's own --volume win for a name both declare) */
             volumes?: {
                 [key: string]: string;
@@ -3101,6 +3125,25 @@ export interface components {
          * @enum {string}
          */
         SourceEnum: "agent" | "server";
+        /** @description A rank (or a node gone quiet) that holds the others, and what says so. */
+        StallCulpritOut: {
+            /** @description null when a whole node went quiet */
+            rank: number | null;
+            /** @description the ranks it stands for */
+            ranks: number[];
+            machine: string | null;
+            node_rank: number | null;
+            /**
+             * @description process: its process is stopped, dead or in uninterruptible sleep; heartbeat: its node stopped heart-beating; stack: its stack is outside any collective while other ranks wait in one
+             *
+             *     * `process` - process
+             *     * `heartbeat` - heartbeat
+             *     * `stack` - stack
+             */
+            cause: components["schemas"]["CauseEnum"];
+            /** @description e.g. "process stopped, SIGSTOP?" */
+            evidence: string;
+        };
         /** @description The control plane's view of the current attempt's stalled ranks (jobs/stalls.py). */
         StallOut: {
             attempt: number;
@@ -3110,6 +3153,10 @@ export interface components {
             ranks: {
                 [key: string]: components["schemas"]["StalledRankOut"];
             };
+            /** @description who holds the job, when the evidence says (kind culprit) */
+            culprits: components["schemas"]["StallCulpritOut"][];
+            /** @description the culprits' machines made suspect (on_stall: recover) */
+            suspected: string[];
         };
         StalledRankOut: {
             readonly step: number | null;
@@ -3120,6 +3167,10 @@ export interface components {
             readonly stalled_for: number | null;
             /** @description "running", "sleeping", "stopped", ... */
             process_state: string | null;
+            /** @description the collective frame its main thread waits in; empty: outside any collective; null: no stack */
+            waits_in: string | null;
+            /** @description its main thread's innermost Python frame */
+            frame: string | null;
             last_line: string | null;
             machine: string | null;
             readonly node_rank: number | null;

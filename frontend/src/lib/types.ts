@@ -135,6 +135,10 @@ export type StalledEvent = EventBase & {
   stack: string
   hostname: string
   on_stall: 'report' | 'recover'
+  /** The collective frame the main thread waits in; '' outside any; null or absent: no stack read. */
+  waits_in?: string | null
+  /** The main thread's innermost Python frame. */
+  frame?: string | null
 }
 
 /**

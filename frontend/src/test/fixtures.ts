@@ -24,6 +24,8 @@ export function machine(overrides: Partial<Machine> = {}): Machine {
     usage: [],
     volumes: [],
     declared_volumes: {},
+    suspect_until: null,
+    suspect_reason: '',
     ...overrides,
   }
 }

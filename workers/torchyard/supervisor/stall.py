@@ -7,6 +7,12 @@ tracked here; a rank whose step has not advanced for the stall timeout is report
 advances again) with its Python stack, taken from outside the process by py-spy: no cooperation
 from the script is needed, and a stopped process can be read too.
 
+What the control plane needs to name the rank that holds the others (backend jobs/stalls.py) is
+read here too: the process state (stopped, in uninterruptible sleep, gone) and where the main
+thread's stack is: inside a collective (waiting on a peer) or outside any (the rank the others
+wait for). Every stalled rank is looked at before anything is done about any (`examine`): under
+`on_stall: recover` the first report ends the node's ranks, and the others' evidence with them.
+
 Only ranks that report steps (`sdk.report(step=...)`) can be watched: without steps there is no
 notion of progress to lose. A rank that reached the total it declared (`sdk.set_total_steps`) has
 finished training: its last evaluation, checkpoint and teardown make no steps, and are not a stall.
@@ -15,11 +21,13 @@ finished training: its last evaluation, checkpoint and teardown make no steps, a
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,15 +86,19 @@ class StallWatch:
         return max(DEFAULT_MIN_TIMEOUT_S, MEDIAN_FACTOR * statistics.median(intervals))
 
     def stalled(self, now: float) -> list[Stall]:
-        """Ranks whose step has not advanced for the timeout and were not reported yet."""
+        """Ranks whose step has not advanced for the timeout and were not reported yet; with them,
+        the node's other ranks that have not advanced for half of it. Those most likely wait on the
+        same thing, a few milliseconds' metrics apart, and under `on_stall: recover` this check is
+        the last look at them before the node's ranks are ended."""
         limit = self.timeout()
-        found = []
-        for rank, known in sorted(self._ranks.items()):
-            if not known.reported and not known.finished and now - known.advanced_at >= limit:
-                known.reported = True
-                found.append(Stall(rank=rank, step=known.step, stalled_for=round(now - known.advanced_at, 1),
-                                   timeout=round(limit, 1)))
-        return found
+        waiting = [(rank, known) for rank, known in sorted(self._ranks.items())
+                   if not known.reported and not known.finished and now - known.advanced_at >= limit / 2]
+        if not any(now - known.advanced_at >= limit for _, known in waiting):
+            return []
+        for _, known in waiting:
+            known.reported = True
+        return [Stall(rank=rank, step=known.step, stalled_for=round(now - known.advanced_at, 1), timeout=round(limit, 1))
+                for rank, known in waiting]
 
     def snapshot(self, now: float) -> dict[str, list[float]]:
         """{rank: [last step, seconds since it advanced]} for heartbeats."""
@@ -124,3 +136,78 @@ def process_state(pid: int) -> str:
         return psutil.Process(pid).status()
     except psutil.Error:
         return "gone"
+
+
+# psutil states that say the process itself holds its peers, whatever its stack: a signal stopped it
+# (or a debugger), it is dead, or it waits in the kernel (a disk, a driver) and cannot be woken.
+SUSPICIOUS_STATES = ("stopped", "tracing-stop", "zombie", "dead", "gone", "disk-sleep")
+
+# A frame of py-spy's dump ("    all_reduce (torch/distributed/distributed_c10d.py:2501)") and a
+# thread's heading ('Thread 1234 (idle): "MainThread"').
+_FRAME = re.compile(r"^\s+(?P<func>\S.*?) \((?P<where>[^()]*:\d+)\)\s*$")
+_THREAD = re.compile(r'^Thread \S+ \([^)]*\)(?:: "(?P<name>[^"]*)")?')
+# autograd's backward is where DDP's gradient all-reduce waits (its reducer hooks run inside it).
+_BACKWARD = {"backward", "_engine_run_backward", "grad"}
+
+
+def _waits_on_peers(func: str, where: str) -> bool:
+    """A frame of torch.distributed (collectives, point-to-point, barriers, FSDP), DDP's module, or
+    autograd's backward: a rank stalled there for the whole timeout waits for another rank."""
+    return ("torch/distributed/" in where or "torch/nn/parallel/distributed.py" in where
+            or ("torch/autograd/" in where and func.rsplit(".", 1)[-1] in _BACKWARD))
+
+
+def stack_facts(stack: str) -> tuple[str | None, str | None]:
+    """(waits_in, frame) of the main thread in a py-spy dump: the innermost frame that waits on
+    peers ("" when none does: outside any collective), and the innermost frame. (None, None) when
+    the text holds no stack (py-spy missing or failed)."""
+    threads: list[tuple[str, list[tuple[str, str]]]] = []
+    for line in stack.splitlines():
+        if heading := _THREAD.match(line):
+            threads.append((heading.group("name") or "", []))
+        elif threads and (frame := _FRAME.match(line)):
+            threads[-1][1].append((frame.group("func"), frame.group("where")))
+    if not threads:
+        return None, None
+    frames = next((f for name, f in threads if name == "MainThread"), threads[0][1])
+    if not frames:
+        return None, None
+    waiting = next((f"{func} ({where})" for func, where in frames if _waits_on_peers(func, where)), "")
+    return waiting, f"{frames[0][0]} ({frames[0][1]})"
+
+
+@dataclass(frozen=True)
+class Examined:
+    """A stalled rank's process as read from outside."""
+
+    stall: Stall
+    pid: int
+    process_state: str
+    stack: str
+    waits_in: str | None  # see stack_facts
+    frame: str | None
+
+    @property
+    def suspicion(self) -> int:
+        """0: its process state names it; 1: its stack is outside any collective; 2: neither."""
+        if self.process_state in SUSPICIOUS_STATES:
+            return 0
+        return 1 if self.waits_in == "" else 2
+
+
+def examine(stalls: list[Stall], pid_of: Callable[[int], int | None],
+            mask: Callable[[str], str] = lambda text: text) -> list[Examined]:
+    """Every stalled rank's process state and Python stack (passed through `mask`), all read before
+    the caller acts on any; the most suspicious first, so a failure names the rank that holds the
+    others. A rank whose process has ended is left out: its steps are over (the others may still be
+    saving or tearing down) or it crashed, and either way torchrun reports how it ended; its silence
+    since is no hang."""
+    found = []
+    for stall in stalls:
+        pid = pid_of(stall.rank)
+        if pid is None:
+            continue
+        state = process_state(pid)
+        stack = mask(python_stack(pid))
+        found.append(Examined(stall, pid, state, stack, *stack_facts(stack)))
+    return sorted(found, key=lambda seen: (seen.suspicion, seen.stall.rank))

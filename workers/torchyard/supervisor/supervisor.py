@@ -61,7 +61,7 @@ from .preflight import MasterListener, PreflightError, reach_master, training_ve
 from .proctree import TreeSampler, is_alive, kill_processes, process_tree, sweep_job_processes
 from .publisher import EventPublisher
 from .ray_logs import RayLogs
-from .stall import StallWatch, process_state, python_stack
+from .stall import StallWatch, examine
 from .tail import FileTail, RankLogTailer
 from .volumes import VolumeError, check_present, link_volumes, remove_probes, volume_env, write_probes
 
@@ -788,21 +788,14 @@ class NodeSupervisor:
     def _check_stalls(self, now: float) -> None:
         """Report each rank whose step stopped advancing (stall.py), with its stack; under
         `on_stall: recover` end the node as failed so the job recovers from its last checkpoint."""
-        for stall in self._stalls.stalled(now):
-            pid = self._rank_pid(stall.rank)
-            if pid is None:
-                # The rank's process has ended: its steps are over (the others may still be saving
-                # or tearing down) or it crashed. Either way torchrun reports how it ended; its
-                # silence since is no hang.
-                continue
-            status = process_state(pid)
-            stack = self._mask(python_stack(pid))
+        for seen in examine(self._stalls.stalled(now), self._rank_pid, self._mask):
+            stall, pid, status, stack = seen.stall, seen.pid, seen.process_state, seen.stack
             summary = (f"global rank {stall.rank} stalled: no new step for {stall.stalled_for:g} s after step "
                        f"{stall.step} (its process is {status})")
             self.publisher.emit(protocol.STALLED, rank=stall.rank, step=stall.step, stalled_for=stall.stalled_for,
                                 timeout=stall.timeout, process_state=status, pid=pid, stack=stack,
                                 last_line=self._last_line.get(stall.rank, ""), hostname=socket.gethostname(),
-                                on_stall=self.launch.on_stall)
+                                on_stall=self.launch.on_stall, waits_in=seen.waits_in, frame=seen.frame)
             self._publish_supervisor_line(f"{summary}; its Python stack (py-spy):")
             for line in stack.splitlines()[:60]:
                 self._publish_supervisor_line(f"  {line}")

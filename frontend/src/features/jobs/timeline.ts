@@ -44,9 +44,14 @@ export function timelineEntries(states: StateEvent[], stalls: StalledEvent[]): T
       attempt: s.attempt ?? 0,
       subject: `rank ${s.rank ?? '?'}`,
       change: `stalled at step ${s.step}`,
-      reason: `no new step for ${s.stalled_for} s on ${s.hostname} (process ${s.process_state})${s.on_stall === 'recover' ? '; on_stall: recover ended its node' : ''}`,
+      reason: `no new step for ${s.stalled_for} s on ${s.hostname} (process ${s.process_state}${whereItWaits(s)})${s.on_stall === 'recover' ? '; on_stall: recover ended its node' : ''}`,
       kind: 'stall',
     })
   }
   return entries.sort((a, b) => a.id - b.id)
+}
+
+function whereItWaits(s: StalledEvent): string {
+  if (s.waits_in) return '; waits in a collective'
+  return s.waits_in === '' ? '; outside any collective' : ''
 }

@@ -156,6 +156,8 @@ function removedMachine(node: JobNode): Machine {
     usage: [],
     volumes: [],
     declared_volumes: {},
+    suspect_until: null,
+    suspect_reason: '',
   }
 }
 

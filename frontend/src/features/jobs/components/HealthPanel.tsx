@@ -2,8 +2,9 @@ import type { JobDetail, PreflightEvent, StalledEvent } from '../../../lib/types
 
 /**
  * What the nodes found before and while training: each node's preflight (the master reached, the
- * versions agreed) and the ranks that stalled, with the control plane's verdict and each rank's
- * Python stack. Hidden until there is something to show.
+ * versions agreed) and the ranks that stalled, with the control plane's verdict (naming the rank and
+ * machine that holds the job when the evidence says so, and the machines it made suspect) and each
+ * rank's Python stack. Hidden until there is something to show.
  */
 export function HealthPanel({
   job,
@@ -37,6 +38,11 @@ export function HealthPanel({
           Stalled: {verdict.summary}
         </p>
       )}
+      {verdict && verdict.suspected.length > 0 && (
+        <p className="muted">
+          Suspect now (planned on only when nothing else fits): {verdict.suspected.join(', ')}
+        </p>
+      )}
       {stalls
         .slice()
         .reverse()
@@ -44,7 +50,7 @@ export function HealthPanel({
           <details key={e.id} className="stall">
             <summary>
               attempt {e.attempt ?? 0}, rank {e.rank} on {e.hostname}: no new step for {e.stalled_for} s after step {e.step}{' '}
-              (process {e.process_state}){e.on_stall === 'recover' ? '; on_stall: recover ended its node' : ''}
+              (process {e.process_state}{describeStack(e)}){e.on_stall === 'recover' ? '; on_stall: recover ended its node' : ''}
             </summary>
             {e.last_line && (
               <p className="muted">
@@ -56,6 +62,13 @@ export function HealthPanel({
         ))}
     </section>
   )
+}
+
+/** Where the rank's main thread was: waiting in a collective, or outside any (the one the others wait for?). */
+function describeStack(e: StalledEvent): string {
+  if (e.waits_in) return `; waits in ${e.waits_in}`
+  if (e.waits_in === '') return `; outside any collective${e.frame ? `, in ${e.frame}` : ''}`
+  return ''
 }
 
 function describePreflight(e: PreflightEvent): string {

@@ -85,6 +85,11 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
         </td>
         <td>
           <StatusBadge status={m.status} title={m.drained ? 'drained: no new nodes are placed here' : undefined} />
+          {m.suspect_until && (
+            <div className="text-bad" title={`${m.suspect_reason}; planned on only when nothing else fits`}>
+              suspect
+            </div>
+          )}
         </td>
         <td title={versionsOf(m) || undefined}>
           <div>{hostSummary(m)}</div>

@@ -35,6 +35,16 @@ function gpuMachine(overrides: Partial<Machine> = {}): Machine {
 const row = (name: string) => screen.getByRole('row', { name })
 
 describe('machines', () => {
+  it('marks a machine a stall verdict made suspect, saying why', async () => {
+    const reason = 'rank 1 on machine beta (process stopped, SIGSTOP?) held job #4 (attempt 0) at step 40'
+    mockFetch({ ...csrfRoute(), ...staff, 'GET /api/machines': () => json([machine(), gpuMachine({
+      suspect_until: '2030-01-01T00:00:00Z', suspect_reason: reason })]) })
+    renderWithProviders(<MachinesPanel />)
+    expect(within(await screen.findByRole('row', { name: 'beta' })).getByText('suspect')).toHaveAttribute(
+      'title', `${reason}; planned on only when nothing else fits`)
+    expect(within(row('alpha')).queryByText('suspect')).not.toBeInTheDocument()
+  })
+
   it('shows each machine: status, capabilities, CPU / memory / per-GPU bars, heartbeat and labels; the stream keeps them live', async () => {
     mockFetch({ ...csrfRoute(), ...staff, 'GET /api/machines': () => json([machine(), gpuMachine()]) })
     const { client } = renderWithProviders(<MachinesPanel />)
