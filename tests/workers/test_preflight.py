@@ -6,6 +6,7 @@ import socket
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from torchyard.supervisor.preflight import (
@@ -35,13 +36,15 @@ def idle(_phase: str) -> None:
     pass
 
 
-def serve_in_thread(listener: MasterListener, peers: set[int], versions: Versions = SAME, delay: float = 0.0):
+def serve_in_thread(listener: MasterListener, peers: set[int], versions: Versions = SAME, delay: float = 0.0,
+                    warm: bool = False):
     outcome: dict = {}
 
     def run() -> None:
         time.sleep(delay)  # the master still preparing its own code
         try:
-            outcome["peers"] = listener.serve(job_id=7, attempt=0, peers=peers, versions=versions, tick=idle)
+            outcome["peers"] = listener.serve(job_id=7, attempt=0, peers=peers, versions=versions, tick=idle,
+                                              warm=warm)
         except PreflightError as exc:
             outcome["error"] = str(exc)
 
@@ -55,13 +58,34 @@ def test_every_node_reaches_the_master_and_the_master_hears_every_node():
     listener = MasterListener(port)
     thread, outcome = serve_in_thread(listener, {1, 2})
     try:
-        reached = [reach_master("127.0.0.1", port, hello(rank), idle) for rank in (1, 2)]
+        reached = reach_all(port, [hello(rank) for rank in (1, 2)])
         thread.join(5)
     finally:
         listener.close()
     assert sorted(outcome["peers"]) == [1, 2]
     assert outcome["peers"][2]["hostname"] == "host-2"
     assert all(r.master == f"127.0.0.1:{port}" and r.local_address == "127.0.0.1" for r in reached)
+
+
+def reach_all(port: int, hellos: list[dict]) -> list:
+    """Every node's reach_master at once (the master answers them together, once all are there)."""
+    with ThreadPoolExecutor(len(hellos)) as pool:
+        return list(pool.map(lambda h: reach_master("127.0.0.1", port, h, idle), hellos))
+
+
+@pytest.mark.parametrize(("master", "nodes", "agreed"), [
+    (True, (True, True), True), (True, (True, False), False), (False, (True, True), False)])
+def test_a_job_starts_warm_only_when_every_node_can(master, nodes, agreed):
+    port = free_port()
+    listener = MasterListener(port)
+    thread, outcome = serve_in_thread(listener, {1, 2}, warm=master)
+    try:
+        reached = reach_all(port, [hello(rank) | {"warm": can} for rank, can in zip((1, 2), nodes, strict=True)])
+        thread.join(5)
+    finally:
+        listener.close()
+    assert [r.warm for r in reached] == [agreed, agreed]
+    assert {rank: h["warm"] for rank, h in outcome["peers"].items()} == {1: nodes[0], 2: nodes[1]}
 
 
 def test_a_node_that_connects_while_the_master_still_prepares_waits_for_its_answer():

@@ -110,6 +110,7 @@ class Reached:
     local_address: str
     connect_ms: float
     waited_s: float
+    warm: bool = False  # the master's word: every node of the job starts warm
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,6 +118,13 @@ class Reached:
 
 # `tick(phase)` is the supervisor's: heartbeats, stop checks (it raises to abort), status updates.
 Tick = Callable[[str], None]
+
+
+def _reply(sock: socket.socket, **answer: Any) -> None:
+    with contextlib.suppress(OSError):
+        sock.setblocking(True)
+        sock.settimeout(2.0)
+        sock.sendall((json.dumps(answer) + "\n").encode())
 
 
 def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
@@ -163,7 +171,7 @@ def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
         raise PreflightError(str(answer.get("error") or f"the master at {target} refused this node"),
                              permanent=answer.get("permanent") is True)
     return Reached(master=target, local_address=local_address, connect_ms=round(connect_ms, 1),
-                   waited_s=round(time.monotonic() - started, 2))
+                   waited_s=round(time.monotonic() - started, 2), warm=answer.get("warm") is True)
 
 
 def _connect(address: str, port: int, *, deadline: float, tick: Tick) -> socket.socket:
@@ -235,15 +243,18 @@ class MasterListener:
 
     def serve(self, *, job_id: int, attempt: int, peers: set[int], versions: Versions,
               tick: Tick, volumes: list[dict[str, Any]] | None = None,
-              machine: str = "") -> dict[int, dict[str, Any]]:
-        """Answer peers until every node rank in `peers` has checked in; returns their hellos.
+              machine: str = "", warm: bool = False) -> dict[int, dict[str, Any]]:
+        """Answer peers once every node rank in `peers` has checked in; returns their hellos.
 
-        A peer of another job or attempt is told so and ignored (it is not one of ours). A peer
-        whose versions differ, or who wrote a ReadWriteMany volume's probe file that is not in this
-        machine's path of it (`volumes`, this node's launch's), is told why and the preflight fails
-        here too: neither may start."""
+        A peer of another job or attempt is told so at once and ignored (it is not one of ours). A
+        peer whose versions differ, or who wrote a ReadWriteMany volume's probe file that is not in
+        this machine's path of it (`volumes`, this node's launch's), is told why and the preflight
+        fails here too: neither may start. The others are answered together once all are there, with
+        whether the job starts warm: only when every node can (`warm` here, "warm" in each hello);
+        a warm rank and a cold torchrun do not rendezvous alike."""
         waiting = set(peers)
         seen: dict[int, dict[str, Any]] = {}
+        pending: dict[int, socket.socket] = {}
         buffers: dict[socket.socket, bytes] = {}
         with selectors.DefaultSelector() as selector:
             selector.register(self._sock, selectors.EVENT_READ)
@@ -267,12 +278,24 @@ class MasterListener:
                                             volumes=volumes or [], machine=machine)
                         selector.unregister(sock)
                         buffers.pop(sock, None)
-                        sock.close()
-                        if rank is not None and rank in waiting:
-                            waiting.discard(rank)
-                            seen[rank] = hello
+                        if rank is None or (rank not in waiting and rank not in pending):
+                            _reply(sock, ok=rank is not None, error="not a node this master waits for")
+                            sock.close()
+                            continue
+                        if rank in pending:
+                            pending[rank].close()  # it reconnected: answer the newer connection
+                        pending[rank] = sock
+                        waiting.discard(rank)
+                        seen[rank] = hello
+                decision = warm and all(hello.get("warm") is True for hello in seen.values())
+                for sock in pending.values():
+                    _reply(sock, ok=True, warm=decision)
+            except PreflightError as exc:
+                for sock in pending.values():
+                    _reply(sock, ok=False, error=f"the master's preflight failed: {exc}", permanent=exc.permanent)
+                raise
             finally:
-                for conn in list(buffers):
+                for conn in [*buffers, *pending.values()]:
                     conn.close()
         return seen
 
@@ -305,10 +328,7 @@ class MasterListener:
                 versions: Versions, volumes: list[dict[str, Any]] | None = None, machine: str = "") -> int | None:
         """Reply to one hello; the node rank it accounts for, or None. Raises on a version mismatch."""
         def reply(**answer: Any) -> None:
-            with contextlib.suppress(OSError):
-                sock.setblocking(True)
-                sock.settimeout(2.0)
-                sock.sendall((json.dumps(answer) + "\n").encode())
+            _reply(sock, **answer)
 
         if hello.get("protocol") != PROTOCOL or hello.get("job") != job_id or hello.get("attempt") != attempt:
             reply(ok=False, error=f"this master port serves job {job_id} attempt {attempt}, not "
@@ -326,5 +346,4 @@ class MasterListener:
         if problem:
             reply(ok=False, error=problem, permanent=True)
             raise PreflightError(problem, permanent=True)
-        reply(ok=True)
-        return rank if isinstance(rank, int) else None
+        return rank if isinstance(rank, int) else None  # answered with the others (serve)

@@ -248,6 +248,8 @@ class NodeSupervisor:
         # A warm start: where the launcher writes its ranks' pids (they are the pool's children).
         self._warm_pids_file: Path | None = None
         self._warm_ranks: list[psutil.Process] = []
+        self._warm_pool: Path | None = None  # this node's pool, while it is to start warm
+        self._cold_because = "the launcher is not torchrun"
         self._worker_failed_at: float | None = None
         self._first_failure: tuple[int, int] | None = None  # (exit code, local rank) as torchrun names it
         self._watchdog_fired = False
@@ -354,6 +356,9 @@ class NodeSupervisor:
                 resolve_entrypoint(self.launch.entrypoint, self.code_root)
             if self.launch.launcher == ray_launch.LAUNCHER_RAY and ray_launch.ray_missing(self.python):
                 raise EntrypointError(ray_launch.MISSING_RAY)
+            if self.launch.launcher == LAUNCHER_TORCHRUN:
+                self._warm_pool, self._cold_because = warm_launch.choose(
+                    self.launch, self.python, build_env(self.launch, self.run_dir, os.environ, workdir=self.workdir))
             self._preflight()
         except (prepare.PrepareError, EntrypointError, PreflightError) as exc:
             # A missing entrypoint, a volume this machine lacks or that is not shared, versions that
@@ -392,14 +397,16 @@ class NodeSupervisor:
             if self._listener is not None:
                 peers = self._listener.serve(job_id=launch.job_id, attempt=launch.attempt,
                                              peers=set(range(1, launch.nnodes)), versions=versions,
-                                             tick=self._preflight_tick, volumes=launch.volumes)
+                                             tick=self._preflight_tick, volumes=launch.volumes,
+                                             warm=self._warm_pool is not None)
+                self._all_warm(all(hello.get("warm") is True for hello in peers.values()))
                 result: dict[str, Any] = {"role": "master", "peers": {
                     str(rank): {k: hello.get(k) for k in ("hostname", "address", "interface")}
                     for rank, hello in sorted(peers.items())}}
             else:
                 hello = {"job": launch.job_id, "attempt": launch.attempt, "node_rank": launch.node_rank,
                          "hostname": socket.gethostname(), "interface": interface,
-                         "python": versions.python, "torch": versions.torch}
+                         "python": versions.python, "torch": versions.torch, "warm": self._warm_pool is not None}
                 # ReadWriteMany volumes: files the master must find in its own path of each (volumes.py).
                 probes = write_probes(launch.volumes, job_id=launch.job_id, attempt=launch.attempt,
                                       node_rank=launch.node_rank)
@@ -410,6 +417,7 @@ class NodeSupervisor:
                 finally:
                     remove_probes(probes)
                 result = {"role": "node", **reached.to_dict()}
+                self._all_warm(reached.warm)
         except PreflightError as exc:
             self.publisher.emit(protocol.PREFLIGHT, ok=False, error=str(exc), interface=interface,
                                 hostname=socket.gethostname())
@@ -424,6 +432,13 @@ class NodeSupervisor:
             if result["role"] == "master" else
             f"preflight passed: reached the master {result['master']} from {result['local_address']}{where} "
             f"in {result['connect_ms']:.1f} ms, {versions.describe()} like the master")
+
+    def _all_warm(self, agreed: bool) -> None:
+        """The nodes of a job start alike (a warm rank hosts the rendezvous store itself, a cold
+        torchrun's agent does): warm only when every node can."""
+        if not agreed and self._warm_pool is not None:
+            self._warm_pool = None
+            self._cold_because = "another node of the job has no warm pool for its Python (a job's nodes start alike)"
 
     def _preflight_tick(self, phase: str) -> None:
         """Heartbeats and stop checks while preflight waits; past a moment the node says what it waits
@@ -524,7 +539,7 @@ class NodeSupervisor:
         ray: dict[str, Any] = {}
         env = self._launch_env(ray=self.launch.launcher == ray_launch.LAUNCHER_RAY)
         if torchrun:
-            argv = self._warm_argv(script, env) or build_torchrun_argv(self.launch, self.run_dir, script,
+            argv = self._warm_argv(script) or build_torchrun_argv(self.launch, self.run_dir, script,
                                                                          python=self.python)
             stdout_path = stderr_path = torchrun_log
         else:
@@ -581,12 +596,12 @@ class NodeSupervisor:
                 + ", ".join(f"{k}={v}" for k, v in sorted(self._interface_env.items())))
         return env
 
-    def _warm_argv(self, script: Path | None, env: dict[str, str]) -> list[str] | None:
+    def _warm_argv(self, script: Path | None) -> list[str] | None:
         """The warm launcher's argv when this node's Python has a warm pool that may serve it (its
         ranks are then forked there, torch already imported), else None; the node's log says which."""
-        pool, why_cold = warm_launch.choose(self.launch, self.python, env)
+        pool = self._warm_pool
         if pool is None:
-            self._publish_supervisor_line(f"cold start (torchrun): {why_cold}")
+            self._publish_supervisor_line(f"cold start (torchrun): {self._cold_because}")
             return None
         plan = warm_launch.build_plan(self.launch, self.run_dir, script, socket=pool, python=self.python)
         plan_file = self.run_dir / warm_launch.PLAN_FILE

@@ -41,8 +41,8 @@ PRELOAD = ("torch", "torch.distributed", "torch.nn", "torch.optim", "torch.utils
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 # Variables read when Python starts or as torch and its libraries load: a rank whose environment
 # sets them otherwise than the pool's would see the pool's values, so it starts cold (pools.py).
-IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "TORCH_", "KMP_", "MKL_", "OPENBLAS_", "GOTO_", "MALLOC_", "GLIBC_",
-                        "CUBLAS_", "NCCL_", "CUDA_MODULE_LOADING", "OMP_")
+# (NCCL_*, CUDA_* and CUBLAS_* are read when a rank initialises them, after the fork: they are not.)
+IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "TORCH_", "KMP_", "MKL_", "OPENBLAS_", "GOTO_", "MALLOC_", "GLIBC_", "OMP_")
 
 
 def _threads() -> int:
