@@ -17,7 +17,6 @@ import logging
 import os
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,11 +176,6 @@ class WarmPools:
         for pool in self.pools.values():
             self._stop(pool)
 
-    def summary(self) -> list[dict[str, Any]]:
-        """For the heartbeat: which Pythons have a pool serving."""
-        return [{"python": p.python, "pid": p.process.pid, "since": round(p.started_at, 1)}
-                for p in self.pools.values() if p.process is not None and p.process.poll() is None]
-
 
 def _package_link(cache_dir: Path) -> Path:
     import torchyard
@@ -193,7 +187,3 @@ def _package_link(cache_dir: Path) -> Path:
         with contextlib.suppress(FileExistsError):
             link.symlink_to(Path(torchyard.__file__).resolve().parent, target_is_directory=True)
     return folder
-
-
-def default_python() -> str:
-    return sys.executable
