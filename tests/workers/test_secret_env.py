@@ -12,8 +12,8 @@ from supervisor_support import final_states, has_final_state
 from torchyard import protocol
 from torchyard.agent import runs
 from torchyard.supervisor.argv import build_env
+from torchyard.supervisor.output_pump import secret_masker
 from torchyard.supervisor.proctree import sweep_job_processes
-from torchyard.supervisor.supervisor import secret_masker
 
 pytestmark = pytest.mark.timeout(90)
 

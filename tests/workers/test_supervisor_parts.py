@@ -18,7 +18,7 @@ from torchyard.protocol import NodeLaunch
 from torchyard.supervisor.event_socket import EventSocket
 from torchyard.supervisor.proctree import TreeSampler, find_job_processes, kill_process_tree
 from torchyard.supervisor.publisher import EventPublisher, connect
-from torchyard.supervisor.supervisor import SupervisorSettings
+from torchyard.supervisor.states import SupervisorSettings
 from torchyard.supervisor.tail import MAX_LINE_BYTES, FileTail, RankLogTailer
 
 

@@ -20,7 +20,8 @@ from torchyard.protocol import NodeLaunch
 
 from .argv import LAUNCH_FILE, RESULT_FILE, default_code_root
 from .publisher import EventPublisher, connect
-from .supervisor import NodeSupervisor, SupervisorSettings, SupervisorState, write_json_atomic
+from .states import SupervisorSettings, SupervisorState, write_json_atomic
+from .supervisor import NodeSupervisor
 
 log = logging.getLogger("torchyard.supervisor")
 

@@ -1,0 +1,133 @@
+"""The node's processes, as torch elastic's PContext is its agent's: start the command in a session
+of its own, find every process of it (a warm start's ranks are the pool's children, not the
+launcher's), signal and kill them all. No policy here: the supervisor decides when."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from .commands import Command
+from .proctree import is_alive, kill_processes, process_tree, sweep_job_processes
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _terminate_with_parent() -> None:
+    # Runs in the child between fork and exec: if the supervisor dies (even by SIGKILL), torchrun gets
+    # SIGTERM and ends its workers, instead of training on unobserved.
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class RankProcesses:
+    """One started command (torchrun, the warm launcher, Ray's runner, one process) and its ranks."""
+
+    def __init__(self, command: Command, cwd: Path) -> None:
+        self.command = command
+        # Truncated: the tails read them from the start.
+        stderr_path = command.stderr
+        with open(command.stdout, "wb") as output, open(stderr_path or os.devnull, "ab") as errors:
+            self.proc = subprocess.Popen(
+                command.argv,
+                env=command.env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT if stderr_path is None else errors,
+                # Its own session: signals to the supervisor's group never reach it, and the whole
+                # group can be signalled at once on stop.
+                start_new_session=True,
+                preexec_fn=_terminate_with_parent,  # safe: the supervisor starts no threads
+            )
+        self.started_at = time.time()
+        self._warm_ranks: list[psutil.Process] = []
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def rank_pids(self) -> list[int]:
+        """A warm start's rank pids, once its launcher has written them (the pool forked them: they
+        are not under the launcher)."""
+        pids_file = self.command.warm_pids_file
+        if not self._warm_ranks and pids_file is not None:
+            with contextlib.suppress(OSError, ValueError, psutil.Error):
+                # Process objects: psutil tells a pid reused by another process from the rank.
+                self._warm_ranks = [psutil.Process(int(pid)) for pid in json.loads(pids_file.read_text()).values()]
+        return [proc.pid for proc in self._warm_ranks if proc.is_running()]
+
+    def tree(self) -> list[psutil.Process]:
+        """The launcher and every process under it, then a warm start's ranks and theirs."""
+        tree = process_tree(self.proc.pid)
+        self.rank_pids()
+        for rank in self._warm_ranks:
+            with contextlib.suppress(psutil.Error):
+                if rank.is_running():
+                    tree += [proc for proc in [rank, *rank.children(recursive=True)] if proc not in tree]
+        return tree
+
+    def workers_alive(self) -> bool:
+        """Any process of the node other than the launcher itself."""
+        return any(is_alive(p) for p in self.tree()[1:])
+
+    def rank_pid(self, rank: int, *, launcher_may_be_rank: bool) -> int | None:
+        """The pid of the process whose RANK is `rank` (under a launcher other than torchrun the
+        process itself may be the rank)."""
+        tree = self.tree()
+        for proc in tree[1:] + (tree[:1] if launcher_may_be_rank else []):
+            try:
+                if proc.environ().get("RANK") == str(rank):
+                    return proc.pid
+            except (psutil.Error, OSError):
+                continue
+        return None
+
+    def signal_group(self, signum: int) -> None:
+        # The launcher leads its own session, so its pgid is its pid; signalling by pid avoids a
+        # lookup that fails once it is a zombie.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signum)
+
+    def continue_all(self) -> None:
+        """A stopped process (SIGSTOP, a debugger let go) only acts on SIGTERM once continued."""
+        for proc in self.tree():
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(signal.SIGCONT)
+
+    def kill_now(self) -> None:
+        """SIGKILL the group and every descendant (workers live in sessions of their own)."""
+        if self.command.ray:
+            # Ray's daemons (GCS, raylet, its workers) outlive the runner in its group, and SIGTERM
+            # leaves some of them: the group is killed whether its leader is gone or not.
+            tree = self.tree()
+            self.signal_group(signal.SIGKILL)
+            kill_processes(tree, sig=signal.SIGKILL)
+        if self.proc.poll() is not None:
+            return
+        tree = self.tree()  # read before the kill: orphans cannot be found from the launcher
+        self.signal_group(signal.SIGKILL)
+        kill_processes(tree, sig=signal.SIGKILL)
+        self.wait(5)
+
+    def wait(self, timeout: float) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=timeout)
+
+    @staticmethod
+    def sweep(job_id: int, attempt: int, node_rank: int, run_dir: Path) -> list[int]:
+        """Whatever of this node still runs, found by the job's identity in its environment."""
+        return sweep_job_processes(job_id, attempt, node_rank, run_dir=run_dir)
