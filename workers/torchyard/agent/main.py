@@ -27,6 +27,7 @@ from torchyard.supervisor.prepare import BundleSource
 from torchyard.warm.pools import WarmPools
 
 from . import capabilities, runs, warm
+from .standby import StandbySupervisor
 
 log = logging.getLogger("torchyard.agent")
 HEARTBEAT_EVERY = 2.0
@@ -83,6 +84,8 @@ class Agent:
     def _training_versions(self) -> dict[str, str]:
         """The training Python's and its torch's versions, read once: the plan shows whether the
         machines of a job agree, before any node's preflight has to refuse it."""
+        # A node supervisor started ahead, imports done, for the next launch (agent/standby.py).
+        self.standby = StandbySupervisor(self.work_dir / "standby")
         try:
             found = training_versions(self.python or sys.executable)
         except PreflightError as exc:
@@ -116,10 +119,11 @@ class Agent:
 
     def _heartbeat_loop(self) -> None:
         while not self.stop.is_set():
-            try:
-                self.pools.maintain()
-            except Exception:  # a pool that cannot start must never stop the heartbeats
-                log.exception("warm pools")
+            for part, maintain in (("warm pools", self.pools.maintain), ("standby supervisor", self.standby.maintain)):
+                try:
+                    maintain()
+                except Exception:  # what cannot start must never stop the heartbeats
+                    log.exception(part)
             try:
                 self.heartbeat_once()
             except redis.RedisError as exc:
@@ -148,7 +152,7 @@ class Agent:
             node.machine_token = self.token
             node.python = self.python
             node.cache_dir = str(self.work_dir / "cache")
-            result = runs.launch_node(self.work_dir, node, self.publish)
+            result = runs.launch_node(self.work_dir, node, self.publish, self.standby)
             log.info("launch job %s attempt %s node %s: %s", node.job_id, node.attempt, node.node_rank, result)
             return result
 
@@ -205,3 +209,4 @@ class Agent:
                 # A restarted agent is refused anyway: the token no longer authenticates.
                 log.error("agent of machine %s stopped: %s; its token is no longer valid",
                           self.machine_id, self.shutdown_reason)
+            self.standby.close()

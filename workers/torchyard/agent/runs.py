@@ -22,6 +22,8 @@ import psutil
 from torchyard import protocol
 from torchyard.protocol import NodeLaunch
 
+from .standby import StandbySupervisor
+
 _locks: dict[Path, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -47,9 +49,10 @@ def supervisor_pid(directory: Path) -> int | None:
         return None
 
 
-def launch_node(work_dir: Path, launch: NodeLaunch, publish) -> dict[str, Any]:
+def launch_node(work_dir: Path, launch: NodeLaunch, publish, standby: StandbySupervisor | None = None) -> dict[str, Any]:
     """Start a detached supervisor for `launch` unless one runs or ran already (Celery may deliver
-    a task twice) or a stop came first."""
+    a task twice) or a stop came first: the agent's standby when it has one ready (standby.py),
+    else a new process."""
     directory = run_dir(work_dir, launch.job_id, launch.attempt, launch.node_rank)
     with _lock(directory):
         if (directory / "stop-requested").exists():
@@ -68,6 +71,8 @@ def launch_node(work_dir: Path, launch: NodeLaunch, publish) -> dict[str, Any]:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(json.dumps(launch.to_dict(), indent=2))
+        if standby is not None and (pid := standby.take(directory)) is not None:
+            return {"started": True, "pid": pid, "standby": True}
         with open(directory / "supervisor.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "torchyard.supervisor", str(directory)],

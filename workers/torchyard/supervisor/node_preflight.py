@@ -16,7 +16,7 @@ from torchyard.protocol import NodeLaunch
 
 from .argv import LAUNCHER_NONE
 from .output_pump import OutputPump
-from .preflight import MasterListener, PreflightError, reach_master, training_versions
+from .preflight import MasterListener, PreflightError, Versions, reach_master, training_versions
 from .volumes import remove_probes, write_probes
 
 
@@ -29,15 +29,16 @@ class Agreement:
 
 def run_preflight(launch: NodeLaunch, pump: OutputPump, *, python: str, interface: str,
                   listener: MasterListener | None, warm: bool, tick: Callable[[str], None],
-                  since: float) -> Agreement:
+                  since: float, known: Versions | None = None) -> Agreement:
     """Raises PreflightError naming the cause (and publishes the failed preflight). A one-node job and
     launcher none (one plain process per node makes its own rendezvous, maybe with a quorum of the
-    nodes: sdk.peers) have nothing to agree on."""
+    nodes: sdk.peers) have nothing to agree on. `known`: the training Python's versions when its warm
+    pool has said them."""
     if launch.nnodes < 2 or launch.launcher == LAUNCHER_NONE:
         return Agreement(all_warm=warm)
     publisher = pump.publisher
     try:
-        versions = training_versions(python)
+        versions = known or training_versions(python)
         if listener is not None:
             peers = listener.serve(job_id=launch.job_id, attempt=launch.attempt, peers=set(range(1, launch.nnodes)),
                                    versions=versions, tick=tick, volumes=launch.volumes, warm=warm)

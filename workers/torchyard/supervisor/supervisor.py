@@ -244,7 +244,8 @@ class NodeSupervisor:
         agreement = run_preflight(launch, self.pump, python=self.python,
                                   interface=self._interface_env.get("GLOO_SOCKET_IFNAME", ""),
                                   listener=self._listener, warm=self._warm_pool is not None,
-                                  tick=self._preflight_tick, since=self._preflight_since)
+                                  tick=self._preflight_tick, since=self._preflight_since,
+                                  known=warm_launch.pool_versions(self._warm_pool) if self._warm_pool else None)
         if not agreement.all_warm and self._warm_pool is not None:
             # A warm rank hosts the rendezvous store itself, a cold torchrun's agent does: a job's
             # nodes start alike.

@@ -11,6 +11,7 @@ from torchyard.protocol import NodeLaunch
 from torchyard.warm import pools
 
 from .argv import TORCHRUN_LOG_DIR, rdzv_id
+from .preflight import Versions
 
 PLAN_FILE = "warm.json"
 RUNNER_MODULE = "torchyard.warm.run"
@@ -32,6 +33,15 @@ def choose(launch: NodeLaunch, python: str, env: dict[str, str]) -> tuple[Path |
         return None, f"the warm pool at {path} runs {hello.get('python')}, not {python}"
     reason = pools.cold_reason(env, hello.get("env") or {})
     return (None, reason) if reason else (path, "")
+
+
+def pool_versions(socket: Path) -> Versions | None:
+    """The Python and torch versions of a pool's interpreter as it says them itself (it imported
+    torch): what preflight compares, without starting that Python once more to ask."""
+    hello = pools.hello(socket)
+    if hello is None or not hello.get("version") or "torch" not in (hello.get("versions") or {}):
+        return None
+    return Versions(python=str(hello["version"]), torch=str(hello["versions"]["torch"]))
 
 
 def build_plan(launch: NodeLaunch, run_dir: Path, script: Path | None, *, socket: Path, python: str) -> dict[str, Any]:

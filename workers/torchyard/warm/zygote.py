@@ -37,7 +37,11 @@ from torchyard.warm import proctitle
 # pools there; OpenBLAS starts its threads at once): one thread each, as torchrun gives every rank of
 # a multi-process node. A rank whose environment says otherwise gets torch.set_num_threads().
 IMPORT_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-PRELOAD = ("torch", "torch.distributed", "torch.nn", "torch.optim", "torch.utils.data", "numpy")
+# torch._dynamo: every optimizer's constructor imports it (torch._compile's disable decorator), 2-4 s of
+# a rank's start that would otherwise come after the fork; torch.distributed.checkpoint for sharded
+# checkpoints. Neither starts a thread (the pool refuses to serve if an import did).
+PRELOAD = ("torch", "torch.distributed", "torch.nn", "torch.optim", "torch.utils.data", "numpy",
+           "torch._dynamo", "torch.distributed.checkpoint")
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 # Variables read when Python starts or as torch and its libraries load: a rank whose environment
 # sets them otherwise than the pool's would see the pool's values, so it starts cold (pools.py).
