@@ -30,16 +30,17 @@ install: $(PY_STAMP)
 # Two distributions, both editable, in one pip command so the server's dependency on `torchyard` is
 # met by ./workers (the agent, supervisor, SDK, CLI) and not looked up on an index. Neither names
 # torch: TORCH is the training Python's torch for the local agents and the tests (the CPU wheel on
-# disk; a looser pin would pull a multi-GB CUDA build). An existing .venv is upgraded in place.
+# disk; a looser pin would pull a multi-GB CUDA build). ./tests/plugins: the tests' own placement
+# policy, found by its entry point as a site's would be. An existing .venv is upgraded in place.
 TORCH ?= torch==2.13.0 numpy
 
-$(PY_STAMP): pyproject.toml workers/pyproject.toml
+$(PY_STAMP): pyproject.toml workers/pyproject.toml tests/plugins/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is needed (found %s)" % sys.version.split()[0]'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	@# Left by the one-distribution layout: it would shadow the new metadata when . is on sys.path.
 	rm -rf torchyard.egg-info
-	$(BIN)/pip install --quiet $(PIP_FIND) -e ./workers -e '.[dev]' $(TORCH)
+	$(BIN)/pip install --quiet $(PIP_FIND) -e ./workers -e '.[dev]' -e ./tests/plugins $(TORCH)
 	touch $@
 
 $(NPM_STAMP): package.json package-lock.json frontend/package.json

@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "torchyard_server.accounts",
     "torchyard_server.machines",
     "torchyard_server.bundles",
+    "torchyard_server.usage",
     "torchyard_server.jobs",
     "torchyard_server.preferences",
     "torchyard_server.templates",

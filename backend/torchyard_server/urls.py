@@ -9,7 +9,7 @@ from .bundles import api as bundles
 from .checkpoints import api as checkpoints
 from .checkpoints import summaries
 from .experiments import api as experiments
-from .jobs import agent_api, cluster, purge_api, ray_proxy
+from .jobs import agent_api, cluster, policies_api, purge_api, queue_api, ray_proxy
 from .jobs import api as jobs
 from .machines import api as machines
 from .network import urls as network_urls
@@ -17,6 +17,7 @@ from .preferences import api as preferences
 from .projects import api as projects
 from .streaming import api as streaming
 from .streaming import sse
+from .usage import api as usage
 from .web import metrics
 from .web import views as web
 
@@ -51,7 +52,10 @@ api = [
     path("api/projects/<str:name>/members", projects.ProjectMembersView.as_view()),
     path("api/projects/<str:name>/members/<str:username>", projects.ProjectMemberView.as_view()),
     path("api/recipes", jobs.RecipeListView.as_view()),
+    path("api/placement-policies", policies_api.PlacementPolicyListView.as_view()),
     path("api/jobs", jobs.JobListView.as_view()),
+    path("api/queue", queue_api.QueueView.as_view()),
+    path("api/usage", usage.UsageView.as_view()),
     path("api/jobs/plan", jobs.JobPlanView.as_view()),
     path("api/jobs/summaries", summaries.JobSummariesView.as_view()),
     path("api/jobs/purge", purge_api.JobPurgeView.as_view()),

@@ -125,20 +125,23 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/machines/<int:machine_id>/rotate-token": staff_only,
     "api/preferences/distributed": everyone_signed_in,  # each user's own, never anyone else's
     "api/projects": {"get": everyone_signed_in, "post": staff_only},
-    "api/projects/<str:name>": project_read,
+    "api/projects/<str:name>": {"get": project_read, "patch": project_admin},
     "api/projects/<str:name>/members": {"get": project_read, "post": project_admin},
     "api/projects/<str:name>/members/<str:username>": project_admin,
     "api/recipes": everyone_signed_in,
+    "api/placement-policies": everyone_signed_in,
     "api/cluster/workers": everyone_signed_in,
     "api/cluster/resources": everyone_signed_in,
     "api/experiments": everyone_signed_in,  # runs of each user's visible jobs only
     "api/experiments/compare": job_read,  # compares a run of the lab job: hidden from the outsider
     "api/experiments/<str:run_id>": job_read,
     "api/jobs": {"get": everyone_signed_in, "post": submit},
+    "api/queue": everyone_signed_in,  # the jobs of each user's projects only, each with its place in the whole queue
+    "api/usage": everyone_signed_in,  # the usage of each user's projects only
     "api/jobs/plan": submit,
     "api/jobs/summaries": everyone_signed_in,  # each user's visible jobs only
     "api/jobs/purge": purge,
-    "api/jobs/<int:job_id>": {"get": job_read, "delete": job_control},
+    "api/jobs/<int:job_id>": {"get": job_read, "patch": job_control, "delete": job_control},
     "api/jobs/<int:job_id>/stop": job_control,
     "api/jobs/<int:job_id>/summary": job_read,
     "api/jobs/<int:job_id>/logs": job_read,
@@ -200,6 +203,8 @@ BODIES = {
     "api/tasks": {"plugin_name": "mlp_ddp", "project": "lab"},
     "api/tasks/<int:task_id>": {"plugin_name": "mlp_ddp", "project": "lab", "config": {"lr": 0.1}},
     "api/projects": {"name": "new-one"},
+    "api/projects/<str:name>": {"description": "the lab's"},
+    "api/jobs/<int:job_id>": {"priority": "low"},
     "api/projects/<str:name>/members": {"username": "oz", "role": "viewer"},
     "api/projects/<str:name>/members/<str:username>": {"role": "admin"},
     "api/machines": {"name": "new-machine", "host": "10.0.0.9"},

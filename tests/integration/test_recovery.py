@@ -24,6 +24,7 @@ FINAL = {"completed", "failed", "stopped"}
 def test_a_killed_rank_is_recovered_from_the_last_checkpoint_and_the_job_completes(pg_stack, recipe):
     job = pg_stack.submit(dict(SPEC, entrypoint=f"examples/{recipe}", args=["--steps", "140", "--step-sleep", "0.05"]))
     checkpoint = pg_stack.wait_checkpoint(job["id"])
+    before = {n["node_rank"]: n["machine_id"] for n in pg_stack.job(job["id"])["plan"]["nodes"]}
     pg_stack.kill_rank(job["id"], "1", "0", recipe)
 
     final = pg_stack.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=180)
@@ -34,6 +35,11 @@ def test_a_killed_rank_is_recovered_from_the_last_checkpoint_and_the_job_complet
                       "completed"]
     recovering = [e for e in pg_stack.events(job["id"], "state") if e.get("status") == "recovering"][0]
     assert "node 1 (local-1)" in recovering["reason"]
+    # Its machines are healthy: recovered in place, every node where it was, no new plan.
+    relaunch = [e for e in pg_stack.events(job["id"], "state") if e.get("scope") == "job"
+                and e["status"] == "dispatching" and e["attempt"] == 1][0]
+    assert relaunch["reason"].startswith("in place on the same machines; launching 2 node(s)"), relaunch["reason"]
+    assert {n["node_rank"]: n["machine"]["id"] for n in final["nodes"]} == before, final["nodes"]
 
     logs = pg_stack.logs(job["id"])
     resumed = [e for e in logs if e["attempt"] == 1 and "resumed from checkpoint at step" in e["line"]]

@@ -3,6 +3,9 @@
     torchyard run [--nnodes N|MIN:MAX] [--nproc-per-node P] [-m] SCRIPT|MODULE [ARGS...]
     torchyard submit job.yaml [--detach]          (a JobSpec, YAML or JSON; `code: {dir: "."}` uploads a project)
     torchyard logs JOB [--follow] | artifacts JOB [--out DIR] | results JOB [--out DIR] | jobs | machines | stop JOB
+    torchyard monitor [--worker NAME] [--refresh 1]   (machines, their GPUs and the task on each, live)
+    torchyard queue [--project P] [--json] | usage [--by project|user|machine] [--since 7d] [--bucket day] [--json]
+    torchyard priority JOB low|normal|high|N        (run and submit take --priority and --time-limit too)
     torchyard login [--username U] | token create NAME [--expires-days N] | token list | token revoke ID
     torchyard agent --server http://HOST:8000 --token TOKEN
 
@@ -27,7 +30,9 @@ from torchyard.client import CliError
 from torchyard.client.artifacts import show_or_download
 from torchyard.client.follow import JobRenderer, follow_job
 from torchyard.client.http import ApiClient
+from torchyard.client.monitor import monitor
 from torchyard.client.results import show_results
+from torchyard.client.sharing import apply_queue_options, set_priority, show_queue, show_usage
 from torchyard.client.specfile import (
     entrypoint_in,
     load_spec_file,
@@ -51,6 +56,7 @@ from torchyard.client.upload import upload_project
 # --- agent ----------------------------------------------------------------------------------------
 def cmd_agent(args: argparse.Namespace) -> int:
     from torchyard import protocol
+    from torchyard.agent.capabilities import check_declaration, parse_gpu_declaration
     from torchyard.agent.main import Agent, AgentError, fetch_config
     from torchyard.agent.volumes import parse_declaration as parse_volume_declaration
 
@@ -68,6 +74,13 @@ def cmd_agent(args: argparse.Namespace) -> int:
         machine_id, _ = protocol.parse_machine_token(token)
     except ValueError as exc:
         raise CliError(f"--token: {exc}") from None
+    try:
+        # Before anything connects: a GPU that is not there would fail every job placed on it.
+        gpus = parse_gpu_declaration(args.gpus, args.models, args.memories)
+        if gpus is not None:
+            check_declaration(gpus)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     if not redis_url:
         if not args.server:
             raise CliError("give --server URL (or --redis-url URL)")
@@ -89,7 +102,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
             raise CliError(f"--volume {exc}") from None
         volumes[name] = path
     Agent(token=token, redis_url=redis_url, work_dir=work_dir, concurrency=args.concurrency,
-          server_url=(args.server or "").rstrip("/"), python=python, volumes=volumes).run()
+          server_url=(args.server or "").rstrip("/"), python=python, volumes=volumes, gpus=gpus).run()
     return 0
 
 
@@ -152,6 +165,8 @@ def _launch(args: argparse.Namespace, api: ApiClient, spec: dict[str, Any], cons
 
 def cmd_submit(args: argparse.Namespace) -> int:
     loaded = load_spec_file(Path(args.spec))
+    for note in loaded.notes:
+        print(note, file=sys.stderr)
     api, console = _client(args), Console()
     spec = loaded.spec
     if loaded.code_dir is not None:
@@ -159,6 +174,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         sha256 = upload_project(api, loaded.code_dir, console,
                                 entrypoint=entrypoint if isinstance(entrypoint, str) else None)
         spec["code"] = {**spec["code"], "bundle": sha256}
+    apply_queue_options(spec, priority=args.priority, time_limit=args.time_limit)
     return _launch(args, api, spec, console)
 
 
@@ -181,6 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     api, console = _client(args), Console()
     spec["code"] = {"bundle": upload_project(api, directory, console, entrypoint=None if args.module else target)}
+    apply_queue_options(spec, priority=args.priority, time_limit=args.time_limit)
     return _launch(args, api, spec, console)
 
 
@@ -196,6 +213,43 @@ def cmd_machines(args: argparse.Namespace) -> int:
         print(f"{m['id']:<4} {m['name']:<20} {m['status']:<8} {m['host']}:{m['port']}  "
               f"cpus={caps.get('cpu_count', '-')} gpus={caps.get('gpu_count', 0)}")
     return 0
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    return monitor(_client(args), Console(), worker=args.worker, refresh=args.refresh, once=args.once)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds between redraws, 0.1 to 3600")
+    return value
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    return show_queue(_client(args), Console(), project=args.project, as_json=args.json)
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    return show_usage(_client(args), Console(), by=args.by, since=args.since, until=args.until, bucket=args.bucket,
+                      project=args.project, as_json=args.json)
+
+
+def cmd_priority(args: argparse.Namespace) -> int:
+    _print_job(set_priority(_client(args), args.job, args.priority))
+    return 0
+
+
+def queue_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--priority", metavar="low|normal|high|N",
+                   help="the job's place in the queue: low, normal (default), high or an integer from -100 to 100, "
+                        "up to the project's ceiling")
+    p.add_argument("--time-limit", "--time_limit", dest="time_limit", metavar="DURATION",
+                   help="the most the job may run (3600, 90m, 2h, 1d): it is stopped then; a job with a time limit "
+                        "may start ahead of the queue when it ends before the first in line can start")
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
@@ -256,6 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--volume", action="append", default=[], metavar="NAME=PATH",
                        help="a named host path jobs may ask for (JobSpec volumes), e.g. shared-data=/mnt/nfs/shared "
                             "(repeatable)")
+    agent.add_argument("--gpus", metavar="0,1", help="the GPUs jobs may use, by index (default: every GPU NVML "
+                       "sees); with no NVML GPU here they are taken as declared")
+    agent.add_argument("--models", metavar="RTX3090,RTX3090", help="with --gpus: each GPU's model, for "
+                       "scheduling (default: NVML's name)")
+    agent.add_argument("--memories", metavar="24576,24576", help="with --gpus: each GPU's memory in MB, for "
+                       "scheduling (min_gpu_memory; default: NVML's)")
     agent.set_defaults(func=cmd_agent)
 
     def api_command(name: str, func, help_text: str, parent=sub, **options: Any) -> argparse.ArgumentParser:
@@ -327,15 +387,37 @@ def build_parser() -> argparse.ArgumentParser:
                           "$TORCHYARD_VOLUME_SHARED_DATA is its path), access mode ReadWriteMany (default) or "
                           "ReadWriteOnce (repeatable)")
     run.add_argument("--detach", action="store_true", help="return once submitted instead of following the job")
+    queue_options(run)
     run.add_argument("argv", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
-    submit = api_command("submit", cmd_submit, "submit a JobSpec (YAML or JSON file) and follow the job")
+    submit = api_command("submit", cmd_submit, "submit a JobSpec (YAML or JSON file), or a seed 004 task file "
+                         "(name, required_gpus, min_gpu_memory, params), and follow the job")
     submit.add_argument("spec")
+    queue_options(submit)
     following = submit.add_mutually_exclusive_group()
     following.add_argument("--follow", action="store_true", help="follow the job until it ends (the default)")
     following.add_argument("--detach", action="store_true", help="return once submitted instead of following the job")
     api_command("jobs", cmd_jobs, "list jobs")
+    queue = api_command("queue", cmd_queue, "the queued jobs in order: each one's place, priority and why it waits")
+    queue.add_argument("--project", help="only this project's jobs")
+    queue.add_argument("--json", action="store_true", help="the API's answer as JSON")
+    usage = api_command("usage", cmd_usage, "GPU- and process-hours per project, user or machine")
+    usage.add_argument("--by", choices=["project", "user", "machine"], default="project")
+    usage.add_argument("--since", help="ISO date-time, date or an age: 24h, 7d, 2w (default 7d)")
+    usage.add_argument("--until", help="as --since (default now)")
+    usage.add_argument("--bucket", choices=["hour", "day"], help="also GPU-hours per hour or day")
+    usage.add_argument("--project", help="only this project's usage")
+    usage.add_argument("--json", action="store_true", help="the API's answer as JSON")
+    priority = api_command("priority", cmd_priority, "change a queued or running job's priority (audited)")
+    priority.add_argument("job", type=int)
+    priority.add_argument("priority", metavar="low|normal|high|N")
     api_command("machines", cmd_machines, "list machines")
+    watch = api_command("monitor", cmd_monitor, "a live view of the machines, their GPUs and the task on each "
+                        "(Ctrl-C to quit)")
+    watch.add_argument("--worker", metavar="NAME", help="only this machine (its name or id)")
+    watch.add_argument("--refresh", type=_seconds, default=1.0, metavar="SECONDS",
+                       help="seconds between redraws (default 1)")
+    watch.add_argument("--once", action="store_true", help="print the view once and exit")
     api_command("recipes", cmd_recipes, "list the built-in recipes a job can run")
     checkpoints = api_command("checkpoints", cmd_checkpoints, "list a job's committed checkpoints, newest first")
     checkpoints.add_argument("job", type=int)

@@ -13,6 +13,7 @@ class AuditEntry(models.Model):
         JOB_SUBMIT = "job.submit"
         JOB_STOP = "job.stop"
         JOB_DELETE = "job.delete"
+        JOB_PRIORITY_CHANGE = "job.priority_change"
         MACHINE_ADD = "machine.add"
         MACHINE_UPDATE = "machine.update"  # host, port or labels
         MACHINE_DRAIN = "machine.drain"
@@ -20,6 +21,7 @@ class AuditEntry(models.Model):
         MACHINE_ROTATE_TOKEN = "machine.rotate_token"
         MACHINE_REMOVE = "machine.remove"
         PROJECT_CREATE = "project.create"
+        PROJECT_UPDATE = "project.update"  # description, priority ceiling, quotas
         PROJECT_MEMBER_ADD = "project.member_add"
         PROJECT_MEMBER_ROLE_CHANGE = "project.member_role_change"
         PROJECT_MEMBER_REMOVE = "project.member_remove"

@@ -13,10 +13,12 @@ class JobNodeInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "name", "status", "world_size", "attempt", "owner", "created_at", "finished_at"]
-    list_filter = ["status", "owner"]
+    list_display = ["id", "name", "status", "priority", "borrowing", "world_size", "attempt", "owner", "created_at",
+                    "finished_at"]
+    list_filter = ["status", "owner", "borrowing"]
     search_fields = ["name", "status_reason"]
-    readonly_fields = ["created_at", "started_at", "finished_at", "updated_at"]
+    # A priority changes through PATCH /api/jobs/{id} (ceiling checked, audited); borrowing is the queue's.
+    readonly_fields = ["created_at", "started_at", "finished_at", "updated_at", "priority", "queued_at", "borrowing"]
     inlines = [JobNodeInline]
 
 

@@ -7,6 +7,8 @@ from rest_framework.views import APIView
 
 from ..params import int_param
 from ..projects.permissions import require_job_control
+from .queue import job_set_priority
+from .queue_api import JobPatchIn
 from .selectors import job_get, job_list, job_visible_or_404
 from .serializers import JobDetailOut, JobSummaryOut, PlanOut, RecipeOut
 from .services import job_delete, job_preview_plan, job_stop, job_submit
@@ -59,6 +61,17 @@ class JobDetailView(APIView):
     @extend_schema(responses=JobDetailOut)
     def get(self, request, job_id: int):
         return Response(JobDetailOut(job_visible_or_404(user=request.user, job_id=job_id)).data)
+
+    @extend_schema(request=JobPatchIn, responses=JobDetailOut)
+    def patch(self, request, job_id: int):
+        """Change a live job's priority: a queued job moves in the queue at once. Its owner (a member)
+        or an admin of its project, up to the project's priority ceiling (staff: any). Audited."""
+        job = job_visible_or_404(user=request.user, job_id=job_id)
+        require_job_control(request.user, job)
+        data = JobPatchIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        job_set_priority(job=job, priority=data.validated_data["priority"], user=request.user)
+        return Response(JobDetailOut(job_get(job_id=job.pk)).data)
 
     @extend_schema(responses={202: JobDetailOut, 204: None})
     def delete(self, request, job_id: int):

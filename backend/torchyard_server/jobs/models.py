@@ -38,6 +38,14 @@ class Job(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
     project = models.ForeignKey("projects.Project", on_delete=models.PROTECT, related_name="jobs",
                                 default=default_project_pk)
+    # The queue (jobs/queue.py): higher first, then by submission (created_at). The spec's priority
+    # at submission; changed by PATCH /api/jobs/{id} since (audited).
+    priority = models.IntegerField(default=0, db_index=True)
+    # When the job last entered `queued` (submitted, or sent back by a recovery that found no room).
+    queued_at = models.DateTimeField(null=True, blank=True)
+    # Holds more than its project's quota leaves it (started on idle capacity, the project's `borrow`):
+    # what preemption takes back first. Kept current by every queue pass.
+    borrowing = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -45,6 +53,7 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "-priority", "created_at"], name="job_queue_order")]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"

@@ -9,6 +9,8 @@ from typing import Any
 
 from torchyard.sdk.scaling import adjust_hyperparameters
 
+from . import policies
+
 
 class PlanError(Exception):
     """The spec cannot be placed now. `kind` says what would help:
@@ -140,13 +142,6 @@ def _fits(machine: Candidate, need: Need) -> bool:
     return machine.busy_procs + max(need.procs, need.cpus) <= machine.cpu_count
 
 
-def _waste(machine: Candidate, need: Need) -> int:
-    """What a node would leave unused on the machine: free GPUs, or free cores for a CPU job."""
-    if need.gpus:
-        return len(machine.free_gpus(need.min_gpu_memory)) - need.gpus
-    return max(machine.cpu_count - machine.busy_procs, 0) - need.procs
-
-
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
@@ -190,12 +185,9 @@ def _skipped(machines: list[Candidate], reasons: dict[int, str]) -> list[dict[st
 
 
 def order_machines(machines: list[Candidate], policy: str, need: Need | None = None) -> list[Candidate]:
-    """pack (seed 004's "simple" policy): least waste, the machines the node fits most tightly
-    first; spread: the least loaded first. Suspect machines after all the others, either way."""
-    if policy == "pack":
-        need = need or Need(procs=1)
-        return sorted(machines, key=lambda m: (bool(m.suspect_reason), _waste(m, need), m.name))
-    return sorted(machines, key=lambda m: (bool(m.suspect_reason), m.live_nodes, m.cpu_usage, m.name))
+    """The machines in the order of placement policy `policy` (jobs/policies.py: pack, spread,
+    simple, balanced or an installed one). Suspect machines after all the others, whichever."""
+    return policies.ordered(policy, machines, need or Need(procs=1))[0]
 
 
 def _shapes(spec: dict[str, Any], online: int) -> list[tuple[int, Need]]:
@@ -273,7 +265,13 @@ def plan_job(
     # The first shape the online machines could ever hold; then whether they can hold it now.
     nodes, need = next(((n, d) for n, d in shapes if _holders(candidates, d) >= n), shapes[-1])
     # Manual placement keeps the user's order (the first is the master); otherwise the policy's.
-    pool = manual if manual is not None else order_machines(machines, placement["policy"], need)
+    policy_warnings: list[str] = []
+    if manual is not None:
+        pool = manual
+    else:
+        pool, policy_warnings = policies.ordered(placement["policy"], machines, need)
+        kept = {m.id for m in pool}
+        reasons |= {m.id: f"left out by placement policy {placement['policy']}" for m in machines if m.id not in kept}
     for machine in pool:
         reason = why_not(machine, need)
         if reason is not None:
@@ -324,12 +322,15 @@ def plan_job(
             reasons[machine.id] = (f"versions differ: {machine.describe_versions()}" if not _agrees(machine, chosen)
                                    else f"suspect: {machine.suspect_reason}" if machine.suspect_reason
                                    else f"not needed: the job's {_plural(nodes, 'node')} went to machines before it")
-    procs, gpus_per_node, min_gpu_memory = need.procs, need.gpus, need.min_gpu_memory
+    spares = _spares(spec, ready, chosen, could_hold, refuse)
+    for machine in spares:
+        reasons[machine.id] = "held as a hot spare of the job"
+    procs, gpus_per_node = need.procs, need.gpus
     world_size = nodes * procs
     backend = spec["distributed"]["backend"]
     if backend == "auto":
         backend = "nccl" if gpus_per_node > 0 else "gloo"
-    warnings = [
+    warnings = policy_warnings + [
         f"{m.name} has {m.cpu_count} CPUs for {procs} processes"
         for m in chosen if m.cpu_count and procs > m.cpu_count and gpus_per_node == 0
     ]
@@ -345,7 +346,8 @@ def plan_job(
                 "nproc": procs,
                 "rank_start": node_rank * procs,
                 "rank_end": node_rank * procs + procs - 1,
-                "gpus": machine.free_gpus(min_gpu_memory)[:gpus_per_node],
+                # Which free GPUs: the policy's choice (simple: the smallest that are big enough).
+                "gpus": policies.chosen_gpus(placement["policy"], machine, need),
             }
         )
         if spec.get("volumes"):
@@ -363,6 +365,10 @@ def plan_job(
         "backend": backend,
         "launcher": (spec.get("distributed") or {}).get("launcher", "torchrun"),
         "nodes": plan_nodes,
+        # resources.spares: machines held for the job, warmed with its code, each taking the place of a
+        # lost one (services.job_recover).
+        "spares": [{"machine_id": m.id, "machine_name": m.name, "host": m.host,
+                    "gpus": policies.chosen_gpus(placement["policy"], m, need)} for m in spares],
         "hyperparameters": adjust_hyperparameters(spec["hyperparameters"], spec["scaling"], world_size),
         # An elastic job's range [MIN, MAX]: it starts with `nnodes` of them (the world size above).
         **({"nodes_range": [min_nodes(spec), int(spec["resources"]["nodes"])]} if elastic else {}),
@@ -375,6 +381,22 @@ def plan_job(
             "versions": {m.name: m.describe_versions() for m in chosen},
         },
     }
+
+
+def _spares(spec: dict[str, Any], ready: list[Candidate], chosen: list[Candidate], could_hold: list[Candidate],
+            refuse: Callable[[str, str], PlanError]) -> list[Candidate]:
+    """resources.spares machines beside the chosen ones, as ready as they are and agreeing with them (a
+    spare replaces a node as it is); never a suspect one. Short of them the job waits like for nodes."""
+    wanted = int(spec["resources"].get("spares") or 0)
+    if not wanted:
+        return []
+    taken = {m.id for m in chosen}
+    spares = [m for m in ready if m.id not in taken and _agrees(m, chosen) and not m.suspect_reason][:wanted]
+    if len(spares) < wanted:
+        kind = "capacity" if len(could_hold) < len(chosen) + wanted else "busy"
+        raise refuse(f"needs {_plural(wanted, 'hot spare')} beside its {_plural(len(chosen), 'node')}: "
+                     f"{len(spares)} more machine(s) {'can hold' if kind == 'capacity' else 'free to hold'} a node now", kind)
+    return spares
 
 
 def _agrees(machine: Candidate, chosen: list[Candidate]) -> bool:
@@ -402,3 +424,49 @@ def _agreeing(ready: list[Candidate], nodes: int, *, manual: bool, least: int | 
     found = ", ".join(f"{m.name} {m.describe_versions()}" for m in ready)
     raise PlanError(f"needs {nodes} machines with the same torch and Python (minor) version; {found}",
                     kind="invalid" if manual else "capacity")
+
+
+def plan_in_place(spec: dict[str, Any], previous: dict[str, Any], machines: list[Candidate], *,
+                  pick_port: Callable[[Candidate], int]) -> tuple[dict[str, Any], str] | None:
+    """The next attempt's plan without re-planning (recovery in place): every node stays on its
+    machine with its GPUs, except that a node whose machine is gone (offline, suspect, or taken by
+    another job since) is given one of the job's hot spares (resources.spares) as it is, the rest
+    untouched. None when that cannot be (an elastic job, a volume to re-place, no spare left): the
+    caller plans anew. Returns the plan and what it did, in words."""
+    if not previous.get("nodes") or is_elastic(spec):
+        return None
+    by_id = {m.id: m for m in machines}
+    need = Need(int(previous["procs_per_node"]), 0, 0, bool(spec["placement"].get("oversubscribe")))
+
+    def usable(machine_id: int, gpus: list[int]) -> Candidate | None:
+        machine = by_id.get(machine_id)
+        if machine is None or not machine.schedulable or machine.suspect or machine.suspect_reason:
+            return None
+        if gpus:
+            return None if set(gpus) & machine.busy_gpus else machine
+        return machine if _fits(machine, need) else None
+
+    spares = [s for s in previous.get("spares") or [] if usable(s["machine_id"], s.get("gpus") or [])]
+    nodes, replaced = [], []
+    for node in sorted(previous["nodes"], key=lambda n: n["node_rank"]):
+        if usable(node["machine_id"], node.get("gpus") or []):
+            nodes.append(node)
+            continue
+        if not spares or node.get("volumes"):
+            return None
+        spare = spares.pop(0)
+        nodes.append({**node, **{k: spare[k] for k in ("machine_id", "machine_name", "host", "gpus")}})
+        machine = by_id.get(node["machine_id"])
+        why = ("removed" if machine is None else "lost" if machine.suspect else "offline" if not machine.schedulable
+               else f"suspect: {machine.suspect_reason}" if machine.suspect_reason else "taken by another job")
+        replaced.append(f"hot spare {spare['machine_name']} takes node {node['node_rank']}'s place "
+                        f"({node['machine_name']} {why})")
+    master = by_id[nodes[0]["machine_id"]]
+    port = pick_port(master)
+    plan = {**previous, "nodes": nodes, "spares": spares, "master_addr": master.host, "master_port": port,
+            "preflight": {"master": f"{master.host}:{port}",
+                          "versions": {by_id[n["machine_id"]].name: by_id[n["machine_id"]].describe_versions()
+                                       for n in nodes}}}
+    if replaced:
+        plan["warnings"] = [*previous.get("warnings", []), *replaced]
+    return plan, ("; ".join(replaced) if replaced else "in place on the same machines")

@@ -4,7 +4,11 @@ its hook in its AppConfig.ready()."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 # job id -> URI of the manifest the job's next attempt resumes from, "" for none.
 ResumeLookup = Callable[[int], str]
@@ -22,3 +26,23 @@ def resume_manifest_uri(*, job_id: int) -> str:
     if _resume_lookup is None:
         raise RuntimeError("no resume lookup registered: is torchyard_server.checkpoints installed?")
     return _resume_lookup(job_id)
+
+
+# The queue as it now stands (jobs/queue.py queue_entries), after a pass: the streaming app sends it
+# to the dashboards. Called on commit; a listener that fails is logged, never raised into the pass.
+QueueListener = Callable[[list[dict[str, Any]]], None]
+
+_queue_listeners: list[QueueListener] = []
+
+
+def register_queue_listener(listener: QueueListener) -> None:
+    if listener not in _queue_listeners:
+        _queue_listeners.append(listener)
+
+
+def queue_changed(entries: list[dict[str, Any]]) -> None:
+    for listener in _queue_listeners:
+        try:
+            listener(entries)
+        except Exception:
+            log.exception("queue listener %r failed", listener)

@@ -12,7 +12,7 @@ from ..machines.volumes import merged_volumes
 from ..projects.permissions import scope_to_user, visible_or_404
 from .models import Job, JobNode
 from .planner import Candidate
-from .states import NODE_LIVE
+from .states import NODE_LIVE, SPARES_HELD
 
 
 def job_list(*, statuses: list[str] | None = None, project: str | None = None, user: Any = None) -> QuerySet[Job]:
@@ -58,6 +58,17 @@ def usage_by_machine() -> dict[int, list[dict[str, Any]]]:
     return usage
 
 
+def held_spares(*, exclude_job: int | None = None) -> list[tuple[int, list[int], int]]:
+    """(machine id, GPUs, processes) of every hot spare a live job holds (resources.spares; its plan
+    names them): held as if a node of the job ran there, so no other job is planned onto them."""
+    held = []
+    for job_id, plan in Job.objects.filter(status__in=SPARES_HELD).values_list("pk", "plan"):
+        if job_id != exclude_job:
+            held += [(int(s["machine_id"]), list(s.get("gpus") or []), int((plan or {}).get("procs_per_node") or 1))
+                     for s in (plan or {}).get("spares") or []]
+    return held
+
+
 def machine_candidates(*, exclude_job: int | None = None) -> list[Candidate]:
     """Snapshots for the planner: every machine with what live nodes already hold on it. Here and
     not in machines, which sits below jobs and knows nothing of nodes. `exclude_job`: as if that
@@ -69,7 +80,7 @@ def machine_candidates(*, exclude_job: int | None = None) -> list[Candidate]:
     live_nodes: dict[int, int] = {}
     busy_procs: dict[int, int] = {}
     busy_gpus: dict[int, set[int]] = {}
-    for machine_id, gpus, nproc in live:
+    for machine_id, gpus, nproc in [*live, *held_spares(exclude_job=exclude_job)]:
         live_nodes[machine_id] = live_nodes.get(machine_id, 0) + 1
         busy_procs[machine_id] = busy_procs.get(machine_id, 0) + nproc
         busy_gpus.setdefault(machine_id, set()).update(gpus or [])

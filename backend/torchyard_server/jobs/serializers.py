@@ -22,6 +22,13 @@ class PlanVolumeOut(serializers.Serializer):
     access_mode = serializers.ChoiceField(choices=["ReadWriteMany", "ReadWriteOnce"])
 
 
+class PlanSpareOut(serializers.Serializer):
+    machine_id = serializers.IntegerField()
+    machine_name = serializers.CharField()
+    host = serializers.CharField()
+    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="the GPUs held on it for the job")
+
+
 class PlanNodeOut(serializers.Serializer):
     node_rank = serializers.IntegerField()
     machine_id = serializers.IntegerField()
@@ -64,6 +71,9 @@ class PlanOut(serializers.Serializer):
     # distributed.launcher (plans stored before launchers existed have none: torchrun).
     launcher = serializers.ChoiceField(choices=["torchrun", "none", "command", "ray"], required=False)
     nodes = PlanNodeOut(many=True)
+    # resources.spares: the machines held for the job (the job's plans without spares have none).
+    spares = PlanSpareOut(many=True, required=False,
+                          help_text="hot spares held for the job, warmed with its code; one takes a lost machine's place")
     hyperparameters = serializers.DictField()
     # An elastic job's node range [MIN, MAX] (resources.nodes "MIN:MAX"); nnodes is what it starts with.
     nodes_range = serializers.ListField(child=serializers.IntegerField(min_value=1), min_length=2, max_length=2,
@@ -75,7 +85,7 @@ class PlanOut(serializers.Serializer):
     skipped = PlanSkippedOut(many=True, required=False)
 
     class Meta:
-        optional_fields = ('preflight', 'skipped', 'launcher', 'nodes_range')
+        optional_fields = ('preflight', 'skipped', 'launcher', 'nodes_range', 'spares')
 
 
 class _Reported(serializers.Field):
@@ -243,8 +253,13 @@ class JobSummaryOut(serializers.ModelSerializer):
         model = Job
         fields = [
             "id", "name", "status", "status_reason", "world_size", "attempt", "restarts", "progress",
-            "created_at", "started_at", "finished_at", "owner", "project",
+            "created_at", "started_at", "finished_at", "owner", "project", "priority", "queued_at", "borrowing",
         ]
+        extra_kwargs = {
+            "priority": {"help_text": "higher first in the queue: low -10, normal 0, high 10 (PATCH /api/jobs/{id})"},
+            "queued_at": {"help_text": "when it last entered the queue (GET /api/queue has its place and reason)"},
+            "borrowing": {"help_text": "it holds more than its project's quota leaves it (started on idle capacity)"},
+        }
 
 
 class JobNodeOut(serializers.ModelSerializer):
@@ -287,7 +302,7 @@ class JobResourcesOut(serializers.Serializer):
 
 
 class JobPlacementOut(serializers.Serializer):
-    policy = serializers.ChoiceField(choices=["pack", "spread"])
+    policy = serializers.CharField(help_text="pack, spread, simple, balanced or an installed policy's name")
     machines = serializers.ListField(child=serializers.CharField(), help_text="manual placement, the master first")
     oversubscribe = serializers.BooleanField()
     labels = serializers.DictField(child=serializers.CharField(), help_text="machine labels every node's machine has")
@@ -370,9 +385,12 @@ class JobSpecOut(StoredJsonOut):
     framework = serializers.ChoiceField(choices=["pytorch", "ray"])
     model = serializers.CharField(help_text="DistroML's model name the entrypoint was chosen by")
     dataset = serializers.CharField()
+    priority = serializers.IntegerField(help_text="as submitted (the job's current one is its `priority`)")
+    time_limit = serializers.IntegerField(help_text="seconds the job may run from its start")
 
     class Meta:
-        optional_fields = ("entrypoint", "module", "code", "secret_env", "model", "dataset", "function")
+        optional_fields = ("entrypoint", "module", "code", "secret_env", "model", "dataset", "function", "priority",
+                           "time_limit")
 
 
 class JobDetailOut(JobSummaryOut):

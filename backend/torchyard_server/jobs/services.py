@@ -25,9 +25,12 @@ from ..machines.models import Machine
 from ..machines.services import MachineInUse, machine_mark_suspect
 from ..projects.models import DEFAULT_PROJECT
 from ..projects.selectors import project_by_name
+from .agent_api import bundle_grant
 from .membership import membership_send
 from .models import Job, JobNode
-from .planner import Candidate, PlanError, is_elastic, plan_job
+from .planner import Candidate, PlanError, is_elastic, plan_in_place, plan_job
+from .queue_poke import queue_poke_on_commit
+from .quotas import beyond_quota, growth_beyond_quota
 from .rates import PER_ATTEMPT, fold_rates
 from .registries import resume_manifest_uri
 from .selectors import machine_candidates
@@ -89,15 +92,19 @@ def job_submit(*, spec: dict[str, Any], owner) -> Job:
             raise
     with transaction.atomic():
         project = project_by_name(spec.get("project") or DEFAULT_PROJECT)
+        if project is not None and (too_big := beyond_quota(project, spec)):
+            raise PlanError(too_big, kind="capacity")
         job = Job.objects.create(
-            name=spec["name"], spec=spec, owner=owner, project=project, progress=_initial_progress(spec)
+            name=spec["name"], spec=spec, owner=owner, project=project, progress=_initial_progress(spec),
+            priority=int(spec.get("priority") or 0), queued_at=timezone.now(),
         )
         publish_on_commit(
             {"type": protocol.STATE, "job": job.pk, "attempt": 0, "scope": "job",
              "status": J.QUEUED, "previous": None, "reason": "submitted"}
         )
         audit.record(None, audit.Action.JOB_SUBMIT, job, resources=spec.get("resources") or {})
-        transaction.on_commit(lambda: _send_control("torchyard_server.jobs.tasks.schedule_job", job.pk))
+        # A queue pass (jobs/queue.py), shared with whatever else asked for one meanwhile.
+        queue_poke_on_commit()
     return job
 
 
@@ -116,14 +123,13 @@ def _send_control(task_name: str, *args: Any) -> None:
 
 
 def job_schedule(*, job_id: int) -> None:
-    """queued -> planning -> dispatching, or back to queued with the reason when it cannot fit."""
-    with transaction.atomic():
-        job = Job.objects.select_for_update().filter(pk=job_id).first()
-        if job is None or job.status != J.QUEUED:
-            return
-        if not transition_job(job, J.PLANNING, "planning"):
-            return
-    _plan_and_dispatch(job_id=job_id, from_status=J.PLANNING)
+    """A queue pass for a job just queued: it starts when its turn in the queue (jobs/queue.py) lets
+    it (queued -> planning -> dispatching), or waits queued with its reason. The pass places every
+    job whose turn it is, not only this one: no job jumps the queue by being scheduled by id."""
+    from .queue import queue_schedule
+
+    if Job.objects.filter(pk=job_id, status=J.QUEUED).exists():
+        queue_schedule()
 
 
 # Any constant: the key of the one advisory lock that serializes placement on PostgreSQL.
@@ -148,7 +154,10 @@ def _plan_and_dispatch(*, job_id: int, from_status: str, prefix: str = "") -> No
         if job is None or job.status != from_status or _live_nodes(job):
             return
         try:
-            plan = job_preview_plan(spec=job.spec)
+            # A recovery stays where it was (or moves onto a hot spare) when it can: no new plan.
+            in_place = plan_in_place(job.spec, job.plan or {}, machine_candidates(exclude_job=job.pk),
+                                     pick_port=_pick_master_port) if from_status == J.RECOVERING else None
+            plan = in_place[0] if in_place else job_preview_plan(spec=job.spec)
             _open_secrets(job.spec)
         except PlanError as exc:
             transition_job(job, J.FAILED if exc.kind == "invalid" else J.QUEUED, prefix + exc.reason)
@@ -157,7 +166,7 @@ def _plan_and_dispatch(*, job_id: int, from_status: str, prefix: str = "") -> No
             # Nothing will open them later either: fail now rather than leave the job half-dispatched.
             transition_job(job, J.FAILED, prefix + str(exc))
             return
-        _dispatch(job, plan)
+        _dispatch(job, plan, how=in_place[1] if in_place else "")
 
 
 def _open_secrets(spec: dict[str, Any]) -> dict[str, str]:
@@ -171,8 +180,9 @@ def _next_attempt(job: Job) -> int:
     return 0 if last is None else last + 1
 
 
-def _dispatch(job: Job, plan: dict[str, Any]) -> None:
-    """Create the attempt's nodes and send their launches on commit (the caller holds the locks)."""
+def _dispatch(job: Job, plan: dict[str, Any], how: str = "") -> None:
+    """Create the attempt's nodes and send their launches on commit (the caller holds the locks);
+    `how` says how a recovery was placed (in place, onto a spare)."""
     attempt = _next_attempt(job)
     machines = {m.pk: m for m in Machine.objects.filter(pk__in=[n["machine_id"] for n in plan["nodes"]])}
     nodes = [
@@ -188,6 +198,8 @@ def _dispatch(job: Job, plan: dict[str, Any]) -> None:
     resized = _resized(job, attempt, plan) if attempt > 0 and is_elastic(job.spec) else ""
     if resized:
         what = f"{resized}; {what}"
+    if how:
+        what = f"{how}; {what}"
     if attempt > 0:
         what += f", attempt {attempt}, " + (f"resuming from {resume}" if resume else "from scratch (no checkpoint yet)")
     transition_job(
@@ -198,6 +210,7 @@ def _dispatch(job: Job, plan: dict[str, Any]) -> None:
         progress={**{k: v for k, v in (job.progress or {}).items() if k != "stall"},
                   "throughput_by_rank": {}, "throughput": None, "step_by_rank": {}, **PER_ATTEMPT},
     )
+    _warm_spares(job, plan)
     for node in nodes:
         transition_node(node, N.LAUNCHING, f"sent to {node.machine_name}")
         launch = _launch_payload(job, plan, node, resume)
@@ -207,6 +220,19 @@ def _dispatch(job: Job, plan: dict[str, Any]) -> None:
                 protocol.TASK_LAUNCH_NODE, kwargs={"launch": launch}, queue=protocol.machine_queue(machine_id)
             )
         )
+
+
+def _warm_spares(job: Job, plan: dict[str, Any]) -> None:
+    """Each hot spare prepares the job's code and environment into its machine's cache, and a warm
+    pool of that environment's Python, as a node of the job would: taking a lost node's place then
+    costs what a recovery in place does."""
+    code, pip = _code_payload(job.spec), list((job.spec.get("runtime") or {}).get("pip") or [])
+    for spare in plan.get("spares") or []:
+        machine_id = int(spare["machine_id"])
+        granted = {**code, "grant": bundle_grant(sha256=code["bundle"], machine_id=machine_id)} if code else {}
+        transaction.on_commit(lambda granted=granted, machine_id=machine_id: celery_app.send_task(
+            protocol.TASK_WARM_CACHES, kwargs={"code": granted, "pip": pip, "pool": True},
+            queue=protocol.machine_queue(machine_id)))
 
 
 def _resized(job: Job, attempt: int, plan: dict[str, Any]) -> str:
@@ -258,6 +284,8 @@ def job_grow_at_checkpoint(*, job_id: int, attempt: int) -> bool:
         except PlanError:
             return False
         if larger["nnodes"] <= current:
+            return False
+        if growth_beyond_quota(job, larger):
             return False
         transition_job(job, J.RECOVERING, f"growing from {current} to {larger['nnodes']} nodes: stopping attempt "
                        f"{attempt} at its committed checkpoint")
@@ -660,5 +688,8 @@ def nodes_on_removed_machine(sender, *, machine: Machine, force: bool, **_: Any)
 
 
 def jobs_schedule_queued() -> None:
-    for job_id in Job.objects.filter(status=J.QUEUED).order_by("id").values_list("pk", flat=True)[:50]:
-        job_schedule(job_id=job_id)
+    """The beat's queue pass (jobs/queue.py), after its chores: time limits, usage rows left open."""
+    from .queue import queue_housekeeping, queue_schedule
+
+    queue_housekeeping()
+    queue_schedule()

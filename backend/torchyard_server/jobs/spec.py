@@ -22,6 +22,8 @@ from ..bundles.services import bundle_for_user
 from ..projects.models import DEFAULT_PROJECT
 from ..projects.permissions import projects_visible_to, require_submit
 from ..projects.selectors import project_by_name
+from . import policies as placement_policies
+from .spec_queue import PriorityField, TimeLimitField, check_priority_ceiling
 
 RECIPES_DIR = Path(torchyard.__file__).resolve().parent / "examples"
 # What a function's payload bundle must hold (workers/torchyard/functions/results.py).
@@ -59,7 +61,7 @@ MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 TOP_LEVEL_KEYS = {
     "name", "entrypoint", "module", "code", "runtime", "args", "env", "resources", "placement", "distributed", "hyperparameters",
     "scaling", "checkpointing", "fault_tolerance", "compression", "framework", "model", "dataset", "project",
-    "secret_env", "volumes", "function", "elastic",
+    "secret_env", "volumes", "function", "elastic", "priority", "time_limit",
 }
 
 
@@ -125,6 +127,7 @@ class RuntimeSerializer(serializers.Serializer):
 
 
 MAX_NODES = 256
+MAX_SPARES = 8  # hot spares a job may hold
 
 
 @extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_NODES},
@@ -180,8 +183,15 @@ class ResourcesSerializer(serializers.Serializer):
                                              help_text="CPU cores each node needs (default: one per process)")
     memory_per_node = serializers.IntegerField(min_value=0, max_value=1 << 50, required=False,
                                                help_text="bytes of free memory each node needs on its machine")
+    spares = serializers.IntegerField(
+        min_value=0, max_value=MAX_SPARES, required=False,
+        help_text="hot spares: extra machines held for the job, their caches and warm pools prepared with its code; "
+                  "a lost machine is replaced by one without re-planning the others")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("spares") and ("min_nodes" in attrs or (attrs.get("nodes") or (0, None))[1] is not None):
+            raise serializers.ValidationError({"spares": [
+                "an elastic job (nodes MIN:MAX) goes on with fewer nodes when it loses one; spares are for a fixed count."]})
         if "workers" in attrs and ("nodes" in attrs or "procs_per_node" in attrs):
             raise serializers.ValidationError(
                 {"workers": ["give either workers (world size) or nodes + procs_per_node, not both."]}
@@ -216,9 +226,12 @@ class ElasticSerializer(serializers.Serializer):
 
 
 class PlacementSerializer(serializers.Serializer):
-    policy = serializers.ChoiceField(
-        choices=["pack", "spread"], default="pack",
-        help_text="pack: least waste, the machines a node fits most tightly; spread: the least loaded first")
+    policy = serializers.CharField(
+        max_length=100, default=placement_policies.DEFAULT_POLICY,
+        help_text="pack: least waste, the machines a node fits most tightly; spread: the least loaded first; "
+                  "simple (seed 004): fewest free GPUs of at least min_gpu_memory left after placing, then least "
+                  "GPU memory beyond the asked; balanced (seed 004): fewest active tasks and most free GPUs; or a policy "
+                  "installed by the entry point group torchyard.placement_policies")
     machines = serializers.ListField(child=serializers.CharField(max_length=100), default=list, max_length=256,
                                      help_text="manual placement: these machines, in this order (the first is the master)")
     oversubscribe = serializers.BooleanField(
@@ -226,6 +239,12 @@ class PlacementSerializer(serializers.Serializer):
     labels = serializers.DictField(
         child=serializers.CharField(max_length=200), required=False,
         help_text="only machines whose labels hold every one of these key: value pairs")
+
+    def validate_policy(self, value: str) -> str:
+        names = placement_policies.policy_names()
+        if value not in names:
+            raise serializers.ValidationError(f"unknown placement policy {value!r}; choose one of: {', '.join(names)}.")
+        return value
 
     def validate_labels(self, value: dict[str, str]) -> dict[str, str]:
         if len(value) > 32 or any(len(key) > 100 or not key for key in value):
@@ -403,6 +422,13 @@ class JobSpecSerializer(serializers.Serializer):
         help_text="pytorch; ray: a Ray cluster over the job's nodes (Ray from the job's requirements), the "
                   "entrypoint (or function) as its driver on node 0")
     model = serializers.CharField(max_length=100, required=False)
+    priority = PriorityField(required=False, help_text=(
+        "the job's place in the queue: low (-10), normal (0, the default), high (10) or an integer from -100 to "
+        "100, higher first; at most the project's priority_ceiling (staff are not capped)"))
+    time_limit = TimeLimitField(required=False, help_text=(
+        "the most the job may run, from its start: seconds or a duration (90m, 2h, 1d); stopped when it is "
+        "reached. A job with one may start ahead of the queue's first (backfill) when it ends before that one "
+        "can start"))
     dataset = serializers.CharField(max_length=100, required=False)
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
@@ -450,6 +476,9 @@ class JobSpecSerializer(serializers.Serializer):
         return {key: secretbox.seal(secret) for key, secret in validate_env_names(value).items()}
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs.setdefault("priority", 0)
+        check_priority_ceiling(attrs["priority"], attrs.get("project") or DEFAULT_PROJECT,
+                               getattr(self.context.get("request"), "user", None))
         model = attrs.pop("model", None)
         if model is not None:
             recipe = MODEL_RECIPES.get(model)

@@ -7,7 +7,9 @@ from django.utils import timezone
 from torchyard import protocol
 
 from ..events import publish_on_commit
+from ..usage.services import usage_close, usage_open
 from .models import Job, JobNode
+from .queue_poke import queue_poke_on_commit
 
 J = Job.Status
 N = JobNode.Status
@@ -25,6 +27,8 @@ JOB_TRANSITIONS: dict[str, set[str]] = {
 }
 JOB_LIVE = frozenset(s for s, targets in JOB_TRANSITIONS.items() if targets)
 JOB_FINAL = frozenset({J.COMPLETED, J.FAILED, J.STOPPED})
+# A job holds its hot spares (its plan's) from its dispatch until it ends or waits queued again.
+SPARES_HELD = frozenset({J.DISPATCHING, J.RUNNING, J.RECOVERING})
 
 NODE_TRANSITIONS: dict[str, set[str]] = {
     N.PENDING: {N.LAUNCHING, N.STOPPED, N.FAILED, N.LOST},
@@ -60,6 +64,8 @@ def transition_job(job: Job, to: str, reason: str = "", **fields) -> bool:
         fields.setdefault("finished_at", now)
     if to == J.RUNNING:
         fields.setdefault("started_at", job.started_at or now)
+    if to == J.QUEUED:
+        fields.setdefault("queued_at", now)
     previous = job.status
     updated = Job.objects.filter(pk=job.pk, status=previous, status__in=_sources(JOB_TRANSITIONS, to)).update(
         status=to, status_reason=reason, updated_at=now, **fields
@@ -69,6 +75,9 @@ def transition_job(job: Job, to: str, reason: str = "", **fields) -> bool:
     job.status, job.status_reason = to, reason
     for name, value in fields.items():
         setattr(job, name, value)
+    if to in JOB_FINAL or (to == J.QUEUED and previous == J.RECOVERING):
+        # What it held is free (or it waits again): a queued job may start now.
+        queue_poke_on_commit()
     publish_on_commit(
         {
             "type": protocol.STATE,
@@ -102,6 +111,11 @@ def transition_node(node: JobNode, to: str, reason: str = "", *, announce: bool 
     node.status, node.status_reason = to, reason
     for name, value in fields.items():
         setattr(node, name, value)
+    # The usage ledger (GPU-hours): what a node holds counts from running to its end.
+    if to == N.RUNNING:
+        _account_running(node)
+    elif to not in NODE_LIVE:
+        usage_close(node_id=node.pk, ended_at=fields["finished_at"])
     if announce:
         publish_on_commit(
             {
@@ -117,3 +131,13 @@ def transition_node(node: JobNode, to: str, reason: str = "", *, announce: bool 
             }
         )
     return True
+
+
+def _account_running(node: JobNode) -> None:
+    job = Job.objects.filter(pk=node.job_id).values("owner_id", "owner__username", "project_id", "project__name").first()
+    if job is None:
+        return
+    usage_open(node_id=node.pk, job_id=node.job_id, attempt=node.attempt, user_id=job["owner_id"],
+               username=job["owner__username"], project_id=job["project_id"], project_name=job["project__name"],
+               machine_id=node.machine_id, machine_name=node.machine_name, gpus=len(node.gpus or []),
+               processes=node.nproc, started_at=node.started_at)

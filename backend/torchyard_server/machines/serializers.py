@@ -60,7 +60,13 @@ class MachineCapabilitiesOut(StoredJsonOut):
     disk_space = serializers.IntegerField(help_text="bytes free where the agent works")
     gpu_count = serializers.IntegerField()
     gpu_memory = serializers.IntegerField(help_text="MB, every GPU's together")
-    gpus = MachineGpuOut(many=True)
+    gpus = MachineGpuOut(many=True, help_text="the GPUs jobs are placed on: NVML's, or the agent's declared ones")
+    gpus_declared = serializers.BooleanField(help_text=(
+        "true: the agent declares its GPUs (`torchyard agent --gpus --models --memories`); only those are scheduled"))
+    gpus_detected = MachineGpuOut(many=True, help_text="with declared GPUs: the GPUs NVML sees on the machine")
+    gpu_warnings = serializers.ListField(child=serializers.CharField(), help_text=(
+        "with declared GPUs: where the declaration differs from what NVML sees (a model, a memory size, a GPU "
+        "NVML does not see, or no NVML GPU at all)"))
     python_version = serializers.CharField(help_text="the training Python's; empty when it could not be read")
     torch_version = serializers.CharField(help_text="the training Python's torch; empty when it could not be read")
     cache = MachineCacheOut(help_text="what its caches hold: it is what makes a launch fast")
@@ -68,7 +74,7 @@ class MachineCapabilitiesOut(StoredJsonOut):
 
     class Meta:
         optional_fields = ("cpu_count", "memory", "disk_space", "gpu_count", "gpu_memory", "gpus", "python_version",
-                           "torch_version", "cache", "volumes")
+                           "torch_version", "cache", "volumes", "gpus_declared", "gpus_detected", "gpu_warnings")
 
 
 class MachineLoadOut(StoredJsonOut):

@@ -17,8 +17,17 @@ from .permissions import (
     projects_visible_to,
     require_project_admin,
 )
-from .serializers import MembershipIn, MembershipOut, ProjectIn, ProjectOut, RoleIn
-from .services import membership_remove, membership_set, project_create
+from .priorities import ADMIN_CEILING_MAX, priority_label
+from .registries import held_by_project
+from .serializers import MembershipIn, MembershipOut, ProjectIn, ProjectOut, ProjectSettingsIn, RoleIn
+from .services import membership_remove, membership_set, project_create, project_update
+
+# What only staff may change: how much of the cluster a project gets.
+STAFF_SETTINGS = ("max_gpus", "max_processes", "borrow")
+
+
+def _context(user) -> dict:
+    return {"roles": _roles(user), "held": held_by_project()}
 
 
 def _roles(user) -> dict[int, str]:
@@ -32,8 +41,7 @@ class ProjectListView(APIView):
 
     @extend_schema(responses=ProjectOut(many=True))
     def get(self, request):
-        return Response(ProjectOut(projects_visible_to(request.user), many=True,
-                                   context={"roles": _roles(request.user)}).data)
+        return Response(ProjectOut(projects_visible_to(request.user), many=True, context=_context(request.user)).data)
 
     @extend_schema(request=ProjectIn, responses={201: ProjectOut})
     def post(self, request):
@@ -42,14 +50,34 @@ class ProjectListView(APIView):
         data = ProjectIn(data=request.data)
         data.is_valid(raise_exception=True)
         project = project_create(**data.validated_data)
-        return Response(ProjectOut(project, context={"roles": _roles(request.user)}).data, status=status.HTTP_201_CREATED)
+        return Response(ProjectOut(project, context=_context(request.user)).data, status=status.HTTP_201_CREATED)
 
 
 class ProjectDetailView(APIView):
     @extend_schema(responses=ProjectOut)
     def get(self, request, name: str):
         project = project_visible_or_404(request.user, name)
-        return Response(ProjectOut(project, context={"roles": _roles(request.user)}).data)
+        return Response(ProjectOut(project, context=_context(request.user)).data)
+
+    @extend_schema(request=ProjectSettingsIn, responses=ProjectOut)
+    def patch(self, request, name: str):
+        """Change the project's description and priority ceiling (its admins), or its quotas and
+        borrowing (staff). Audited."""
+        project = project_visible_or_404(request.user, name)
+        require_project_admin(request.user, project, to="change its settings")
+        data = ProjectSettingsIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        changes = dict(data.validated_data)
+        if not is_staff(request.user):
+            refused = [key for key in STAFF_SETTINGS if key in changes]
+            if refused:
+                raise PermissionDenied(f"only staff set a project's quotas and borrowing ({', '.join(refused)}).")
+            ceiling = changes.get("priority_ceiling")
+            if ceiling is not None and ceiling > ADMIN_CEILING_MAX:
+                raise ValidationError({"priority_ceiling": [
+                    f"a project's admins may set it up to {priority_label(ADMIN_CEILING_MAX)}; above that, ask staff."]})
+        project = project_update(project=project, changes=changes)
+        return Response(ProjectOut(project, context=_context(request.user)).data)
 
 
 def _user_or_400(username: str):

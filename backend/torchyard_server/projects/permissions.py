@@ -106,9 +106,9 @@ def submittable_projects(user: Any) -> QuerySet[Project]:
 
 
 # --- projects -------------------------------------------------------------------------------------
-def require_project_admin(user: Any, project: Project) -> None:
+def require_project_admin(user: Any, project: Project, *, to: str = "manage its members") -> None:
     if not has_role(user, project.pk, Role.ADMIN):
-        raise PermissionDenied(f"only an admin of project {project.name!r} or staff may manage its members.")
+        raise PermissionDenied(f"only an admin of project {project.name!r} or staff may {to}.")
 
 
 def project_visible_or_404(user: Any, name: str) -> Project:

@@ -6,6 +6,7 @@ from django.db import transaction
 
 from ..audit import services as audit
 from .models import Membership, Project, default_project_pk
+from .registries import project_changed
 
 
 def default_project() -> Project:
@@ -26,6 +27,23 @@ def project_create(*, name: str, description: str = "", admin: Any = None) -> Pr
         if admin is not None:
             Membership.objects.create(project=project, user=admin, role=Membership.Role.ADMIN)
         audit.record(None, audit.Action.PROJECT_CREATE, project, admin=admin.get_username() if admin else None)
+    return project
+
+
+def project_update(*, project: Project, changes: dict[str, Any]) -> Project:
+    """Change a project's description, priority ceiling or quotas (the caller checked who may);
+    audited with each changed field's previous value."""
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(pk=project.pk)
+        previous = {name: getattr(project, name) for name in changes if getattr(project, name) != changes[name]}
+        if not previous:
+            return project
+        for name in previous:
+            setattr(project, name, changes[name])
+        project.save(update_fields=list(previous))
+        audit.record(None, audit.Action.PROJECT_UPDATE, project,
+                     changes={name: changes[name] for name in previous}, previous=previous)
+        project_changed()
     return project
 
 

@@ -64,3 +64,34 @@ class JobUpdates:
             self._flush.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flush
+
+
+class QueueUpdates:
+    """One client's queue: the latest of the queue passes' snapshots (jobs/queue.py), sent
+    JOB_UPDATES_EVERY after the first came, only the jobs of projects the client may see (with their
+    place in the whole queue)."""
+
+    def __init__(self, send: Callable[[dict[str, Any]], Awaitable[None]],
+                 visible_projects: Callable[[], Awaitable[set[str]]]) -> None:
+        self.send, self.visible_projects = send, visible_projects
+        self.latest: list[dict[str, Any]] | None = None
+        self._flush: asyncio.Task | None = None
+
+    def add(self, entries: list[dict[str, Any]]) -> None:
+        first = self.latest is None
+        self.latest = entries
+        if first:
+            self._flush = asyncio.get_running_loop().create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(JOB_UPDATES_EVERY)
+        entries, self.latest = self.latest or [], None
+        visible = await self.visible_projects()
+        await self.send({"type": "queue", "jobs": [e for e in entries if e.get("project") in visible],
+                         "total": len(entries)})
+
+    async def close(self) -> None:
+        if self._flush is not None and not self._flush.done():
+            self._flush.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flush

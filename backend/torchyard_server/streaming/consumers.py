@@ -27,7 +27,7 @@ from ..projects.permissions import projects_visible_to
 from . import groups
 from .backpressure import send_backlog
 from .bulk import stored_after
-from .cluster import JobUpdates
+from .cluster import JobUpdates, QueueUpdates
 from .frames import events_frame, frame_text
 from .inbound import SendOnlyConsumer
 from .telemetry import WEBSOCKETS
@@ -156,6 +156,8 @@ class ClusterStreamConsumer(SendOnlyConsumer):
         WEBSOCKETS.closed(self)
         if hasattr(self, "job_updates"):
             await self.job_updates.close()
+        if hasattr(self, "queue_updates"):
+            await self.queue_updates.close()
         await self.channel_layer.group_discard(groups.CLUSTER, self.channel_name)
 
     async def cluster_machines(self, message):
@@ -170,6 +172,12 @@ class ClusterStreamConsumer(SendOnlyConsumer):
         if not hasattr(self, "job_updates"):
             self.job_updates = JobUpdates(self.send_json, self._visible_projects)
         self.job_updates.add(message["job"])
+
+    async def cluster_queue(self, message):
+        # The queue after a pass (streaming/queue.py): the latest, one message per JOB_UPDATES_EVERY.
+        if not hasattr(self, "queue_updates"):
+            self.queue_updates = QueueUpdates(self.send_json, self._visible_projects)
+        self.queue_updates.add(message["jobs"])
 
     @database_sync_to_async
     def _visible_projects(self) -> set[str]:

@@ -40,6 +40,7 @@ from ..jobs.states import NODE_LIVE
 from ..machines.models import Machine
 from ..machines.states import MACHINE_SCHEDULABLE
 from ..streaming import telemetry
+from ..usage.selectors import usage_seconds_by_project
 
 log = logging.getLogger(__name__)
 SCRAPER = "metrics-token"  # request.auth of a scrape authenticated by TORCHYARD_METRICS_TOKEN
@@ -82,6 +83,7 @@ class TorchyardCollector(Collector):
         yield self._states("torchyard_gpus", "GPUs the machines report: used by live nodes, free on machines "
                            "that take new nodes, unavailable (offline, pending or draining machines).",
                            gpu_counts(), ["used", "free", "unavailable"])
+        yield from self._usage(usage_seconds_by_project())
         try:
             client = _redis(settings.REDIS_URL)
             yield from self._ingest(telemetry.ingest_report(client))
@@ -97,6 +99,19 @@ class TorchyardCollector(Collector):
         for state in states:  # every state, 0 included: a series that vanishes reads as "no data"
             family.add_metric([state], counts.get(state, 0))
         return family
+
+    @staticmethod
+    def _usage(totals: dict[str, tuple[float, float]]) -> Iterator[Metric]:
+        gpus = CounterMetricFamily("torchyard_gpu_seconds", "GPU-seconds held by jobs' nodes, by project: each node's "
+                                   "GPUs times the seconds from its start to its end (or now), since the usage ledger "
+                                   "began.", labels=["project"])
+        processes = CounterMetricFamily("torchyard_process_seconds", "Process-seconds (ranks times seconds) of jobs' "
+                                        "nodes, by project, counted as GPU-seconds are.", labels=["project"])
+        for project, (gpu_seconds, process_seconds) in sorted(totals.items()):
+            gpus.add_metric([project], gpu_seconds)
+            processes.add_metric([project], process_seconds)
+        yield gpus
+        yield processes
 
     @staticmethod
     def _ingest(report: dict[str, float]) -> Iterator[Metric]:

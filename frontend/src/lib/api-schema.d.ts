@@ -362,7 +362,11 @@ export interface paths {
         delete: operations["jobs_destroy"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * @description Change a live job's priority: a queued job moves in the queue at once. Its owner (a member)
+         *     or an admin of its project, up to the project's priority ceiling (staff: any). Audited.
+         */
+        patch: operations["jobs_partial_update"];
         trace?: never;
     };
     "/api/jobs/{job_id}/artifacts": {
@@ -1108,6 +1112,22 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/placement-policies": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["placement_policies_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/preferences/distributed": {
         parameters: {
             query?: never;
@@ -1157,7 +1177,11 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * @description Change the project's description and priority ceiling (its admins), or its quotas and
+         *     borrowing (staff). Audited.
+         */
+        patch: operations["projects_partial_update"];
         trace?: never;
     };
     "/api/projects/{name}/members": {
@@ -1191,6 +1215,23 @@ export interface paths {
         options?: never;
         head?: never;
         patch: operations["projects_members_partial_update"];
+        trace?: never;
+    };
+    "/api/queue": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The queue, first in line first: your projects' jobs, with their place in the whole queue. */
+        get: operations["queue_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/recipes": {
@@ -1296,6 +1337,22 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["usage_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1310,6 +1367,7 @@ export interface components {
          * @description * `job.submit` - Job Submit
          *     * `job.stop` - Job Stop
          *     * `job.delete` - Job Delete
+         *     * `job.priority_change` - Job Priority Change
          *     * `machine.add` - Machine Add
          *     * `machine.update` - Machine Update
          *     * `machine.drain` - Machine Drain
@@ -1317,6 +1375,7 @@ export interface components {
          *     * `machine.rotate_token` - Machine Rotate Token
          *     * `machine.remove` - Machine Remove
          *     * `project.create` - Project Create
+         *     * `project.update` - Project Update
          *     * `project.member_add` - Project Member Add
          *     * `project.member_role_change` - Project Member Role Change
          *     * `project.member_remove` - Project Member Remove
@@ -1325,7 +1384,7 @@ export interface components {
          *     * `bundle.upload` - Bundle Upload
          * @enum {string}
          */
-        ActionEnum: "job.submit" | "job.stop" | "job.delete" | "machine.add" | "machine.update" | "machine.drain" | "machine.undrain" | "machine.rotate_token" | "machine.remove" | "project.create" | "project.member_add" | "project.member_role_change" | "project.member_remove" | "token.create" | "token.revoke" | "bundle.upload";
+        ActionEnum: "job.submit" | "job.stop" | "job.delete" | "job.priority_change" | "machine.add" | "machine.update" | "machine.drain" | "machine.undrain" | "machine.rotate_token" | "machine.remove" | "project.create" | "project.update" | "project.member_add" | "project.member_role_change" | "project.member_remove" | "token.create" | "token.revoke" | "bundle.upload";
         AgentConfigOut: {
             machine: components["schemas"]["AgentMachineOut"];
             /** @description the broker and event stream the agent connects to */
@@ -1395,6 +1454,21 @@ export interface components {
             readonly detail: unknown;
             readonly source_ip: string | null;
         };
+        /**
+         * @description * `resources` - resources
+         *     * `capacity` - capacity
+         *     * `quota` - quota
+         *     * `head` - head
+         *     * `invalid` - invalid
+         * @enum {string}
+         */
+        BlockedByEnum: "resources" | "capacity" | "quota" | "head" | "invalid";
+        /**
+         * @description * `hour` - hour
+         *     * `day` - day
+         * @enum {string}
+         */
+        BucketEnum: "hour" | "day";
         BundleDetailOut: {
             sha256: string;
             /**
@@ -1427,6 +1501,13 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
         };
+        /**
+         * @description * `project` - project
+         *     * `user` - user
+         *     * `machine` - machine
+         * @enum {string}
+         */
+        ByEnum: "project" | "user" | "machine";
         CapabilitiesOut: {
             /** @description cpu_count, memory, disk_space, gpu_count, gpu_memory, gpus, ... */
             capabilities: {
@@ -1954,6 +2035,18 @@ export interface components {
             finished_at: string | null;
             owner: string;
             project: string;
+            /**
+             * Format: int64
+             * @description higher first in the queue: low -10, normal 0, high 10 (PATCH /api/jobs/{id})
+             */
+            priority: number;
+            /**
+             * Format: date-time
+             * @description when it last entered the queue (GET /api/queue has its place and reason)
+             */
+            queued_at: string | null;
+            /** @description it holds more than its project's quota leaves it (started on idle capacity) */
+            borrowing: boolean;
             /** @description the validated JobSpec; secret_env values as *** */
             spec: components["schemas"]["JobSpecOut"];
             /** @description null until the job is dispatched */
@@ -2039,7 +2132,8 @@ export interface components {
             finished_at: string | null;
         };
         JobPlacementOut: {
-            policy: components["schemas"]["PolicyEnum"];
+            /** @description pack, spread, simple, balanced or an installed policy's name */
+            policy: string;
             /** @description manual placement, the master first */
             machines: string[];
             oversubscribe: boolean;
@@ -2239,6 +2333,10 @@ export interface components {
              */
             framework?: components["schemas"]["FrameworkEnum"];
             model?: string;
+            /** @description the job's place in the queue: low (-10), normal (0, the default), high (10) or an integer from -100 to 100, higher first; at most the project's priority_ceiling (staff are not capped) */
+            priority?: ("low" | "normal" | "high") | number;
+            /** @description the most the job may run, from its start: seconds or a duration (90m, 2h, 1d); stopped when it is reached. A job with one may start ahead of the queue's first (backfill) when it ends before that one can start */
+            time_limit?: number | string;
             dataset?: string;
         };
         /**
@@ -2282,6 +2380,10 @@ export interface components {
             /** @description DistroML's model name the entrypoint was chosen by */
             model?: string;
             dataset?: string;
+            /** @description as submitted (the job's current one is its `priority`) */
+            priority?: number;
+            /** @description seconds the job may run from its start */
+            time_limit?: number;
         };
         /**
          * @description * `queued` - Queued
@@ -2316,6 +2418,18 @@ export interface components {
             finished_at: string | null;
             owner: string;
             project: string;
+            /**
+             * Format: int64
+             * @description higher first in the queue: low -10, normal 0, high 10 (PATCH /api/jobs/{id})
+             */
+            priority: number;
+            /**
+             * Format: date-time
+             * @description when it last entered the queue (GET /api/queue has its place and reason)
+             */
+            queued_at: string | null;
+            /** @description it holds more than its project's quota leaves it (started on idle capacity) */
+            borrowing: boolean;
         };
         /**
          * @description * `culprit` - culprit
@@ -2377,7 +2491,14 @@ export interface components {
             gpu_count?: number;
             /** @description MB, every GPU's together */
             gpu_memory?: number;
+            /** @description the GPUs jobs are placed on: NVML's, or the agent's declared ones */
             gpus?: components["schemas"]["MachineGpuOut"][];
+            /** @description true: the agent declares its GPUs (`torchyard agent --gpus --models --memories`); only those are scheduled */
+            gpus_declared?: boolean;
+            /** @description with declared GPUs: the GPUs NVML sees on the machine */
+            gpus_detected?: components["schemas"]["MachineGpuOut"][];
+            /** @description with declared GPUs: where the declaration differs from what NVML sees (a model, a memory size, a GPU NVML does not see, or no NVML GPU at all) */
+            gpu_warnings?: string[];
             /** @description the training Python's; empty when it could not be read */
             python_version?: string;
             /** @description the training Python's torch; empty when it could not be read */
@@ -2706,6 +2827,10 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["AuditEntryOut"][];
         };
+        PatchedJobPatchIn: {
+            /** @description low, normal, high or an integer from -100 to 100; at most the project's priority_ceiling (staff are not capped) */
+            priority?: ("low" | "normal" | "high") | number;
+        };
         PatchedMachinePatch: {
             host?: string;
             port?: number;
@@ -2725,6 +2850,22 @@ export interface components {
             volumes?: {
                 [key: string]: string;
             };
+        };
+        /**
+         * @description What `PATCH /api/projects/{name}` changes; every field optional. The project's admins change the
+         *     description and the priority ceiling (up to high); staff also the ceiling above high, the
+         *     quotas and borrowing.
+         */
+        PatchedProjectSettingsIn: {
+            description?: string;
+            /** @description the highest priority its jobs may have; above 10 (high) only staff set it */
+            priority_ceiling?: ("low" | "normal" | "high") | number;
+            /** @description GPUs its running jobs may hold at once; null: no limit (staff) */
+            max_gpus?: number | null;
+            /** @description processes its running jobs may run at once; null: no limit (staff) */
+            max_processes?: number | null;
+            /** @description past its quota, jobs may start on idle capacity, marked borrowing (staff) */
+            borrow?: boolean;
         };
         PatchedRoleIn: {
             role?: components["schemas"]["RoleEnum"];
@@ -2752,13 +2893,10 @@ export interface components {
         };
         Placement: {
             /**
-             * @description pack: least waste, the machines a node fits most tightly; spread: the least loaded first
-             *
-             *     * `pack` - pack
-             *     * `spread` - spread
+             * @description pack: least waste, the machines a node fits most tightly; spread: the least loaded first; simple (seed 004): fewest free GPUs of at least min_gpu_memory left after placing, then least GPU memory beyond the asked; balanced (seed 004): fewest active tasks and most free GPUs; or a policy installed by the entry point group torchyard.placement_policies
              * @default pack
              */
-            policy?: components["schemas"]["PolicyEnum"];
+            policy?: string;
             /** @description manual placement: these machines, in this order (the first is the master) */
             machines?: string[];
             /**
@@ -2770,6 +2908,13 @@ export interface components {
             labels?: {
                 [key: string]: string;
             };
+        };
+        PlacementPolicyOut: {
+            /** @description what a JobSpec's placement.policy names */
+            name: string;
+            description: string;
+            /** @description false: installed by the entry point group torchyard.placement_policies */
+            built_in: boolean;
         };
         PlanNodeOut: {
             node_rank: number;
@@ -2797,6 +2942,8 @@ export interface components {
             backend: components["schemas"]["PlannedBackendEnum"];
             launcher?: components["schemas"]["LauncherEnum"];
             nodes: components["schemas"]["PlanNodeOut"][];
+            /** @description hot spares held for the job, warmed with its code; one takes a lost machine's place */
+            spares?: components["schemas"]["PlanSpareOut"][];
             hyperparameters: {
                 [key: string]: unknown;
             };
@@ -2819,6 +2966,13 @@ export interface components {
             /** @description why no node went there: "offline", "draining", "suspect", "2 GPUs free, 4 asked", "less than 40 GB per GPU", "busy: 3 processes of 4 cores, 2 more asked", "versions differ: ...", "not in the job's placement", "not needed: ..." */
             reason: string;
         };
+        PlanSpareOut: {
+            machine_id: number;
+            machine_name: string;
+            host: string;
+            /** @description the GPUs held on it for the job */
+            gpus: number[];
+        };
         PlanVolumeOut: {
             name: string;
             /** @description on the node's machine */
@@ -2832,12 +2986,6 @@ export interface components {
          * @enum {string}
          */
         PlannedBackendEnum: "gloo" | "nccl";
-        /**
-         * @description * `pack` - pack
-         *     * `spread` - spread
-         * @enum {string}
-         */
-        PolicyEnum: "pack" | "spread";
         PrepareDependenciesIn: {
             /** @description a bundle you uploaded: fetched and unpacked, its requirements.txt installed */
             bundle?: string;
@@ -2858,6 +3006,12 @@ export interface components {
          * @enum {string}
          */
         PreparingMachineOutStatusEnum: "preparing";
+        ProjectHeldOut: {
+            /** @description GPUs its live nodes hold now */
+            gpus: number;
+            /** @description processes (ranks) its live nodes run now */
+            processes: number;
+        };
         ProjectIn: {
             name: string;
             /** @default  */
@@ -2871,6 +3025,22 @@ export interface components {
             readonly created_at: string;
             /** @description your role in it (staff: admin) */
             readonly role: string | null;
+            /** @description the highest priority a job of the project may have (low -10, normal 0, high 10); staff are not capped */
+            priority_ceiling: number;
+            /**
+             * Format: int64
+             * @description the most GPUs the project's running jobs may hold at once (empty: no limit)
+             */
+            max_gpus: number | null;
+            /**
+             * Format: int64
+             * @description the most processes (ranks) the project's running jobs may run at once (empty: no limit)
+             */
+            max_processes: number | null;
+            /** @description past its quota a job may still start on capacity nobody queued within quota needs; it is marked borrowing (what preemption takes back first) */
+            borrow: boolean;
+            /** @description what its running jobs hold now, against max_gpus and max_processes */
+            readonly held: components["schemas"]["ProjectHeldOut"];
         };
         PurgeTotalsOut: {
             jobs: number;
@@ -2900,6 +3070,54 @@ export interface components {
             stored_files: number;
             stored_bytes: number;
             error: string | null;
+        };
+        QueueEntryOut: {
+            id: number;
+            name: string;
+            project: string;
+            owner: string;
+            /** @description higher first; low -10, normal 0, high 10 */
+            priority: number;
+            /** @description 1 for the first in line, in the whole queue (every project) */
+            position: number;
+            /** @description why it waits, in words (the planner's, then the queue's); "starting" when the next pass starts it */
+            reason: string;
+            /**
+             * @description resources: too few free GPUs or cores now; capacity: the machines online could never hold it; quota: its project is at its quota; head: it fits now but would delay the first in line; invalid: it can never run (it fails at the next pass); null: it starts at the next pass
+             *
+             *     * `resources` - resources
+             *     * `capacity` - capacity
+             *     * `quota` - quota
+             *     * `head` - head
+             *     * `invalid` - invalid
+             */
+            blocked_by: (components["schemas"]["BlockedByEnum"] | components["schemas"]["NullEnum"]) | null;
+            /** @description the first in line that cannot start: what backfill may not delay */
+            head: boolean;
+            /** @description past its project's quota: it may only borrow idle capacity */
+            borrowing: boolean;
+            /** @description it starts ahead of the head, which it cannot delay */
+            backfill: boolean;
+            /**
+             * Format: date-time
+             * @description the head's: when the running jobs' time limits and ETAs say it fits; null when unknown or not the head
+             */
+            expected_start: string | null;
+            /** Format: date-time */
+            submitted_at: string;
+            /**
+             * Format: date-time
+             * @description when it last entered the queue
+             */
+            waiting_since: string;
+            /** @description GPUs it asks (its plan's, or the least its spec runs on) */
+            gpus: number;
+            processes: number;
+        };
+        QueueOut: {
+            jobs: components["schemas"]["QueueEntryOut"][];
+            /** @description queued jobs in the whole queue, those you cannot see included */
+            total: number;
         };
         /**
          * @description The seed's dispatch body: one rank of a job to one machine. Every rank of one `job_id` sends
@@ -2996,6 +3214,8 @@ export interface components {
              * @description bytes of free memory each node needs on its machine
              */
             memory_per_node?: number;
+            /** @description hot spares: extra machines held for the job, their caches and warm pools prepared with its code; a lost machine is replaced by one without re-planning the others */
+            spares?: number;
         };
         ResourcesOut: {
             machines: components["schemas"]["MachineCountsOut"];
@@ -3287,6 +3507,40 @@ export interface components {
             /** @description days until the token stops working (default: never) */
             expires_in_days?: number | null;
         };
+        UsageOut: {
+            by: components["schemas"]["ByEnum"];
+            /** Format: date-time */
+            since: string;
+            /** Format: date-time */
+            until: string;
+            bucket: (components["schemas"]["BucketEnum"] | components["schemas"]["NullEnum"]) | null;
+            /** @description most GPU-hours first */
+            totals: components["schemas"]["UsageTotalOut"][];
+            /** @description with ?bucket=: each bucket's start (UTC hours or days) */
+            buckets?: string[];
+            /** @description with ?bucket=: one per key, in the totals' order */
+            series?: components["schemas"]["UsageSeriesOut"][];
+        };
+        UsageSeriesOut: {
+            key: string;
+            /** @description one per bucket, aligned with `buckets` */
+            gpu_hours: number[];
+            process_hours: number[];
+        };
+        UsageTotalOut: {
+            /** @description the project's, user's or machine's name */
+            key: string;
+            /** Format: double */
+            gpu_seconds: number;
+            /** Format: double */
+            gpu_hours: number;
+            /** Format: double */
+            process_seconds: number;
+            /** Format: double */
+            process_hours: number;
+            /** @description nodes that ran in the window */
+            nodes: number;
+        };
         /**
          * @description Bad input (400): each field that was wrong names its messages, as a list of strings, or an
          *     object for a nested section (`{"resources": {"nodes": ["..."]}}`); errors about the request as a
@@ -3452,6 +3706,7 @@ export interface operations {
                  * @description * `job.submit` - Job Submit
                  *     * `job.stop` - Job Stop
                  *     * `job.delete` - Job Delete
+                 *     * `job.priority_change` - Job Priority Change
                  *     * `machine.add` - Machine Add
                  *     * `machine.update` - Machine Update
                  *     * `machine.drain` - Machine Drain
@@ -3459,6 +3714,7 @@ export interface operations {
                  *     * `machine.rotate_token` - Machine Rotate Token
                  *     * `machine.remove` - Machine Remove
                  *     * `project.create` - Project Create
+                 *     * `project.update` - Project Update
                  *     * `project.member_add` - Project Member Add
                  *     * `project.member_role_change` - Project Member Role Change
                  *     * `project.member_remove` - Project Member Remove
@@ -3466,7 +3722,7 @@ export interface operations {
                  *     * `token.revoke` - Token Revoke
                  *     * `bundle.upload` - Bundle Upload
                  */
-                action?: "job.submit" | "job.stop" | "job.delete" | "machine.add" | "machine.update" | "machine.drain" | "machine.undrain" | "machine.rotate_token" | "machine.remove" | "project.create" | "project.member_add" | "project.member_role_change" | "project.member_remove" | "token.create" | "token.revoke" | "bundle.upload";
+                action?: "job.submit" | "job.stop" | "job.delete" | "job.priority_change" | "machine.add" | "machine.update" | "machine.drain" | "machine.undrain" | "machine.rotate_token" | "machine.remove" | "project.create" | "project.update" | "project.member_add" | "project.member_role_change" | "project.member_remove" | "token.create" | "token.revoke" | "bundle.upload";
                 /** @description username, "machine <id>" or "system" */
                 actor?: string;
                 /** @description The pagination cursor value. */
@@ -4619,6 +4875,76 @@ export interface operations {
             };
             /** @description No such object, or not one this user may see. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    jobs_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedJobPatchIn"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobDetailOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The body is not of a media type this route takes. */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7513,6 +7839,52 @@ export interface operations {
             };
         };
     };
+    placement_policies_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlacementPolicyOut"][];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
     preferences_distributed_retrieve: {
         parameters: {
             query?: never;
@@ -7780,6 +8152,76 @@ export interface operations {
             };
         };
     };
+    projects_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedProjectSettingsIn"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The body is not of a media type this route takes. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
     projects_members_list: {
         parameters: {
             query?: never;
@@ -8034,6 +8476,55 @@ export interface operations {
             };
             /** @description The body is not of a media type this route takes. */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    queue_retrieve: {
+        parameters: {
+            query?: {
+                /** @description only this project's queued jobs */
+                project?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QueueOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8627,6 +9118,63 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SuggestMachinesOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    usage_retrieve: {
+        parameters: {
+            query?: {
+                /** @description also a series per key, by hour or day */
+                bucket?: "day" | "hour";
+                /** @description group by project (default), user or machine */
+                by?: "machine" | "project" | "user";
+                /** @description only this project's usage */
+                project?: string;
+                /** @description start: ISO date-time, date, or an age such as 7d (default 7d) */
+                since?: string;
+                /** @description end: ISO date-time, date, or an age (default now) */
+                until?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageOut"];
                 };
             };
             /** @description Bad input: the messages of each field that was wrong. */

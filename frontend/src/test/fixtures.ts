@@ -45,6 +45,9 @@ export function jobSummary(overrides: Partial<JobSummary> = {}): JobSummary {
     finished_at: null,
     owner: 'ada',
     project: 'default',
+    priority: 0,
+    queued_at: '2025-01-01T10:00:00Z',
+    borrowing: false,
     ...overrides,
   }
 }

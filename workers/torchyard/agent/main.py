@@ -55,8 +55,12 @@ def fetch_config(server: str, token: str, timeout: float = 10.0) -> dict[str, An
 
 class Agent:
     def __init__(self, *, token: str, redis_url: str, work_dir: Path, concurrency: int = 4,
-                 server_url: str = "", python: str = "", volumes: dict[str, str] | None = None):
+                 server_url: str = "", python: str = "", volumes: dict[str, str] | None = None,
+                 gpus: capabilities.GpuDeclaration | None = None):
         self.machine_id, _ = protocol.parse_machine_token(token)
+        # The GPUs jobs may use when the agent declares them (--gpus, --models, --memories): they
+        # replace NVML's in every heartbeat.
+        self.gpus = gpus
         # Named host paths (--volume NAME=PATH) jobs may ask for; each heartbeat says which exist.
         self.volumes = dict(volumes or {})
         self.token = token
@@ -80,12 +84,12 @@ class Agent:
         # environment a node asks for; kept up by the heartbeat loop.
         self.pools = WarmPools(self.work_dir / "cache")
         self.pools.want(self.python or sys.executable)
+        # A node supervisor started ahead, imports done, for the next launch (agent/standby.py).
+        self.standby = StandbySupervisor(self.work_dir / "standby")
 
     def _training_versions(self) -> dict[str, str]:
         """The training Python's and its torch's versions, read once: the plan shows whether the
         machines of a job agree, before any node's preflight has to refuse it."""
-        # A node supervisor started ahead, imports done, for the next launch (agent/standby.py).
-        self.standby = StandbySupervisor(self.work_dir / "standby")
         try:
             found = training_versions(self.python or sys.executable)
         except PreflightError as exc:
@@ -108,9 +112,9 @@ class Agent:
                 "token": self.token,
                 "hostname": socket.gethostname(),
                 "agent_version": torchyard.__version__,
-                "capabilities": capabilities.capabilities(str(self.work_dir), self.volumes) | self.training,
+                "capabilities": capabilities.capabilities(str(self.work_dir), self.volumes, self.gpus) | self.training,
                 "cache": warm.cache_summary(self.work_dir / "cache"),
-                "load": capabilities.load(),
+                "load": capabilities.load(self.gpus),
                 "running": runs.running_nodes(self.work_dir),
                 "ts": time.time(),
             }),
@@ -169,9 +173,10 @@ class Agent:
             return runs.write_peers(self.work_dir, job_id, attempt, node_rank, membership)
 
         @app.task(name=protocol.TASK_WARM_CACHES)
-        def warm_caches(code: dict[str, Any], pip: list[str]) -> dict[str, Any]:
+        def warm_caches(code: dict[str, Any], pip: list[str], pool: bool = False) -> dict[str, Any]:
+            # pool: a job's hot spare, which also keeps a warm pool of the environment's Python.
             source = BundleSource(code, self.server_url, self.token)
-            result = warm.warm_caches(self.work_dir / "cache", source, pip, self.python)
+            result = warm.warm_caches(self.work_dir / "cache", source, pip, self.python, pool=pool)
             log.info("prepared dependencies of bundle %s: %s", str(code.get("bundle"))[:12], result)
             return result
 
@@ -205,8 +210,8 @@ class Agent:
         finally:
             self.stop.set()
             self.pools.close()
+            self.standby.close()
             if self.shutdown_reason:
                 # A restarted agent is refused anyway: the token no longer authenticates.
                 log.error("agent of machine %s stopped: %s; its token is no longer valid",
                           self.machine_id, self.shutdown_reason)
-            self.standby.close()

@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from torchyard.supervisor import prepare
+from torchyard.warm import pools
 
 log = logging.getLogger(__name__)
 
 
-def warm_caches(cache_dir: Path, source: prepare.BundleSource, pip: list[str], python: str = "") -> dict[str, Any]:
+def warm_caches(cache_dir: Path, source: prepare.BundleSource, pip: list[str], python: str = "", *,
+                pool: bool = False) -> dict[str, Any]:
     """Fetch the bundle and build its environment into the machine's cache; what a node of a job with
-    this code will then find ready. Returns what was done, or why it failed."""
+    this code will then find ready; with `pool` (a hot spare) the agent also keeps a warm pool of the
+    Python that node would run. Returns what was done, or why it failed."""
     python = python or sys.executable
     lines: list[str] = []
 
@@ -40,6 +43,8 @@ def warm_caches(cache_dir: Path, source: prepare.BundleSource, pip: list[str], p
                 python, requirements, workdir, cache_dir, pip=pip, run=run, say=log.info, wait=lambda: None,
                 errors=lambda: [line for line in lines if "ERROR" in line],
             )
+        if pool:
+            pools.request_pool(cache_dir, env_python or python)
         return {"ok": True, "bundle": source.code.get("bundle"), "environment": env_python}
     except prepare.PrepareError as exc:
         log.warning("preparing %s failed: %s", source.code.get("bundle"), exc)

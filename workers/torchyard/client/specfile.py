@@ -3,6 +3,9 @@
 A spec file may name a project directory instead of an uploaded bundle, `code: {dir: "."}`, relative
 to the spec file's own folder; the CLI packs and uploads it and sends `code: {bundle: <sha256>}`.
 Everything else in the spec goes to the server as written: the server validates it field by field.
+
+A seed 004 task file (`name`, `required_gpus`, `min_gpu_memory`, `params`) is a JobSpec too, once
+translated here (`task_spec`): one node with a rank per GPU, its params as the hyperparameters.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ class LoadedSpec:
 
     spec: dict[str, Any]
     code_dir: Path | None
+    notes: list[str] = field(default_factory=list)  # what the CLI says about the file before it submits
 
 
 def _parse(path: Path, text: str) -> Any:
@@ -58,13 +63,16 @@ def load_spec_file(path: Path) -> LoadedSpec:
     if not isinstance(spec, dict):
         raise CliError(f"{path}: expected a JobSpec mapping (name, entrypoint, resources, ...), "
                        f"found {'nothing' if spec is None else type(spec).__name__}")
+    notes: list[str] = []
+    if is_task_file(spec):
+        spec, notes = task_spec(spec, path)
     code = spec.get("code")
     if code is None:
-        return LoadedSpec(spec, None)
+        return LoadedSpec(spec, None, notes)
     if not isinstance(code, dict):
         raise CliError(f"{path}: code: expected a mapping such as {{dir: \".\"}} or {{bundle: <sha256>}}")
     if "dir" not in code:
-        return LoadedSpec(spec, None)
+        return LoadedSpec(spec, None, notes)
     if "bundle" in code:
         raise CliError(f"{path}: code: give either dir (a project to upload) or bundle, not both")
     if not isinstance(code["dir"], str) or not code["dir"]:
@@ -74,7 +82,73 @@ def load_spec_file(path: Path) -> LoadedSpec:
         raise CliError(f"{path}: code.dir: {code_dir} is not a directory")
     # The rest of `code` is for the server; `dir` only means something here.
     spec = {**spec, "code": {k: v for k, v in code.items() if k != "dir"}}
-    return LoadedSpec(spec, code_dir)
+    return LoadedSpec(spec, code_dir, notes)
+
+
+# Seed 004's task file: {"name", "required_gpus", "min_gpu_memory", "params": {name: value}}.
+TASK_KEYS = ("required_gpus", "min_gpu_memory", "params")
+# What a task runs when it names nothing (seed 004's worker only simulates training).
+TASK_RECIPE = "examples/mlp_ddp.py"
+_INT = re.compile(r"^[+-]?[0-9]+$")
+_FLOAT = re.compile(r"^[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?$")
+
+
+def is_task_file(document: dict[str, Any]) -> bool:
+    return any(key in document for key in TASK_KEYS)
+
+
+def _param(value: Any) -> Any:
+    """The seed's params are all strings ("64", "0.001"): numbers become numbers, so the job's
+    config (sdk.config()) and its batch scaling see numbers; any other text stays as it is."""
+    if isinstance(value, str):
+        text = value.strip()
+        if _INT.match(text):
+            return int(text)
+        if _FLOAT.match(text):
+            return float(text)
+    return value
+
+
+def _count(path: Path, document: dict[str, Any], key: str, default: int, what: str) -> int:
+    value = document.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CliError(f"{path}: {key}: expected {what} (a whole number, 0 or more), found {json.dumps(value, default=str)}")
+    return value
+
+
+def task_spec(task: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[str]]:
+    """A seed 004 task file as a JobSpec, and a note for the user when it runs the default recipe.
+
+    One node (a seed task runs on one worker) with a rank per GPU: `required_gpus` GPUs (default
+    1, as the seed's submit tool) of at least `min_gpu_memory` MB each (default 0); `params` are
+    the job's hyperparameters; `name` the job's name (default: the file's name). Any JobSpec key
+    beside them (entrypoint, args, placement, project, code, ...) goes to the server as written;
+    without an entrypoint the task runs the built-in recipe examples/mlp_ddp.py."""
+    clashing = [key for key in ("resources", "hyperparameters") if key in task]
+    if clashing:
+        raise CliError(f"{path}: a seed 004 task file gives required_gpus, min_gpu_memory and params; "
+                       f"{' and '.join(clashing)} belong to a JobSpec: give one form or the other")
+    name = task.get("name", path.stem)
+    if not isinstance(name, str) or not name.strip():
+        raise CliError(f"{path}: name: expected the task's name as text, found {json.dumps(name, default=str)}")
+    gpus = _count(path, task, "required_gpus", 1, "the number of GPUs the task needs")
+    memory = _count(path, task, "min_gpu_memory", 0, "the memory each GPU needs in MB")
+    params = task.get("params", {})
+    if not isinstance(params, dict):
+        raise CliError(f"{path}: params: expected a mapping of names to values, such as "
+                       f"{{\"batch_size\": \"64\"}}, found {json.dumps(params, default=str)}")
+    spec = {key: value for key, value in task.items() if key not in (*TASK_KEYS, "name")}
+    spec.update({
+        "name": name,
+        "resources": {"nodes": 1, "procs_per_node": max(gpus, 1), "gpus_per_node": gpus, "min_gpu_memory": memory},
+        "hyperparameters": {str(key): _param(value) for key, value in params.items()},
+    })
+    notes = []
+    if not any(key in spec for key in ("entrypoint", "module", "model", "function")):
+        spec["entrypoint"] = TASK_RECIPE
+        notes.append(f"{path}: a seed 004 task: runs the built-in recipe {TASK_RECIPE} on {max(gpus, 1)} "
+                     f"rank(s) with its params as hyperparameters (give entrypoint to run a script of your own)")
+    return spec, notes
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:

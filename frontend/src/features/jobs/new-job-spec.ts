@@ -22,7 +22,8 @@ export interface NewJobFormState {
   selection: 'auto' | 'manual'
   /** Machine names in the order picked: the first is the master. */
   machines: string[]
-  policy: 'pack' | 'spread'
+  /** The built-in placement policies (a site's own are given by name in a JobSpec). */
+  policy: 'pack' | 'spread' | 'simple' | 'balanced'
   batch_size: string
   lr: string
   scaling: 'keep_global_batch' | 'scale_global_batch' | 'none'

@@ -18,6 +18,9 @@ const summaryOf = (job: JobSummary): JobSummary => ({
   started_at: job.started_at,
   finished_at: job.finished_at,
   owner: job.owner,
+  priority: job.priority,
+  queued_at: job.queued_at,
+  borrowing: job.borrowing,
 })
 
 /** Puts a job into the list (newest first), replacing the row with the same id. */

@@ -79,6 +79,8 @@ export function NewJobDistributedFields({ form, errors, onChange }: Props) {
         >
           <option value="pack">pack (fewest, fullest machines)</option>
           <option value="spread">spread (least loaded first)</option>
+          <option value="simple">simple (seed 004: least GPU waste)</option>
+          <option value="balanced">balanced (seed 004: fewest tasks, most free GPUs)</option>
         </select>
       </Field>
       <fieldset className="radio-row">

@@ -70,6 +70,15 @@ describe('plan view', () => {
     expect(screen.getByText(/plan again before launching/)).toBeInTheDocument()
   })
 
+  it("lists a job's hot spares beside its nodes", () => {
+    const spared = { ...plan, spares: [{ machine_id: 5, machine_name: 'epsilon', host: '10.0.0.15', gpus: [0, 1] }] }
+    renderWithProviders(<PlanView plan={spared} asked={{}} stale={false} launching={false} onLaunch={vi.fn()} />)
+    const row = rowOf('Nodes', 'epsilon')
+    expect(within(row).getByText('hot spare')).toBeInTheDocument()
+    expect(within(row).getByText("takes a lost node's ranks")).toBeInTheDocument()
+    expect(within(row).getByText('0, 1')).toBeInTheDocument()
+  })
+
   it('shows the range of an elastic job and the machines it starts with', () => {
     renderWithProviders(
       <PlanView plan={{ ...plan, nodes_range: [1, 3] }} asked={{}} stale={false} launching={false} onLaunch={() => {}} />,

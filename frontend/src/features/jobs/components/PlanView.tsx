@@ -100,6 +100,18 @@ export function PlanView({ plan, asked, stale, launching, onLaunch }: PlanViewPr
               <td>{node.gpus.length ? node.gpus.join(', ') : '—'}</td>
             </tr>
           ))}
+          {(plan.spares ?? []).map((spare) => (
+            <tr key={`spare-${spare.machine_id}`} className="plan-spare">
+              <td>
+                <span className="badge">hot spare</span>
+              </td>
+              <td>
+                {spare.machine_name} <span className="muted">{spare.host}</span>
+              </td>
+              <td className="muted">takes a lost node's ranks</td>
+              <td>{spare.gpus.length ? spare.gpus.join(', ') : '—'}</td>
+            </tr>
+          ))}
         </tbody>
       </table>
       <Hyperparameters asked={asked} adjusted={plan.hyperparameters} />

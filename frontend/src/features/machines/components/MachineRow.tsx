@@ -8,6 +8,7 @@ import { usePingMachine } from '../api/ping-machine'
 import { useSetMachineDrain, useSetMachineVolumes } from '../api/update-machine'
 import { LoadBars } from './LoadBars'
 import {
+  gpuDeclaration,
   gpuSummary,
   hostSummary,
   parseVolumesText,
@@ -94,6 +95,20 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
         <td title={versionsOf(m) || undefined}>
           <div>{hostSummary(m)}</div>
           <div className="muted">{gpuSummary(m)}</div>
+          {gpuDeclaration(m) && (
+            <div className="muted" title="torchyard agent --gpus: only these GPUs are scheduled, as declared">
+              {gpuDeclaration(m)}
+            </div>
+          )}
+          {(m.capabilities.gpu_warnings ?? []).length > 0 && (
+            <ul className="gpu-warnings" aria-label="GPU warnings">
+              {(m.capabilities.gpu_warnings ?? []).map((warning) => (
+                <li key={warning} className="text-bad">
+                  {warning}
+                </li>
+              ))}
+            </ul>
+          )}
         </td>
         <td>
           <LoadBars machine={m} />

@@ -45,6 +45,34 @@ describe('machines', () => {
     expect(within(row('alpha')).queryByText('suspect')).not.toBeInTheDocument()
   })
 
+  it('says when an agent declares its GPUs and warns where NVML sees otherwise', async () => {
+    const declared = gpuMachine({
+      capabilities: {
+        ...gpuMachine().capabilities,
+        gpus: [
+          { index: 0, name: 'RTX3090', memory_mb: 24576 },
+          { index: 1, name: 'RTX3090', memory_mb: 24576 },
+        ],
+        gpus_declared: true,
+        gpus_detected: [
+          { index: 0, name: 'NVIDIA A100-SXM4-80GB', memory_mb: 81920 },
+          { index: 1, name: 'NVIDIA A100-SXM4-80GB', memory_mb: 81920 },
+        ],
+        gpu_warnings: ['GPU 0: declared RTX3090, NVML sees NVIDIA A100-SXM4-80GB', 'GPU 0: declared 24576 MB, NVML sees 81920 MB'],
+      },
+    })
+    mockFetch({ ...csrfRoute(), ...staff, 'GET /api/machines': () => json([machine(), declared]) })
+    renderWithProviders(<MachinesPanel />)
+    const beta = await screen.findByRole('row', { name: 'beta' })
+    expect(within(beta).getByText('GPUs declared by its agent (2 seen by NVML)')).toBeInTheDocument()
+    expect(within(within(beta).getByRole('list', { name: 'GPU warnings' })).getAllByRole('listitem').map((li) => li.textContent)).toEqual([
+      'GPU 0: declared RTX3090, NVML sees NVIDIA A100-SXM4-80GB',
+      'GPU 0: declared 24576 MB, NVML sees 81920 MB',
+    ])
+    expect(within(row('alpha')).queryByRole('list', { name: 'GPU warnings' })).not.toBeInTheDocument()
+    expect(within(row('alpha')).queryByText(/declared by its agent/)).not.toBeInTheDocument()
+  })
+
   it('shows each machine: status, capabilities, CPU / memory / per-GPU bars, heartbeat and labels; the stream keeps them live', async () => {
     mockFetch({ ...csrfRoute(), ...staff, 'GET /api/machines': () => json([machine(), gpuMachine()]) })
     const { client } = renderWithProviders(<MachinesPanel />)

@@ -22,6 +22,14 @@ export function gpuSummary(machine: Machine): string {
   return `${gpu_count} × ${names.length ? names.join(', ') : 'GPU'}${each}`
 }
 
+/** "GPUs declared by its agent (2 seen by NVML)": only the declared GPUs are scheduled. */
+export function gpuDeclaration(machine: Machine): string | null {
+  const { gpus_declared, gpus_detected } = machine.capabilities
+  if (!gpus_declared) return null
+  const seen = gpus_detected?.length ?? 0
+  return `GPUs declared by its agent (${seen ? `${seen} seen by NVML` : 'none seen by NVML'})`
+}
+
 /** Versions in a tooltip: they matter when a launch fails, not at a glance. */
 export function versionsOf(machine: Machine): string {
   const { python_version, torch_version } = machine.capabilities

@@ -1,0 +1,596 @@
+"""The one queue of a shared cluster (DESIGN.md section 14): order, backfill, quotas.
+
+Queued jobs wait in one order: priority (higher first), then submission (strict FIFO within a
+priority). A pass walks them in that order against snapshots of the machines (the planner's
+`Candidate`s) and of what live jobs hold:
+
+- The first job that cannot start is the queue's **head**. Its *shadow time* is when it is expected
+  to fit: the running jobs are released in the order they are expected to end (their time limit
+  from their start, their progress's ETA, a stopping job's stop timeout) until the planner places
+  it. Jobs with neither an ETA nor a time limit never end in that reckoning; when the head fits
+  only once they do too, its start is unknown.
+- A later job that fits now starts only when it cannot delay the head (EASY backfilling): it ends
+  before the shadow time (its own time limit), or the head still fits on the machines reserved for
+  it at the shadow time with this job's nodes taken. With an unknown shadow time only the second
+  holds: nothing goes onto the head's machines that would leave it less room there.
+- A project's quota (`max_gpus`, `max_processes`: what its running jobs hold at once) is checked
+  before anything: a job past it waits, saying so, unless the project may `borrow`. Then, after
+  every job within its quota has had its turn, it may start on capacity left over (idle, and not
+  needed by the head) and is marked `borrowing`: what preemption takes back first. Within a
+  project, a job that would use the part of the quota the head needs counts as delaying it.
+
+Every pass runs under the placement lock (services._placement_lock), so two controller processes
+never both place a job and racing submissions can never take a project past its quota. Waiting
+jobs are not transitioned: their reason (in words: the planner's, then the queue's) is written to
+`status_reason` when it changed, and the queue as it now stands goes to the dashboards
+(registries.queue_changed). `evaluate` is a pure function: `GET /api/queue` shows what a pass would
+decide now, with the same code.
+
+Preemption (later) starts from here: `Reservation` says what the head needs and when; the jobs it
+would have to displace are those the shadow reckoning releases, lowest priority and borrowing first.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from rest_framework.exceptions import ValidationError
+
+from .. import secretbox
+from ..audit import services as audit
+from ..projects.priorities import priority_label
+from ..usage.services import usage_close_many, usage_open_node_ids
+from .models import Job, JobNode
+from .planner import Candidate, PlanError, plan_job
+from .queue_poke import queue_pass_started, queue_poke_on_commit
+from .quotas import Quota, least_need, over_quota, plan_need, project_quotas
+from .registries import queue_changed
+from .selectors import machine_candidates
+from .services import _dispatch, _open_secrets, _pick_master_port, _placement_lock, job_stop
+from .spec_queue import check_priority_ceiling, duration_text
+from .states import JOB_FINAL, NODE_LIVE, transition_job
+
+log = logging.getLogger(__name__)
+J = Job.Status
+# What a queued job waits for (QueueEntryOut.blocked_by); None: it starts now.
+RESOURCES, CAPACITY, QUOTA, HEAD, INVALID = "resources", "capacity", "quota", "head", "invalid"
+Nodes = list[tuple[int, tuple[int, ...], int]]  # (machine id, GPU indexes, processes) per node
+
+
+# --- what the queue sees ----------------------------------------------------------------------------
+@dataclass
+class Waiting:
+    """A queued job."""
+
+    id: int
+    name: str
+    spec: dict[str, Any]
+    priority: int
+    project_id: int
+    project: str
+    owner: str
+    created_at: dt.datetime
+    queued_at: dt.datetime | None = None
+    status_reason: str = ""
+
+
+@dataclass
+class Holding:
+    """What a live job holds, and when it is expected to let go (epoch seconds; None: unknown)."""
+
+    job_id: int
+    project_id: int
+    ends_at: float | None
+    nodes: Nodes
+    priority: int = 0
+    order: int = 0  # placement order: the first of its live nodes' ids
+    borrowing: bool = False
+
+    @property
+    def need(self) -> tuple[int, int]:
+        return sum(len(gpus) for _, gpus, _ in self.nodes), sum(procs for _, _, procs in self.nodes)
+
+
+@dataclass
+class Decision:
+    """What the queue makes of one queued job in a pass."""
+
+    job: Waiting
+    position: int
+    start: bool = False
+    plan: dict[str, Any] | None = None
+    need: tuple[int, int] = (0, 0)  # GPUs, processes: the plan's, or the least the spec could run on
+    borrowing: bool = False  # starts (or would) beyond its project's quota
+    backfill: bool = False  # starts ahead of the head, which it cannot delay
+    head: bool = False
+    blocked_by: str | None = None
+    reason: str = ""
+    expected_start: float | None = None  # the head's shadow time, when known
+
+
+# --- snapshots ------------------------------------------------------------------------------------
+def _copy(machines: Iterable[Candidate]) -> dict[int, Candidate]:
+    return {m.id: replace(m, busy_gpus=set(m.busy_gpus)) for m in machines}
+
+
+def _take(state: dict[int, Candidate], nodes: Nodes) -> None:
+    for machine_id, gpus, procs in nodes:
+        machine = state.get(machine_id)
+        if machine is not None:
+            machine.busy_gpus |= set(gpus)
+            machine.busy_procs += procs
+            machine.live_nodes += 1
+
+
+def _free(state: dict[int, Candidate], nodes: Nodes) -> None:
+    for machine_id, gpus, procs in nodes:
+        machine = state.get(machine_id)
+        if machine is not None:
+            machine.busy_gpus -= set(gpus)
+            machine.busy_procs = max(machine.busy_procs - procs, 0)
+            machine.live_nodes = max(machine.live_nodes - 1, 0)
+
+
+def plan_nodes(plan: dict[str, Any]) -> Nodes:
+    return [(n["machine_id"], tuple(n["gpus"]), int(n["nproc"])) for n in plan["nodes"]]
+
+
+def _no_port(machine: Candidate) -> int:
+    return 0
+
+
+def _shape(spec: dict[str, Any]) -> str:
+    """What the planner reads of a spec: two queued jobs of one shape fit or not alike."""
+    return json.dumps({key: spec.get(key) for key in (
+        "resources", "placement", "volumes", "distributed", "function", "framework")}, sort_keys=True, default=str)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(part for part in parts if part)
+
+
+def _in(seconds: float) -> str:
+    """When, in words a person reads at a glance; rounded so the text does not change every pass."""
+    if seconds <= 60:
+        return "within a minute"
+    minutes = -(-int(seconds) // 60)
+    if minutes <= 90:
+        return f"in about {minutes} min"
+    return f"in about {round(minutes / 60)} h"
+
+
+def _names(job_ids: list[int]) -> str:
+    shown = ", ".join(f"#{j}" for j in job_ids[:3])
+    return shown + (f" and {len(job_ids) - 3} more" if len(job_ids) > 3 else "")
+
+
+def expected_end(spec: dict[str, Any], now: float, started: float | None = None,
+                 eta: Any = None) -> float | None:
+    """When a job is expected to end: its time limit from its start (from now, not started yet),
+    or its ETA, whichever comes first; None when neither is known."""
+    ends = []
+    limit = spec.get("time_limit")
+    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0:
+        ends.append((started if started is not None else now) + float(limit))
+    if isinstance(eta, (int, float)) and not isinstance(eta, bool) and eta >= 0:
+        ends.append(now + float(eta))
+    return min(ends) if ends else None
+
+
+# --- the head's reservation -----------------------------------------------------------------------
+@dataclass
+class Reservation:
+    """Where and when the head is expected to start: the machines as they will be at its shadow time
+    (what still runs then, and what was backfilled past it), and the machines its plan takes then."""
+
+    job: Waiting
+    shadow: float | None
+    state: dict[int, Candidate]
+    machines: list[int]
+    need: tuple[int, int]
+    now: float
+    waits_for: list[int] = field(default_factory=list)  # the jobs whose end lets it start
+
+    def describe(self) -> str:
+        if self.shadow is None:
+            return "first in line; the jobs it waits for have no ETA or time limit, so its start is unknown"
+        when = _in(self.shadow - self.now)
+        return f"first in line, expected to start {when}" + (
+            f" (when {_names(self.waits_for)} {'ends' if len(self.waits_for) == 1 else 'end'})" if self.waits_for else "")
+
+    def admits(self, plan: dict[str, Any], ends_at: float | None, *, same_project_quota: Quota | None = None,
+               held: tuple[int, int] = (0, 0), need: tuple[int, int] = (0, 0)) -> str | None:
+        """None when a job with this plan cannot delay the head (and from now on counts as holding
+        its nodes at the shadow time, unless it ends before); else why it would."""
+        if self.shadow is not None and ends_at is not None and ends_at <= self.shadow:
+            return None
+        if same_project_quota is not None:
+            total = (held[0] + need[0], held[1] + need[1])
+            if over_quota(same_project_quota, total, self.need):
+                return (f"it would use the part of project {same_project_quota.name}'s quota that #{self.job.id} "
+                        "needs")
+        nodes = plan_nodes(plan)
+        if any(machine_id in self.machines for machine_id, _, _ in nodes):
+            trial = _copy(self.state[m] for m in self.machines if m in self.state)
+            _take(trial, nodes)
+            try:
+                plan_job(self.job.spec, list(trial.values()), pick_port=_no_port)
+            except PlanError:
+                if self.shadow is None:
+                    return f"it would take room #{self.job.id} needs, and when that frees up is unknown"
+                limit = "it has no time limit" if ends_at is None else \
+                    f"its time limit ends {_in(ends_at - self.now)}, after that"
+                return f"it would take room #{self.job.id} needs {_in(self.shadow - self.now)}, and {limit}"
+        _take(self.state, nodes)
+        return None
+
+
+def reserve(job: Waiting, state: dict[int, Candidate], holdings: list[Holding], now: float) -> Reservation | None:
+    """The head's reservation: the earliest of the live jobs' expected ends at which the planner
+    places it (releases only add room, so a binary search over the ends finds it). None when it
+    would not fit even with everything released: the machines online cannot hold it."""
+    known = [h for h in holdings if h.ends_at is not None]
+    ends = sorted({h.ends_at for h in known if h.ends_at is not None})
+
+    def at(moment: float) -> tuple[dict[int, Candidate], dict[str, Any] | None]:
+        trial = _copy(state.values())
+        for holding in known:
+            if holding.ends_at is not None and holding.ends_at <= moment:
+                _free(trial, holding.nodes)
+        try:
+            return trial, plan_job(job.spec, list(trial.values()), pick_port=_no_port)
+        except PlanError:
+            return trial, None
+
+    first = bisect.bisect_left(ends, True, key=lambda moment: at(moment)[1] is not None)
+    if first < len(ends):
+        trial, plan = at(ends[first])
+        if plan is not None:
+            waits_for = sorted(h.job_id for h in known if h.ends_at == ends[first])
+            return Reservation(job, ends[first], trial, [n["machine_id"] for n in plan["nodes"]], plan_need(plan),
+                               now, waits_for)
+    trial = _copy(state.values())
+    for holding in holdings:
+        _free(trial, holding.nodes)
+    try:
+        plan = plan_job(job.spec, list(trial.values()), pick_port=_no_port)
+    except PlanError:
+        return None
+    return Reservation(job, None, trial, [n["machine_id"] for n in plan["nodes"]], plan_need(plan), now)
+
+
+# --- one pass, as a pure function -----------------------------------------------------------------
+def evaluate(waiting: list[Waiting], machines: list[Candidate], holdings: list[Holding], quotas: dict[int, Quota],
+             *, now: float, pick_port: Callable[[Candidate], int] | None = None) -> list[Decision]:
+    """Decide, for every queued job in queue order, whether it starts now and why not. Nothing is
+    written; `machines` and `holdings` are not changed. With `pick_port` (a real pass) the plans
+    of the jobs that start get their master port."""
+    state = _copy(machines)
+    holdings = list(holdings)
+    held: dict[int, tuple[int, int]] = {}
+    for holding in holdings:
+        g, p = held.get(holding.project_id, (0, 0))
+        held[holding.project_id] = (g + holding.need[0], p + holding.need[1])
+    failed: dict[str, PlanError] = {}  # by shape: room only shrinks during a pass
+    # By shape, while nothing started since: 200 jobs held back by a quota cost one plan.
+    placed: dict[str, dict[str, Any]] = {}
+    unplaceable: set[str] = set()  # shapes no release would let in: never the head
+    head: Reservation | None = None
+    decisions: list[Decision] = []
+    borrowers: list[tuple[Decision, str]] = []
+
+    def attempt(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, PlanError | None]:
+        shape = _shape(spec)
+        if shape in failed:
+            return None, failed[shape]
+        if shape in placed:
+            return placed[shape], None
+        try:
+            placed[shape] = plan_job(spec, list(state.values()), pick_port=_no_port)
+            return placed[shape], None
+        except PlanError as exc:
+            failed[shape] = exc
+            return None, exc
+
+    def start(decision: Decision, plan: dict[str, Any], *, reason: str = "starting") -> None:
+        job = decision.job
+        if pick_port is not None:
+            try:  # the same placement (the same snapshot), now with its master port
+                plan = plan_job(job.spec, list(state.values()), pick_port=pick_port)
+            except PlanError as exc:
+                decision.blocked_by, decision.reason = RESOURCES, exc.reason
+                return
+        nodes = plan_nodes(plan)
+        _take(state, nodes)
+        placed.clear()  # the room they were planned in is gone
+        need = plan_need(plan)
+        g, p = held.get(job.project_id, (0, 0))
+        held[job.project_id] = (g + need[0], p + need[1])
+        holdings.append(Holding(job.id, job.project_id, expected_end(job.spec, now), nodes, job.priority,
+                                order=1 << 62, borrowing=decision.borrowing))
+        decision.start, decision.plan, decision.need, decision.reason = True, plan, need, reason
+
+    for position, job in enumerate(waiting, 1):
+        decision = Decision(job, position)
+        decisions.append(decision)
+        plan, error = attempt(job.spec)
+        if error is not None and error.kind == "invalid":
+            decision.blocked_by, decision.reason = INVALID, error.reason
+            continue
+        decision.need = plan_need(plan) if plan is not None else least_need(job.spec)
+        quota = quotas.get(job.project_id)
+        over = over_quota(quota, held.get(job.project_id, (0, 0)), decision.need)
+        if over and quota is not None and quota.borrow:
+            borrowers.append((decision, over))  # after every job within its quota
+            continue
+        if over:
+            decision.blocked_by, decision.reason = QUOTA, _join(error.reason if error else "", over)
+            continue
+        if error is not None:
+            decision.blocked_by = RESOURCES if error.kind == "busy" else CAPACITY
+            if head is None and _shape(job.spec) not in unplaceable:
+                head = reserve(job, state, holdings, now)
+                if head is None:
+                    unplaceable.add(_shape(job.spec))
+            if head is not None and head.job is job:
+                decision.head, decision.expected_start = True, head.shadow
+                decision.reason = _join(error.reason, head.describe())
+            else:
+                decision.reason = _join(error.reason, f"behind #{head.job.id}" if head is not None else "")
+            continue
+        assert plan is not None
+        if head is None:
+            start(decision, plan)
+            continue
+        same = quotas.get(job.project_id) if job.project_id == head.job.project_id else None
+        why = head.admits(plan, expected_end(job.spec, now), same_project_quota=same,
+                          held=held.get(job.project_id, (0, 0)), need=decision.need)
+        if why is not None:
+            decision.blocked_by, decision.reason = HEAD, f"fits now, but would delay #{head.job.id} (first in line): {why}"
+            continue
+        decision.backfill = True
+        start(decision, plan, reason=f"starting ahead of #{head.job.id}, which it cannot delay (backfill)")
+
+    for decision, over in borrowers:
+        job, decision.borrowing = decision.job, True
+        # What the project holds now, the jobs within its quota started.
+        over = over_quota(quotas.get(job.project_id), held.get(job.project_id, (0, 0)), decision.need) or over
+        plan, error = attempt(job.spec)
+        if plan is None:
+            decision.blocked_by = QUOTA
+            decision.reason = _join(error.reason if error else "", f"{over}: it may borrow idle capacity, when some fits it")
+            continue
+        why = head.admits(plan, expected_end(job.spec, now)) if head is not None else None
+        if why is not None:
+            decision.blocked_by = QUOTA
+            decision.reason = f"{over}: it may borrow idle capacity, but would delay #{head.job.id} (first in line): {why}" \
+                if head is not None else over
+            continue
+        decision.backfill = head is not None
+        start(decision, plan, reason=f"starting beyond project {job.project}'s quota on idle capacity (borrowing)")
+    return decisions
+
+
+def borrowing_jobs(holdings: list[Holding], quotas: dict[int, Quota]) -> set[int]:
+    """The live jobs beyond their project's quota: in the order they were placed, each job that the
+    quota still has room for counts within it, the others borrow (what preemption takes back first)."""
+    borrowing: set[int] = set()
+    counted: dict[int, tuple[int, int]] = {}
+    for holding in sorted(holdings, key=lambda h: (h.order, h.job_id)):
+        quota = quotas.get(holding.project_id)
+        if quota is None:
+            continue
+        so_far = counted.get(holding.project_id, (0, 0))
+        if over_quota(quota, so_far, holding.need):
+            borrowing.add(holding.job_id)
+        else:
+            counted[holding.project_id] = (so_far[0] + holding.need[0], so_far[1] + holding.need[1])
+    return borrowing
+
+
+# --- the database's view ----------------------------------------------------------------------------
+@dataclass
+class Snapshot:
+    waiting: list[Waiting]
+    machines: list[Candidate]
+    holdings: list[Holding]
+    quotas: dict[int, Quota]
+    now: float
+
+
+def queued_jobs() -> list[Waiting]:
+    """Every queued job, in queue order."""
+    rows = Job.objects.filter(status=J.QUEUED).order_by("-priority", "created_at", "id").values_list(
+        "id", "name", "spec", "priority", "project_id", "project__name", "owner__username", "created_at", "queued_at",
+        "status_reason")
+    return [Waiting(*row) for row in rows]
+
+
+def live_holdings(now: float) -> list[Holding]:
+    """What every job with live nodes holds, and when each is expected to let go."""
+    nodes: dict[int, Nodes] = {}
+    first: dict[int, int] = {}
+    for node_id, job_id, machine_id, gpus, procs in JobNode.objects.filter(
+            status__in=NODE_LIVE, machine__isnull=False).order_by("id").values_list(
+            "id", "job_id", "machine_id", "gpus", "nproc"):
+        nodes.setdefault(job_id, []).append((machine_id, tuple(gpus or ()), int(procs)))
+        first.setdefault(job_id, node_id)
+    holdings = []
+    for job_id, project_id, status, limit, eta, started, priority, borrowing in Job.objects.filter(
+            pk__in=list(nodes)).values_list("id", "project_id", "status", "spec__time_limit", "progress__eta_seconds",
+                                            "started_at", "priority", "borrowing"):
+        ends_at = expected_end({"time_limit": limit}, now, started.timestamp() if started else None,
+                               eta if status == J.RUNNING else None)
+        if status == J.STOPPING:
+            ends_at = min(ends_at or float("inf"), now + float(settings.STOP_TIMEOUT))
+        holdings.append(Holding(job_id, project_id, ends_at, nodes[job_id], priority, first[job_id], borrowing))
+    return holdings
+
+
+def snapshot() -> Snapshot:
+    now = time.time()
+    return Snapshot(queued_jobs(), machine_candidates(), live_holdings(now), project_quotas(), now)
+
+
+def queue_preview() -> list[Decision]:
+    """What a pass would decide now (GET /api/queue): read only, no lock."""
+    snap = snapshot()
+    return evaluate(snap.waiting, snap.machines, snap.holdings, snap.quotas, now=snap.now)
+
+
+# --- a pass -----------------------------------------------------------------------------------------
+def queue_schedule() -> list[Decision]:
+    """Start what may start, in queue order, and write down why the others wait. Locks: placement,
+    then each job started (then its nodes, created)."""
+    queue_pass_started()
+    began = time.monotonic()
+    with transaction.atomic():
+        _placement_lock()
+        snap = snapshot()
+        decisions = evaluate(snap.waiting, snap.machines, snap.holdings, snap.quotas, now=snap.now,
+                             pick_port=_pick_master_port)
+        started = [d for d in decisions if d.start and _start(d)]
+        for decision in decisions:
+            if decision.blocked_by == INVALID:
+                _fail(decision)
+            elif not decision.start and decision.reason != decision.job.status_reason:
+                # Conditional: a job stopped meanwhile keeps its own reason.
+                Job.objects.filter(pk=decision.job.id, status=J.QUEUED).update(status_reason=decision.reason)
+        _mark_borrowing(snap, started)
+        still = [d for d in decisions if not d.start and d.blocked_by != INVALID]
+        transaction.on_commit(lambda: queue_changed(queue_entries(still, renumber=True)))
+    if decisions:
+        log.log(logging.INFO if started else logging.DEBUG,
+                "queue: %d queued, %d started (%d backfilled, %d borrowing) in %.1f ms", len(decisions), len(started),
+                sum(d.backfill for d in started), sum(d.borrowing for d in started), (time.monotonic() - began) * 1000)
+    return decisions
+
+
+def _start(decision: Decision) -> bool:
+    """Dispatch a job the pass chose, in a savepoint: one job that cannot go (stopped meanwhile, its
+    secrets unreadable) does not undo the others."""
+    assert decision.plan is not None
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=decision.job.id).first()
+        if job is None or job.status != J.QUEUED or job.nodes.filter(status__in=NODE_LIVE).exists():
+            return False
+        if not transition_job(job, J.PLANNING, decision.reason):
+            return False
+        try:
+            _open_secrets(job.spec)
+        except secretbox.SecretUnreadable as exc:
+            transition_job(job, J.FAILED, str(exc))
+            return False
+        if job.borrowing != decision.borrowing:
+            Job.objects.filter(pk=job.pk).update(borrowing=decision.borrowing)
+            job.borrowing = decision.borrowing
+        _dispatch(job, decision.plan)
+    return True
+
+
+def _fail(decision: Decision) -> None:
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=decision.job.id).first()
+        if job is not None and job.status == J.QUEUED:
+            transition_job(job, J.FAILED, decision.reason)
+
+
+def _mark_borrowing(snap: Snapshot, started: list[Decision]) -> None:
+    """Keep every live job's `borrowing` true to what its project's quota leaves it now (a job that
+    ended, a quota changed: the flags follow)."""
+    holdings = list(snap.holdings) + [
+        Holding(d.job.id, d.job.project_id, None, plan_nodes(d.plan or {"nodes": []}), order=1 << 62,
+                borrowing=d.borrowing) for d in started]
+    borrowing = borrowing_jobs(holdings, snap.quotas)
+    for holding in holdings:
+        if (holding.job_id in borrowing) != holding.borrowing:
+            Job.objects.filter(pk=holding.job_id).update(borrowing=holding.job_id in borrowing)
+
+
+def jobs_enforce_time_limits() -> list[int]:
+    """Stop every job that has run past its time limit (from its start)."""
+    now = timezone.now()
+    stopped = []
+    for job_id, limit, started in Job.objects.filter(
+            status__in=[J.DISPATCHING, J.RUNNING], started_at__isnull=False, spec__has_key="time_limit").values_list(
+            "id", "spec__time_limit", "started_at"):
+        if isinstance(limit, (int, float)) and (now - started).total_seconds() >= limit:
+            job_stop(job_id=job_id, reason=f"time limit of {duration_text(limit)} reached")
+            stopped.append(job_id)
+    return stopped
+
+
+def usage_close_orphans() -> int:
+    """Close the usage rows of nodes no longer live that no transition closed (their job deleted)."""
+    open_ids = usage_open_node_ids()
+    if not open_ids:
+        return 0
+    nodes = dict(JobNode.objects.filter(pk__in=open_ids).values_list("id", "status"))
+    finished = dict(JobNode.objects.filter(pk__in=open_ids).values_list("id", "finished_at"))
+    now = timezone.now()
+    ends = {node_id: finished.get(node_id) or now for node_id in open_ids
+            if node_id not in nodes or nodes[node_id] not in NODE_LIVE}
+    return usage_close_many(ends=ends) if ends else 0
+
+
+def queue_housekeeping() -> None:
+    """The beat's chores around its pass: time limits, usage rows left open."""
+    jobs_enforce_time_limits()
+    usage_close_orphans()
+
+
+# --- priorities ---------------------------------------------------------------------------------------
+def job_set_priority(*, job: Job, priority: int, user: Any) -> Job:
+    """Change a live job's priority (a queued one moves in the queue at once). Capped at its project's
+    ceiling unless staff; audited with the previous one."""
+    check_priority_ceiling(priority, job.project.name, user)
+    with transaction.atomic():
+        job = Job.objects.select_for_update().select_related("project").get(pk=job.pk)
+        if job.status in JOB_FINAL:
+            raise ValidationError({"priority": [f"job #{job.pk} is {job.status}: only a live job's priority changes."]})
+        previous = job.priority
+        if previous == priority:
+            return job
+        Job.objects.filter(pk=job.pk).update(priority=priority)
+        job.priority = priority
+        audit.record(None, audit.Action.JOB_PRIORITY_CHANGE, job, priority=priority, previous=previous,
+                     status=job.status)
+        if job.status == J.QUEUED:
+            queue_poke_on_commit()
+    log.info("job %s: priority %s -> %s", job.pk, priority_label(previous), priority_label(priority))
+    return job
+
+
+# --- what the API and the streams show -------------------------------------------------------------
+def queue_entries(decisions: list[Decision], *, renumber: bool = False) -> list[dict[str, Any]]:
+    """The queue as JSON-able entries (QueueEntryOut's shape), positions from 1 in queue order."""
+    entries = []
+    for index, d in enumerate(decisions, 1):
+        job = d.job
+        entries.append({
+            "id": job.id, "name": job.name, "project": job.project, "owner": job.owner,
+            "priority": job.priority, "position": index if renumber else d.position,
+            "reason": d.reason, "blocked_by": d.blocked_by, "head": d.head, "borrowing": d.borrowing,
+            "backfill": d.backfill,
+            # To the minute: an ETA that moves by seconds does not make a new queue for every dashboard.
+            "expected_start": (dt.datetime.fromtimestamp(d.expected_start // 60 * 60 + 60, tz=dt.UTC).isoformat()
+                               if d.expected_start is not None else None),
+            "submitted_at": job.created_at.isoformat(),
+            "waiting_since": (job.queued_at or job.created_at).isoformat(),
+            "gpus": d.need[0], "processes": d.need[1],
+        })
+    return entries

@@ -1,0 +1,43 @@
+"""Every write to the usage ledger. The jobs app calls these from its node transitions (a node
+that starts running opens a row, its end closes it), inside the transition's transaction: a
+transition that rolls back leaves no row, and one that commits leaves exactly one."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from .models import NodeUsage
+
+
+def usage_open(*, node_id: int, job_id: int, attempt: int, user_id: int | None, username: str,
+               project_id: int | None, project_name: str, machine_id: int | None, machine_name: str,
+               gpus: int, processes: int, started_at: dt.datetime) -> None:
+    """A node started running: account for what it holds from `started_at` on. Idempotent: a node
+    runs once, its row is kept as first written."""
+    NodeUsage.objects.get_or_create(node_id=node_id, defaults={
+        "job_id": job_id, "attempt": attempt, "user_id": user_id, "username": username, "project_id": project_id,
+        "project_name": project_name, "machine_id": machine_id, "machine_name": machine_name, "gpus": gpus,
+        "processes": processes, "started_at": started_at,
+    })
+
+
+def usage_close(*, node_id: int, ended_at: dt.datetime) -> bool:
+    """A node ended: stop its clock. Conditional on the row being open, so a second report of the
+    same end changes nothing. False when the node never ran (no row) or was closed already."""
+    row = NodeUsage.objects.filter(node_id=node_id, ended_at=None).values("started_at", "gpus", "processes").first()
+    if row is None:
+        return False
+    seconds = max((ended_at - row["started_at"]).total_seconds(), 0.0)
+    return bool(NodeUsage.objects.filter(node_id=node_id, ended_at=None).update(
+        ended_at=ended_at, gpu_seconds=row["gpus"] * seconds, process_seconds=row["processes"] * seconds))
+
+
+def usage_open_node_ids() -> list[int]:
+    return list(NodeUsage.objects.filter(ended_at=None).values_list("node_id", flat=True))
+
+
+def usage_close_many(*, ends: dict[int, Any]) -> int:
+    """Close the rows of nodes that ended without their transition closing them (a job deleted
+    while a node was still counted live): node id -> when it ended."""
+    return sum(usage_close(node_id=node_id, ended_at=ended_at) for node_id, ended_at in ends.items())

@@ -1,0 +1,66 @@
+"""Seed 004's task files as `torchyard submit` reads them: the JobSpec each becomes, and the message
+a malformed one gets (the file against a real server: tests/integration/test_seed_scheduler.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from torchyard.client import CliError
+from torchyard.client.specfile import load_spec_file
+
+
+def loaded(tmp_path: Path, document: object, name: str = "task.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(document))
+    return load_spec_file(path)
+
+
+def test_the_seeds_sample_task_becomes_one_node_with_a_rank_per_gpu(tmp_path):
+    task = loaded(tmp_path, {"name": "ResNet50 Training", "required_gpus": 2, "min_gpu_memory": 8192,
+                             "params": {"model": "resnet50", "batch_size": "64", "learning_rate": "0.001",
+                                        "epochs": "90", "weight_decay": "1e-4", "note": "v1.10 run", "flag": True}})
+    assert task.spec == {
+        "name": "ResNet50 Training", "entrypoint": "examples/mlp_ddp.py",
+        "resources": {"nodes": 1, "procs_per_node": 2, "gpus_per_node": 2, "min_gpu_memory": 8192},
+        "hyperparameters": {"model": "resnet50", "batch_size": 64, "learning_rate": 0.001, "epochs": 90,
+                            "weight_decay": 0.0001, "note": "v1.10 run", "flag": True},
+    }
+    assert task.code_dir is None
+    assert task.notes == [f"{tmp_path / 'task.json'}: a seed 004 task: runs the built-in recipe examples/mlp_ddp.py "
+                          "on 2 rank(s) with its params as hyperparameters (give entrypoint to run a script of your own)"]
+
+
+def test_defaults_and_jobspec_keys_beside_the_seeds(tmp_path):
+    (tmp_path / "proj").mkdir()
+    task = loaded(tmp_path, {"params": {"lr": "0.1"}, "entrypoint": "train.py", "args": ["--steps", "5"],
+                             "placement": {"policy": "balanced"}, "code": {"dir": "proj"}}, name="nightly.yaml")
+    assert task.spec["name"] == "nightly"
+    assert task.spec["resources"] == {"nodes": 1, "procs_per_node": 1, "gpus_per_node": 1, "min_gpu_memory": 0}
+    assert (task.spec["entrypoint"], task.spec["args"], task.spec["placement"]) == (
+        "train.py", ["--steps", "5"], {"policy": "balanced"})
+    assert task.code_dir == tmp_path / "proj" and task.notes == []
+    cpu = loaded(tmp_path, {"name": "cpu", "required_gpus": 0})
+    assert cpu.spec["resources"] == {"nodes": 1, "procs_per_node": 1, "gpus_per_node": 0, "min_gpu_memory": 0}
+    # A JobSpec without the seed's keys is left as it is.
+    assert loaded(tmp_path, {"name": "j", "entrypoint": "x.py"}).spec == {"name": "j", "entrypoint": "x.py"}
+
+
+@pytest.mark.parametrize(("document", "message"), [
+    ({"required_gpus": -1}, 'required_gpus: expected the number of GPUs the task needs (a whole number, 0 or more), '
+                            'found -1'),
+    ({"required_gpus": True}, "required_gpus: expected the number of GPUs the task needs (a whole number, 0 or more), "
+                              "found true"),
+    ({"required_gpus": 1, "min_gpu_memory": "8GB"}, 'min_gpu_memory: expected the memory each GPU needs in MB '
+                                                    '(a whole number, 0 or more), found "8GB"'),
+    ({"params": "batch_size=64"}, 'params: expected a mapping of names to values, such as {"batch_size": "64"}, '
+                                  'found "batch_size=64"'),
+    ({"name": "", "params": {}}, 'name: expected the task\'s name as text, found ""'),
+    ({"required_gpus": 1, "resources": {"nodes": 2}}, "a seed 004 task file gives required_gpus, min_gpu_memory and "
+                                                      "params; resources belong to a JobSpec: give one form or the other"),
+])
+def test_a_malformed_task_file_names_the_key(tmp_path, document, message):
+    with pytest.raises(CliError) as refused:
+        loaded(tmp_path, document)
+    assert str(refused.value) == f"{tmp_path / 'task.json'}: {message}"
