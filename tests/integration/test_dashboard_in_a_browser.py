@@ -3,12 +3,15 @@ see both machines, launch the demo job from the form with Plan then Launch, and 
 completion; see a running job's nodes on their machines on the topology page and open the job from
 there; follow a 2-node job on its page at 1280x800 to its end (per-node progress, the loss chart, the
 timeline, the log's search); see a killed rank's recovery on the timeline; stop a job with "Stop all
-nodes"; compare two runs on the experiments page. Every page visited is saved as a screenshot under
-var/screenshots/<test>/."""
+nodes"; compare two runs on the experiments page; see a job queued behind a busy cluster on the queue
+page with its reason, change its priority there, and its hours on the usage page after it ran; a
+job preempted by a higher-priority one on its timeline. Every page visited is saved as a screenshot
+under var/screenshots/<test>/."""
 
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from playwright.sync_api import expect
@@ -271,3 +274,134 @@ def test_two_runs_are_compared_on_the_experiments_page(stack, page, shots):
     expect(lr_row).to_contain_text("0.05")
     expect(table.get_by_role("rowheader", name=re.compile(r"^loss \(last value\)"))).to_be_visible()
     page.screenshot(path=str(shots / "experiments-compare.png"), full_page=True)
+
+
+# Both local agents' cores (a 2-core machine each): a job of this size has the cluster to itself.
+WHOLE_CLUSTER = {"nodes": 2, "procs_per_node": 2}
+
+
+def whole_cluster_job(name: str, steps: int, **extra) -> dict:
+    return {"name": name, "entrypoint": "examples/mlp_ddp.py", "resources": WHOLE_CLUSTER,
+            "args": ["--steps", str(steps), "--step-sleep", "0.05"], "fault_tolerance": {"max_restarts": 0}, **extra}
+
+
+def test_the_queue_page_shows_a_job_waiting_behind_a_busy_cluster_and_the_usage_page_its_hours(stack, page, shots):
+    created = stack.api("POST", "/api/projects", json={"name": "vision", "description": "image models"})
+    assert created.status_code == 201, created.text
+    # High: nothing queued below it may preempt it while the page is looked at.
+    blocker = stack.submit(whole_cluster_job("queue-blocker", 100_000, priority="high"))
+    try:
+        stack.wait_job(blocker["id"], {"running"})
+        waiter = stack.submit(whole_cluster_job("queue-waiter", 40, project="vision", priority="low"))
+        log_in(stack.base, page)
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Queue").click()
+        expect(page).to_have_url(re.compile(r"/queue$"))
+
+        row = page.get_by_role("table", name="Queued jobs").locator(f'tr[data-job-id="{waiter["id"]}"]')
+        expect(row.get_by_role("link", name="queue-waiter")).to_have_attribute("href", f"/jobs/{waiter['id']}")
+        # Its place, project, owner and what it asks; the reason comes with the first queue pass.
+        expect(row.locator("td").first).to_have_text("1")
+        expect(row).to_contain_text("vision")
+        expect(row).to_contain_text("admin")
+        expect(row).to_contain_text("4 processes")
+        expect(row.locator(".queue-reason")).to_contain_text(re.compile(r"waiting for 2 machines"), timeout=30_000)
+        expect(row.locator(".tag-head")).to_be_visible()
+        select = row.get_by_role("combobox", name=f"Priority of queue-waiter (#{waiter['id']})")
+        expect(select).to_have_value("low")
+        page.screenshot(path=str(shots / "queue.png"), full_page=True)
+
+        # The admin raises it (still below the running job's): the server has it at once.
+        select.select_option("normal")
+        expect(select).to_have_value("normal")
+        deadline = time.monotonic() + 10
+        while stack.job(waiter["id"])["priority"] != 0:
+            assert time.monotonic() < deadline, stack.job(waiter["id"])
+            time.sleep(0.2)
+        expect(row.get_by_role("alert")).to_have_count(0)
+
+        # The job list badges the running job's priority (not normal), not the waiter's (normal now).
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Jobs").click()
+        jobs = page.get_by_role("table").first
+        expect(jobs.locator("tr", has=page.get_by_role("link", name="queue-blocker", exact=True)).locator(".prio-high")).to_be_visible()
+        expect(jobs.locator("tr", has=page.get_by_role("link", name="queue-waiter", exact=True)).locator(".prio")).to_have_count(0)
+        page.screenshot(path=str(shots / "jobs-priorities.png"), full_page=True)
+
+        # The waiter's page says why it waits.
+        page.goto(f"{stack.base}/jobs/{waiter['id']}")
+        expect(page.locator(".job-header .status-note")).to_contain_text(re.compile(r"Waiting in the queue: waiting for 2 machines"))
+        expect(page.get_by_role("combobox", name=f"Priority of queue-waiter (#{waiter['id']})")).to_have_value("normal")
+        page.screenshot(path=str(shots / "job-queued.png"))
+
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Queue").click()
+        expect(row).to_be_visible()
+    finally:
+        stack.api("POST", f"/api/jobs/{blocker['id']}/stop")
+    # Live: the waiter starts once the blocker has let go, and leaves the page without a reload.
+    expect(page.get_by_text("Nothing is waiting: every job submitted is running or done.")).to_be_visible(timeout=90_000)
+    page.screenshot(path=str(shots / "queue-empty.png"))
+    final = stack.wait_job(waiter["id"], {"completed", "failed", "stopped"}, timeout=180)
+    assert final["status"] == "completed", stack.job_log_tail(waiter["id"])
+
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Usage").click()
+    expect(page).to_have_url(re.compile(r"/usage$"))
+    totals = page.get_by_role("table", name="Usage totals")
+    for project in ("default", "vision"):
+        # These machines have no GPUs: process-hours count, GPU-hours are 0.
+        cells = totals.locator(f'tr[data-key="{project}"] td')
+        expect(cells.nth(1)).to_have_text("0", timeout=30_000)
+        assert float(cells.nth(2).inner_text()) > 0, cells.all_inner_texts()
+        expect(page.get_by_role("img", name=f"{project} usage chart").locator("canvas")).to_have_count(1)
+    page.screenshot(path=str(shots / "usage-7d.png"), full_page=True)
+    page.get_by_role("button", name="Last 24 hours").click()
+    page.get_by_role("button", name="By user").click()
+    expect(page).to_have_url(re.compile(r"/usage\?.*by=user"))
+    expect(totals.locator('tr[data-key="admin"]')).to_be_visible()
+    expect(page.get_by_role("img", name="admin usage chart").locator("canvas")).to_have_count(1)
+    page.screenshot(path=str(shots / "usage-24h-by-user.png"), full_page=True)
+
+    # The admin (staff) sets the project's quota where projects are shown.
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Projects").click()
+    page.get_by_role("button", name="Edit vision").click()
+    form = page.get_by_role("form", name="Settings of vision")
+    form.get_by_label("Max processes").fill("8")
+    page.screenshot(path=str(shots / "projects-edit.png"))
+    form.get_by_role("button", name="Save").click()
+    expect(form).to_have_count(0)
+    expect(page.locator('tr[data-project="vision"]').get_by_label("Processes held of quota")).to_have_text("0 of 8")
+    assert stack.api("GET", "/api/projects/vision").json()["max_processes"] == 8
+    page.screenshot(path=str(shots / "projects.png"), full_page=True)
+
+
+def test_a_job_preempted_by_a_higher_priority_one_shows_it_on_its_timeline_and_resumes(stack, page, shots):
+    victim = stack.submit(whole_cluster_job("preempt-victim", 100_000, priority="low", preemption={"grace": 20},
+                                            checkpointing={"enabled": True, "every_n_steps": 10, "keep": 2}))
+    urgent = None
+    try:
+        stack.wait_job(victim["id"], {"running"})
+        stack.wait_checkpoint(victim["id"])
+        page.set_viewport_size({"width": 1280, "height": 800})
+        log_in(stack.base, page)
+        page.goto(f"{stack.base}/jobs/{victim['id']}")
+        expect(page.locator(".job-header .badge-running")).to_be_visible(timeout=30_000)
+
+        urgent = stack.submit(whole_cluster_job("preempt-urgent", 40, priority="high"))
+        timeline = page.get_by_role("region", name="Timeline")
+        # Asked to yield, then back in the queue: both marked, the second naming the state.
+        expect(timeline.locator(".tl-preemption").filter(has_text="→ preempted")).to_have_count(1, timeout=120_000)
+        expect(timeline.locator(".tl-preemption").first).to_contain_text(re.compile(r"preempt", re.I))
+        page.screenshot(path=str(shots / "job-preempted.png"))
+        timeline.scroll_into_view_if_needed()
+        timeline.screenshot(path=str(shots / "timeline-preempted.png"))
+
+        final = stack.wait_job(urgent["id"], {"completed", "failed", "stopped"}, timeout=180)
+        assert final["status"] == "completed", stack.job_log_tail(urgent["id"])
+        # The victim resumes once the urgent job is done, on the same page.
+        expect(page.locator(".job-header .badge-running")).to_be_visible(timeout=120_000)
+        expect(timeline).to_contain_text(re.compile(r"1 preemption"))
+        page.screenshot(path=str(shots / "job-resumed.png"), full_page=True)
+    finally:
+        for job in (victim, urgent):
+            if job:
+                stack.api("POST", f"/api/jobs/{job['id']}/stop")
+    stack.wait_job(victim["id"], {"stopped", "completed", "failed"}, timeout=60)
+    assert stack.wait_no_job_processes(victim["id"]) == []

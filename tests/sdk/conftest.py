@@ -31,6 +31,7 @@ SDK_ENV = (
     "TORCHYARD_RESUME_MANIFEST",
     "TORCHYARD_DIST_BACKEND",
     "TORCHYARD_TEST_PAUSE_BEFORE_COMMIT",
+    "TORCHYARD_TEST_PAUSE_AFTER_WRITE",
 )
 
 
@@ -58,3 +59,21 @@ def s3_checkpoints(s3_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> str
     url = f"s3://{s3_server.create_bucket()}/jobs/7"
     monkeypatch.setenv("TORCHYARD_CHECKPOINT_URL", url)
     return url
+
+
+@pytest.fixture(params=["sync", "async"])
+def save(request):
+    """checkpoint.save, or an async save waited for at once: a test that saves through this fixture
+    runs twice, and async saves must keep every promise of synchronous ones (same True or False)."""
+    from torchyard.sdk import checkpoint
+
+    if request.param == "sync":
+        return checkpoint.save
+
+    def save_async(state, step, **options):
+        pending = checkpoint.save(state, step, async_=True, **options)
+        assert isinstance(pending, checkpoint.PendingSave)
+        return pending.result(timeout=120)
+
+    save_async.is_async = True  # type: ignore[attr-defined]
+    return save_async

@@ -1,6 +1,7 @@
 """Run by test_checkpoint_distributed.py under torchrun: saves and loads with a real process group.
 
-Each rank writes what it saw to <out>/rank-<r>.json.
+Each rank writes what it saw to <out>/rank-<r>.json. With a second argument ``async``, every save
+is an async one, waited for before the next step of the script.
 """
 
 from __future__ import annotations
@@ -18,13 +19,24 @@ from torchyard import sdk
 from torchyard.sdk import checkpoint
 
 
-def main(out: Path) -> None:
+def main(out: Path, mode: str) -> None:
     assert sdk.init_process_group()
     me = sdk.rank()
     seen: dict = {"rank": me, "world_size": dist.get_world_size()}
 
+    def save(state, step: int, **options) -> bool:
+        if mode == "sync":
+            return checkpoint.save(state, step, **options)
+        pending = checkpoint.save(state, step, async_=True, **options)
+        assert isinstance(pending, checkpoint.PendingSave)
+        # The loop owns its tensors again at once: what was saved is what save() was given.
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                value.add_(1000)
+        return pending.result()
+
     # Replicated state: rank 0 writes; other ranks pass anything and still take part.
-    seen["replicated_saved"] = checkpoint.save({"w": torch.full((4,), 1.0)}, 1)
+    seen["replicated_saved"] = save({"w": torch.full((4,), 1.0)}, 1)
     # Sharded state: a DTensor split over the ranks; each rank writes its own half through DCP.
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
 
@@ -32,7 +44,7 @@ def main(out: Path) -> None:
         return {"w": distribute_tensor(full, mesh, [Shard(0)]), "note": note}
 
     for step in (5, 10):
-        seen[f"sharded_saved_{step}"] = checkpoint.save(
+        seen[f"sharded_saved_{step}"] = save(
             sharded_state(torch.arange(8.0) + step, f"step {step}"), step, sharded=True
         )
     into = sharded_state(torch.zeros(8), "")
@@ -61,12 +73,12 @@ def main(out: Path) -> None:
     shared = os.environ["TORCHYARD_CHECKPOINT_URL"]
     if me == 1:
         os.environ["TORCHYARD_CHECKPOINT_URL"] = str(out / "elsewhere")
-    seen["unshared_store_saved"] = checkpoint.save(sharded_state(torch.zeros(8), ""), 15, sharded=True)
+    seen["unshared_store_saved"] = save(sharded_state(torch.zeros(8), ""), 15, sharded=True)
     os.environ["TORCHYARD_CHECKPOINT_URL"] = shared
 
     # A failure on one rank only (an unpicklable shard on rank 1) must fail the save on every rank.
     bad = {"fn": (lambda: None)} if me == 1 else {"ok": 1}
-    seen["one_bad_rank_saved"] = checkpoint.save(bad, 20, sharded=True)
+    seen["one_bad_rank_saved"] = save(bad, 20, sharded=True)
 
     # Gradient compression hooks from the job's "compression" section keep the replicas in step.
     for hook in ("fp16", "bf16", "powersgd"):
@@ -84,4 +96,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "sync")

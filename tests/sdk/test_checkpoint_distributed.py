@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import torch
 from sdk_support import WORKERS, torchrun_argv
 from torchyard.sdk import checkpoint
@@ -14,13 +15,14 @@ from torchyard.sdk import checkpoint
 HERE = Path(__file__).resolve().parent
 
 
-def test_two_ranks_save_and_load_together_and_compress_gradients(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_ranks_save_and_load_together_and_compress_gradients(tmp_path, monkeypatch, mode):
     out = tmp_path / "out"
     out.mkdir()
     root = tmp_path / "checkpoints"
     env = {**os.environ, "TORCHYARD_CHECKPOINT_URL": str(root), "PYTHONPATH": str(WORKERS)}
     result = subprocess.run(
-        torchrun_argv(HERE / "distributed_checkpoint_worker.py", str(out)),
+        torchrun_argv(HERE / "distributed_checkpoint_worker.py", str(out), mode),
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -47,6 +49,8 @@ def test_two_ranks_save_and_load_together_and_compress_gradients(tmp_path, monke
 
     manifest = json.loads((root / "step-00000010" / "manifest.json").read_text())
     assert manifest["world_size"] == 2 and manifest["sharded"] is True
+    assert manifest["save"]["async"] is (mode == "async") and manifest["save"]["blocking_seconds"] >= 0
+    assert (manifest["save"]["background_seconds"] is None) is (mode == "sync")
     assert (
         json.loads((root / "step-00000001" / "manifest.json").read_text())["files"][0]["path"] == "state.pt"
     )

@@ -44,9 +44,9 @@ def test_it_round_trips_a_state_through_s3_with_the_documented_layout(s3_server,
     ]
 
 
-def test_it_falls_back_when_the_newest_s3_checkpoint_is_corrupt(s3_server, s3_checkpoints, capfd):
+def test_it_falls_back_when_the_newest_s3_checkpoint_is_corrupt(s3_server, s3_checkpoints, capfd, save):
     for step in (1, 2):
-        assert checkpoint.save({"step": step, "w": torch.ones(500) * step}, step)
+        assert save({"step": step, "w": torch.ones(500) * step}, step)
     corrupt_object(s3_server, s3_checkpoints, "jobs/7/step-00000002/state.pt")
 
     state, step, _ = checkpoint.load_latest()
@@ -54,9 +54,9 @@ def test_it_falls_back_when_the_newest_s3_checkpoint_is_corrupt(s3_server, s3_ch
     assert "checkpoint at step 2" in capfd.readouterr().err
 
 
-def test_sharded_checkpoints_upload_dcp_files_and_verify_them_on_the_way_back(s3_server, s3_checkpoints, capfd):
+def test_sharded_checkpoints_upload_dcp_files_and_verify_them_on_the_way_back(s3_server, s3_checkpoints, capfd, save):
     for step in (1, 2):
-        assert checkpoint.save({"w": torch.arange(300.0) * step, "epoch": step}, step, sharded=True)
+        assert save({"w": torch.arange(300.0) * step, "epoch": step}, step, sharded=True)
     assert [k for k in keys(s3_server, s3_checkpoints) if "step-00000002" in k] == [
         "jobs/7/step-00000002/.metadata",
         "jobs/7/step-00000002/__0_0.distcp",
@@ -99,12 +99,12 @@ def test_two_ranks_save_their_shards_to_s3_and_one_process_loads_them_whole(
     assert "__1_0.distcp fails its sha256 check" in capfd.readouterr().err
 
 
-def test_retention_and_uncommitted_objects_on_s3(s3_server, s3_checkpoints):
+def test_retention_and_uncommitted_objects_on_s3(s3_server, s3_checkpoints, save):
     bucket = s3_checkpoints.removeprefix("s3://").split("/", 1)[0]
     # Data of a save that died before its manifest: readers ignore it, retention removes it.
     s3_server.client().put_object(Bucket=bucket, Key="jobs/7/step-00000002/state.pt", Body=b"junk")
     for step in (1, 3, 4, 5):
-        assert checkpoint.save({"step": step}, step, keep=2)
+        assert save({"step": step}, step, keep=2)
     assert checkpoint.load_latest()[1] == 5
     assert [k for k in keys(s3_server, s3_checkpoints) if k.endswith("manifest.json")] == [
         "jobs/7/step-00000004/manifest.json",
@@ -113,17 +113,17 @@ def test_retention_and_uncommitted_objects_on_s3(s3_server, s3_checkpoints):
     assert not any("step-00000002" in k for k in keys(s3_server, s3_checkpoints))
 
 
-def test_a_save_to_an_unreachable_s3_server_fails_quickly_without_raising(s3_checkpoints, monkeypatch, capfd):
+def test_a_save_to_an_unreachable_s3_server_fails_quickly_without_raising(s3_checkpoints, monkeypatch, capfd, save):
     monkeypatch.setenv("S3_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     started = time.monotonic()
-    assert checkpoint.save({"step": 1}, 1) is False
+    assert save({"step": 1}, 1) is False
     assert time.monotonic() - started < 20
     assert "not saved" in capfd.readouterr().err
 
 
-def test_a_save_that_fails_on_s3_commits_nothing(s3_server, s3_checkpoints, capfd):
-    assert checkpoint.save({"step": 1}, 1)
-    assert checkpoint.save({"weights": torch.randn(1000), "fn": lambda: None}, 2) is False
+def test_a_save_that_fails_on_s3_commits_nothing(s3_server, s3_checkpoints, capfd, save):
+    assert save({"step": 1}, 1)
+    assert save({"weights": torch.randn(1000), "fn": lambda: None}, 2) is False
     assert "checkpoint at step 2 not saved" in capfd.readouterr().err
     assert not any("step-00000002" in k for k in keys(s3_server, s3_checkpoints))
     assert checkpoint.load_latest()[1] == 1

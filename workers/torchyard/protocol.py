@@ -25,6 +25,18 @@ TASK_SHUTDOWN = "torchyard.agent.shutdown"
 # it as PEERS_FILE into that node's run directory, where the SDK's peers() reads it.
 TASK_UPDATE_PEERS = "torchyard.agent.update_peers"
 PEERS_FILE = "peers.json"
+# Lossless preemption: the controller asks a node to checkpoint and yield. The agent writes
+# PREEMPT_FILE ({"grace": seconds, "reason": ..., "at": epoch}) into the node's run directory; the
+# ranks see it (sdk.preemption_requested(), a stat of ENV_PREEMPT_FILE), the supervisor stops the
+# node once the grace is over (never while a checkpoint commits: COMMITTING_PREFIX markers).
+TASK_PREEMPT_NODE = "torchyard.agent.preempt_node"
+PREEMPT_FILE = "preempt-requested"
+# Written by a rank that yields (sdk.yield_for_preemption) after its checkpoint committed.
+YIELDED_FILE = "preempt-yielded"
+# committing-<rank>: a rank is inside a checkpoint save (sdk.preemption.committing()).
+COMMITTING_PREFIX = "committing-"
+# The exit status of a rank that yielded for preemption (the node reports `stopped`, yielded).
+YIELD_EXIT_CODE = 83
 
 
 def machine_queue(machine_id: int | str) -> str:
@@ -178,6 +190,8 @@ ENV_EVENT_SOCKET = "TORCHYARD_EVENT_SOCKET"
 ENV_CONFIG = "TORCHYARD_CONFIG"
 # Where this job's checkpoints live: file:///abs/dir or s3://bucket/prefix (one folder per job).
 ENV_CHECKPOINT_URL = "TORCHYARD_CHECKPOINT_URL"
+# Path of the node's PREEMPT_FILE (which exists once the node is asked to yield).
+ENV_PREEMPT_FILE = "TORCHYARD_PREEMPT_FILE"
 # URI of the committed manifest.json to resume from (empty: start fresh).
 ENV_RESUME_MANIFEST = "TORCHYARD_RESUME_MANIFEST"
 # "gloo" or "nccl", as planned.

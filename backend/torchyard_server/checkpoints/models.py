@@ -17,6 +17,15 @@ class CheckpointManifest(models.Model):
     committed_at = models.DateTimeField()
     verified = models.BooleanField(default=True, help_text="False once a restore found its files corrupt.")
     deleted = models.BooleanField(default=False, help_text="Removed by retention.")
+    # What the save cost the training loop, from the manifest's "save" section (null for
+    # checkpoints of SDKs that did not record it).
+    saved_async = models.BooleanField(default=False, help_text="Written in the background (async_=True).")
+    blocking_seconds = models.FloatField(
+        null=True, blank=True, help_text="How long save() held the training loop (the slowest rank)."
+    )
+    background_seconds = models.FloatField(
+        null=True, blank=True, help_text="Async saves: from save() returning until the commit."
+    )
 
     class Meta:
         ordering = ["job_id", "-step"]

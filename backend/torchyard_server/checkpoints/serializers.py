@@ -20,7 +20,10 @@ class CheckpointOut(serializers.ModelSerializer):
 
     class Meta:
         model = CheckpointManifest
-        fields = ["id", "job", "step", "attempt", "uri", "world_size", "files", "total_bytes", "committed_at", "verified"]
+        fields = [
+            "id", "job", "step", "attempt", "uri", "world_size", "files", "total_bytes", "committed_at", "verified",
+            "saved_async", "blocking_seconds", "background_seconds",
+        ]  # fmt: skip
 
 
 class JobReportOut(serializers.Serializer):

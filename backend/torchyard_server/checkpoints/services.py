@@ -25,6 +25,10 @@ def checkpoint_record(*, event: dict[str, Any]) -> CheckpointManifest | None:
         committed_at = dt.datetime.fromtimestamp(created, tz=dt.UTC)
     elif isinstance(created, str):
         committed_at = parse_datetime(created) or committed_at
+    # What the save cost the training loop (the SDK's manifest "save" section; absent from older ones).
+    timing = manifest.get("save")
+    if not isinstance(timing, dict):
+        timing = {}
     row, _ = CheckpointManifest.objects.update_or_create(
         job_id=job_id,
         uri=uri,
@@ -36,6 +40,9 @@ def checkpoint_record(*, event: dict[str, Any]) -> CheckpointManifest | None:
             "total_bytes": int(manifest.get("total_bytes") or sum(int(f.get("size") or 0) for f in files)),
             "manifest": manifest,
             "committed_at": committed_at,
+            "saved_async": timing.get("async") is True,
+            "blocking_seconds": _seconds(timing.get("blocking_seconds")),
+            "background_seconds": _seconds(timing.get("background_seconds")),
         },
     )
     # Retention happens in the SDK after each commit (the newest `keep`); mirror it here so the
@@ -48,3 +55,10 @@ def checkpoint_record(*, event: dict[str, Any]) -> CheckpointManifest | None:
         # An elastic job below its most nodes grows at a committed checkpoint when machines allow.
         job_grow_at_checkpoint(job_id=job.pk, attempt=event["attempt"])
     return row
+
+
+def _seconds(value: Any) -> float | None:
+    """A duration the SDK wrote, or None when it is missing or not a finite, non-negative number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 <= value < float("inf") else None

@@ -15,6 +15,10 @@ class Job(models.Model):
         DISPATCHING = "dispatching"
         RUNNING = "running"
         RECOVERING = "recovering"
+        # Lossless preemption (jobs/queue.py): asked to checkpoint and yield its GPUs to a job of
+        # higher priority (or to a project reclaiming its quota); then waiting in the queue again.
+        PREEMPTING = "preempting"
+        PREEMPTED = "preempted"
         STOPPING = "stopping"
         COMPLETED = "completed"
         FAILED = "failed"

@@ -26,8 +26,16 @@ jobs are not transitioned: their reason (in words: the planner's, then the queue
 (registries.queue_changed). `evaluate` is a pure function: `GET /api/queue` shows what a pass would
 decide now, with the same code.
 
-Preemption (later) starts from here: `Reservation` says what the head needs and when; the jobs it
-would have to displace are those the shadow reckoning releases, lowest priority and borrowing first.
+Lossless preemption: when the head cannot start, the pass may choose running jobs to preempt for it
+(`choose_victims`): borrowing jobs of other projects first (a project reclaiming its quota), then
+lowest priority first, then least work lost (time since the last committed checkpoint); never a job
+of higher priority, nor one of equal priority unless it borrows beyond its quota while the head's
+project has a quota to reclaim; never `preemptible: false`; only as many as the head needs (the
+planner places it with their nodes freed). Victims go `preempting` (their ranks checkpoint and
+yield, services.job_preempt), then `preempted`: waiting again, in this same order. While jobs
+already preempting will make room for the head, no other is chosen; as everything here runs under
+the placement lock and each victim's transition is conditional, two passes never both preempt for
+one job.
 """
 
 from __future__ import annotations
@@ -45,20 +53,22 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
+from torchyard import protocol
 
 from .. import secretbox
 from ..audit import services as audit
+from ..events import publish_on_commit
 from ..projects.priorities import priority_label
 from ..usage.services import usage_close_many, usage_open_node_ids
 from .models import Job, JobNode
 from .planner import Candidate, PlanError, plan_job
 from .queue_poke import queue_pass_started, queue_poke_on_commit
 from .quotas import Quota, least_need, over_quota, plan_need, project_quotas
-from .registries import queue_changed
+from .registries import last_checkpoint_times, queue_changed
 from .selectors import machine_candidates
-from .services import _dispatch, _open_secrets, _pick_master_port, _placement_lock, job_stop
-from .spec_queue import check_priority_ceiling, duration_text
-from .states import JOB_FINAL, NODE_LIVE, transition_job
+from .services import _dispatch, _open_secrets, _pick_master_port, _placement_lock, job_preempt, job_stop
+from .spec_queue import check_priority_ceiling, duration_text, preemptible, preemption_grace
+from .states import JOB_FINAL, JOB_WAITING, NODE_LIVE, transition_job
 
 log = logging.getLogger(__name__)
 J = Job.Status
@@ -82,6 +92,7 @@ class Waiting:
     created_at: dt.datetime
     queued_at: dt.datetime | None = None
     status_reason: str = ""
+    status: str = J.QUEUED  # or preempted: it waits alike
 
 
 @dataclass
@@ -95,6 +106,10 @@ class Holding:
     priority: int = 0
     order: int = 0  # placement order: the first of its live nodes' ids
     borrowing: bool = False
+    status: str = J.RUNNING
+    preemptible: bool = True
+    lost_work: float = 0.0  # seconds of work a preemption would lose: since its last committed checkpoint
+    grace: float = 120.0  # preemption.grace
 
     @property
     def need(self) -> tuple[int, int]:
@@ -116,6 +131,7 @@ class Decision:
     blocked_by: str | None = None
     reason: str = ""
     expected_start: float | None = None  # the head's shadow time, when known
+    victims: list[Holding] = field(default_factory=list)  # running jobs to preempt for it (the head)
 
 
 # --- snapshots ------------------------------------------------------------------------------------
@@ -273,6 +289,74 @@ def reserve(job: Waiting, state: dict[int, Candidate], holdings: list[Holding], 
     return Reservation(job, None, trial, [n["machine_id"] for n in plan["nodes"]], plan_need(plan), now)
 
 
+# --- preemption -----------------------------------------------------------------------------------
+def reclaims(job: Waiting, holding: Holding, quotas: dict[int, Quota]) -> bool:
+    """`holding` borrows beyond its project's quota and `job`'s project has a quota to take back."""
+    return holding.borrowing and holding.project_id != job.project_id and job.project_id in quotas
+
+
+def may_preempt(job: Waiting, holding: Holding, quotas: dict[int, Quota]) -> bool:
+    """Whether `job` may preempt `holding`: a running, preemptible job of lower priority, or of the
+    same priority when it borrows capacity `job`'s project reclaims; never one of higher priority."""
+    if holding.status != J.RUNNING or not holding.preemptible or holding.job_id == job.id:
+        return False
+    return holding.priority < job.priority or (holding.priority == job.priority and reclaims(job, holding, quotas))
+
+
+def _fits(spec: dict[str, Any], state: dict[int, Candidate]) -> bool:
+    try:
+        plan_job(spec, list(state.values()), pick_port=_no_port)
+    except PlanError:
+        return False
+    return True
+
+
+def choose_victims(job: Waiting, machines: dict[int, Candidate], holdings: list[Holding],
+                   quotas: dict[int, Quota]) -> list[Holding] | None:
+    """The running jobs to preempt so that `job` (the head, which does not fit now) starts: [] when
+    the jobs already preempting make room for it (wait for them), None when no allowed choice does.
+    In order: borrowing jobs its project reclaims, lowest priority, least work lost; then every
+    chosen job whose room the head does not need after all is dropped (the most valuable first)."""
+    yielding = [h for h in holdings if h.status == J.PREEMPTING]
+
+    def room(freed: list[Holding]) -> dict[int, Candidate]:
+        trial = _copy(machines.values())
+        for holding in [*yielding, *freed]:
+            _free(trial, holding.nodes)
+        return trial
+
+    if yielding and _fits(job.spec, room([])):
+        return []
+    candidates = sorted((h for h in holdings if may_preempt(job, h, quotas)),
+                        key=lambda h: (not reclaims(job, h, quotas), h.priority, h.lost_work, -h.order))
+    chosen: list[Holding] = []
+    trial = room([])
+    for holding in candidates:
+        _free(trial, holding.nodes)
+        chosen.append(holding)
+        if _fits(job.spec, trial):
+            break
+    else:
+        return None
+    for holding in reversed(list(chosen)):
+        rest = [h for h in chosen if h is not holding]
+        if _fits(job.spec, room(rest)):
+            chosen = rest
+    return chosen
+
+
+def preemption_reason(head: Waiting, victim: Holding, machines: dict[int, Candidate], need: tuple[int, int],
+                      quotas: dict[int, Quota]) -> str:
+    """Who preempts whom and why, as the victim's state event says it."""
+    names = sorted({machines[m].name for m, _, _ in victim.nodes if m in machines})
+    wants = _plural(need[0], "GPU") if need[0] else _plural(need[1], "process")
+    why = f"preempted by #{head.id} (priority {priority_label(head.priority)}) of project {head.project}: " \
+          f"needs {wants}" + (f" on {', '.join(names)}" if names else "")
+    if reclaims(head, victim, quotas):
+        why += f"; this job borrows beyond its project's quota, which project {head.project} reclaims"
+    return why
+
+
 # --- one pass, as a pure function -----------------------------------------------------------------
 def evaluate(waiting: list[Waiting], machines: list[Candidate], holdings: list[Holding], quotas: dict[int, Quota],
              *, now: float, pick_port: Callable[[Candidate], int] | None = None) -> list[Decision]:
@@ -334,7 +418,8 @@ def evaluate(waiting: list[Waiting], machines: list[Candidate], holdings: list[H
         decision.need = plan_need(plan) if plan is not None else least_need(job.spec)
         quota = quotas.get(job.project_id)
         over = over_quota(quota, held.get(job.project_id, (0, 0)), decision.need)
-        if over and quota is not None and quota.borrow:
+        if over and quota is not None and quota.borrow and preemptible(job.spec):
+            # Borrowed capacity is what preemption takes back: a job that may not be preempted never borrows.
             borrowers.append((decision, over))  # after every job within its quota
             continue
         if over:
@@ -349,6 +434,8 @@ def evaluate(waiting: list[Waiting], machines: list[Candidate], holdings: list[H
             if head is not None and head.job is job:
                 decision.head, decision.expected_start = True, head.shadow
                 decision.reason = _join(error.reason, head.describe())
+                if error.kind == "busy":
+                    head = _preempt_for(decision, head, state, holdings, quotas, now) or head
             else:
                 decision.reason = _join(error.reason, f"behind #{head.job.id}" if head is not None else "")
             continue
@@ -385,6 +472,34 @@ def evaluate(waiting: list[Waiting], machines: list[Candidate], holdings: list[H
     return decisions
 
 
+def _preempt_for(decision: Decision, head: Reservation, state: dict[int, Candidate], holdings: list[Holding],
+                 quotas: dict[int, Quota], now: float) -> Reservation | None:
+    """Choose the victims the head needs (choose_victims) and say so in its reason. The victims then
+    count as ending within their grace, and the head's reservation is taken again on that: no
+    backfill takes the room they free. Returns the new reservation (None: unchanged)."""
+    job = decision.job
+    victims = choose_victims(job, state, holdings, quotas)
+    if victims is None:
+        return None
+    if not victims:
+        yielding = sorted(h.job_id for h in holdings if h.status == J.PREEMPTING)
+        decision.reason = _join(decision.reason.split("; first in line")[0],
+                                f"first in line: waiting for {_names(yielding)} to checkpoint and yield (preempted)")
+        return None
+    decision.victims = victims
+    chosen = {h.job_id for h in victims}
+    for index, holding in enumerate(holdings):
+        if holding.job_id in chosen:
+            holdings[index] = replace(holding, status=J.PREEMPTING,
+                                      ends_at=min(holding.ends_at or float("inf"), now + holding.grace))
+    decision.reason = _join(decision.reason.split("; first in line")[0],
+                            f"first in line: preempting {_names(sorted(chosen))} to make room")
+    reservation = reserve(job, state, holdings, now)
+    if reservation is not None:
+        reservation.waits_for = sorted(chosen)
+    return reservation
+
+
 def borrowing_jobs(holdings: list[Holding], quotas: dict[int, Quota]) -> set[int]:
     """The live jobs beyond their project's quota: in the order they were placed, each job that the
     quota still has room for counts within it, the others borrow (what preemption takes back first)."""
@@ -414,9 +529,9 @@ class Snapshot:
 
 def queued_jobs() -> list[Waiting]:
     """Every queued job, in queue order."""
-    rows = Job.objects.filter(status=J.QUEUED).order_by("-priority", "created_at", "id").values_list(
+    rows = Job.objects.filter(status__in=JOB_WAITING).order_by("-priority", "created_at", "id").values_list(
         "id", "name", "spec", "priority", "project_id", "project__name", "owner__username", "created_at", "queued_at",
-        "status_reason")
+        "status_reason", "status")
     return [Waiting(*row) for row in rows]
 
 
@@ -424,20 +539,33 @@ def live_holdings(now: float) -> list[Holding]:
     """What every job with live nodes holds, and when each is expected to let go."""
     nodes: dict[int, Nodes] = {}
     first: dict[int, int] = {}
-    for node_id, job_id, machine_id, gpus, procs in JobNode.objects.filter(
+    since: dict[int, float] = {}  # when the current attempt's nodes started running
+    for node_id, job_id, machine_id, gpus, procs, node_started in JobNode.objects.filter(
             status__in=NODE_LIVE, machine__isnull=False).order_by("id").values_list(
-            "id", "job_id", "machine_id", "gpus", "nproc"):
+            "id", "job_id", "machine_id", "gpus", "nproc", "started_at"):
         nodes.setdefault(job_id, []).append((machine_id, tuple(gpus or ()), int(procs)))
         first.setdefault(job_id, node_id)
+        if node_started is not None:
+            since[job_id] = min(since.get(job_id, now), node_started.timestamp())
+    checkpoints = last_checkpoint_times(list(nodes)) if nodes else {}
     holdings = []
-    for job_id, project_id, status, limit, eta, started, priority, borrowing in Job.objects.filter(
+    for job_id, project_id, status, limit, eta, started, priority, borrowing, pinned, preemption in Job.objects.filter(
             pk__in=list(nodes)).values_list("id", "project_id", "status", "spec__time_limit", "progress__eta_seconds",
-                                            "started_at", "priority", "borrowing"):
+                                            "started_at", "priority", "borrowing", "spec__preemptible",
+                                            "spec__preemption"):
         ends_at = expected_end({"time_limit": limit}, now, started.timestamp() if started else None,
                                eta if status == J.RUNNING else None)
+        grace = preemption_grace({"preemption": preemption})
         if status == J.STOPPING:
             ends_at = min(ends_at or float("inf"), now + float(settings.STOP_TIMEOUT))
-        holdings.append(Holding(job_id, project_id, ends_at, nodes[job_id], priority, first[job_id], borrowing))
+        elif status == J.PREEMPTING:
+            ends_at = min(ends_at or float("inf"), now + grace)
+        # Work a preemption would lose: since the last committed checkpoint, or since this attempt
+        # started (it resumed from the one before).
+        lost = now - max(checkpoints.get(job_id, 0.0), since.get(job_id, now))
+        holdings.append(Holding(job_id, project_id, ends_at, nodes[job_id], priority, first[job_id], borrowing,
+                                status=status, preemptible=pinned is not False, lost_work=max(lost, 0.0),
+                                grace=grace))
     return holdings
 
 
@@ -465,11 +593,14 @@ def queue_schedule() -> list[Decision]:
                              pick_port=_pick_master_port)
         started = [d for d in decisions if d.start and _start(d)]
         for decision in decisions:
+            if decision.victims:
+                _preempt(decision, snap)
+        for decision in decisions:
             if decision.blocked_by == INVALID:
                 _fail(decision)
             elif not decision.start and decision.reason != decision.job.status_reason:
                 # Conditional: a job stopped meanwhile keeps its own reason.
-                Job.objects.filter(pk=decision.job.id, status=J.QUEUED).update(status_reason=decision.reason)
+                Job.objects.filter(pk=decision.job.id, status__in=JOB_WAITING).update(status_reason=decision.reason)
         _mark_borrowing(snap, started)
         still = [d for d in decisions if not d.start and d.blocked_by != INVALID]
         transaction.on_commit(lambda: queue_changed(queue_entries(still, renumber=True)))
@@ -486,7 +617,7 @@ def _start(decision: Decision) -> bool:
     assert decision.plan is not None
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(pk=decision.job.id).first()
-        if job is None or job.status != J.QUEUED or job.nodes.filter(status__in=NODE_LIVE).exists():
+        if job is None or job.status not in JOB_WAITING or job.nodes.filter(status__in=NODE_LIVE).exists():
             return False
         if not transition_job(job, J.PLANNING, decision.reason):
             return False
@@ -505,8 +636,25 @@ def _start(decision: Decision) -> bool:
 def _fail(decision: Decision) -> None:
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(pk=decision.job.id).first()
-        if job is not None and job.status == J.QUEUED:
+        if job is not None and job.status in JOB_WAITING:
             transition_job(job, J.FAILED, decision.reason)
+
+
+def _preempt(decision: Decision, snap: Snapshot) -> list[int]:
+    """Ask the victims the pass chose for the head to checkpoint and yield (under the placement lock:
+    the next pass sees them preempting and chooses no more), and say on the head's timeline which."""
+    head = decision.job
+    machines = {m.id: m for m in snap.machines}
+    preempted = [victim.job_id for victim in decision.victims if job_preempt(
+        job_id=victim.job_id, grace=victim.grace,
+        reason=preemption_reason(head, victim, machines, decision.need, snap.quotas))]
+    if preempted:
+        names = ", ".join(f"#{job_id}" for job_id in preempted)
+        log.info("queue: #%s preempts %s", head.id, names)
+        publish_on_commit({"type": protocol.STATE, "job": head.id, "scope": "job", "status": head.status,
+                           "previous": head.status, "preempted": preempted,
+                           "reason": f"preempting {names} to make room (they checkpoint and yield, then it starts)"})
+    return preempted
 
 
 def _mark_borrowing(snap: Snapshot, started: list[Decision]) -> None:
@@ -569,7 +717,7 @@ def job_set_priority(*, job: Job, priority: int, user: Any) -> Job:
         job.priority = priority
         audit.record(None, audit.Action.JOB_PRIORITY_CHANGE, job, priority=priority, previous=previous,
                      status=job.status)
-        if job.status == J.QUEUED:
+        if job.status in JOB_WAITING:
             queue_poke_on_commit()
     log.info("job %s: priority %s -> %s", job.pk, priority_label(previous), priority_label(priority))
     return job

@@ -24,7 +24,7 @@ SCHEDULE_TASK = "torchyard_server.jobs.tasks.schedule_queued"
 
 
 def queue_poke() -> None:
-    if not Job.objects.filter(status=Job.Status.QUEUED).exists():
+    if not Job.objects.filter(status__in=[Job.Status.QUEUED, Job.Status.PREEMPTED]).exists():
         return  # nothing waits: nothing a pass could start
     try:
         if not redis_client().set(POKE_KEY, "1", nx=True, px=POKE_TTL_MS):

@@ -80,12 +80,17 @@ def held_by_project(*, exclude_job: int | None = None) -> dict[int, tuple[int, i
 
 def beyond_quota(project: Project, spec: dict[str, Any]) -> str | None:
     """Why a job could never start within its project's quota when the project may not borrow
-    (submission refuses it: it would wait forever); None otherwise."""
+    (submission refuses it: it would wait forever); None otherwise. A job with `preemptible: false`
+    never borrows (borrowed capacity is what preemption takes back), so for it borrowing does not count."""
     quota = Quota.of(project)
-    if quota is None or quota.borrow:
+    pinned = spec.get("preemptible") is False
+    if quota is None or (quota.borrow and not pinned):
         return None
     over = over_quota(quota, (0, 0), least_need(spec))
-    return f"the job can never start: {over.replace('is at its quota of', 'has a quota of')}" if over else None
+    if not over:
+        return None
+    why = f"the job can never start: {over.replace('is at its quota of', 'has a quota of')}"
+    return why + (" (preemptible: false runs only within its project's quota, never borrowing)" if pinned else "")
 
 
 def growth_beyond_quota(job: Job, plan: dict[str, Any]) -> bool:

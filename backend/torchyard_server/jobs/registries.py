@@ -28,6 +28,23 @@ def resume_manifest_uri(*, job_id: int) -> str:
     return _resume_lookup(job_id)
 
 
+# job ids -> when each last committed a checkpoint (epoch seconds; jobs without one left out): how
+# much work a preemption would lose (jobs/queue.py). Without a lookup every job counts as never
+# having checkpointed.
+CheckpointTimes = Callable[[list[int]], dict[int, float]]
+
+_checkpoint_times: CheckpointTimes | None = None
+
+
+def register_checkpoint_times(lookup: CheckpointTimes) -> None:
+    global _checkpoint_times
+    _checkpoint_times = lookup
+
+
+def last_checkpoint_times(job_ids: list[int]) -> dict[int, float]:
+    return _checkpoint_times(job_ids) if _checkpoint_times is not None else {}
+
+
 # The queue as it now stands (jobs/queue.py queue_entries), after a pass: the streaming app sends it
 # to the dashboards. Called on commit; a listener that fails is logged, never raised into the pass.
 QueueListener = Callable[[list[dict[str, Any]]], None]

@@ -363,6 +363,10 @@ class JobFunctionOut(serializers.Serializer):
         optional_fields = ("result_max_bytes", "size")
 
 
+class JobPreemptionOut(serializers.Serializer):
+    grace = serializers.FloatField(help_text="seconds to checkpoint and yield before the ranks are stopped")
+
+
 class JobSpecOut(StoredJsonOut):
     name = serializers.CharField()
     project = serializers.CharField()
@@ -387,10 +391,12 @@ class JobSpecOut(StoredJsonOut):
     dataset = serializers.CharField()
     priority = serializers.IntegerField(help_text="as submitted (the job's current one is its `priority`)")
     time_limit = serializers.IntegerField(help_text="seconds the job may run from its start")
+    preemptible = serializers.BooleanField(help_text="false: never preempted (and never borrows); absent: true")
+    preemption = JobPreemptionOut()
 
     class Meta:
         optional_fields = ("entrypoint", "module", "code", "secret_env", "model", "dataset", "function", "priority",
-                           "time_limit")
+                           "time_limit", "preemptible", "preemption")
 
 
 class JobDetailOut(JobSummaryOut):

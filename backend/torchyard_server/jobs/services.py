@@ -34,6 +34,7 @@ from .quotas import beyond_quota, growth_beyond_quota
 from .rates import PER_ATTEMPT, fold_rates
 from .registries import resume_manifest_uri
 from .selectors import machine_candidates
+from .spec_queue import preemption_grace
 from .stalls import clear_moved_ranks, stall_verdict
 from .states import JOB_FINAL, NODE_LIVE, transition_job, transition_node
 
@@ -408,12 +409,50 @@ def job_stop(*, job_id: int, reason: str = "stop requested") -> Job | None:
             return job
         audit.record(None, audit.Action.JOB_STOP, job, previous=job.status, reason=reason)
         live = _live_nodes(job)
-        if job.status in (J.QUEUED, J.PLANNING) or not live:
+        if job.status in (J.QUEUED, J.PREEMPTED, J.PLANNING) or not live:
             transition_job(job, J.STOPPED, reason)
             return job
         transition_job(job, J.STOPPING, reason)
         _stop_nodes(live)
     return job
+
+
+def job_preempt(*, job_id: int, reason: str, grace: float) -> bool:
+    """Ask a running job to checkpoint and yield (lossless preemption, jobs/queue.py chooses it):
+    running -> preempting, and each live node's agent writes the request its ranks and supervisor
+    watch (agent/runs.py request_preemption). Once no node runs it waits as `preempted`. False when
+    the job is no longer running (the transition is conditional). Locks: the job (the caller holds
+    the placement lock)."""
+    job = Job.objects.select_for_update().filter(pk=job_id).first()
+    if job is None or job.status != J.RUNNING:
+        return False
+    if not transition_job(job, J.PREEMPTING, f"{reason}; checkpointing and yielding (grace {grace:g} s)"):
+        return False
+    for node in _live_nodes(job):
+        if node.machine_id is None:
+            continue
+        kwargs = {"job_id": job.pk, "attempt": node.attempt, "node_rank": node.node_rank, "grace": grace,
+                  "reason": reason}
+        machine_id = node.machine_id
+        transaction.on_commit(lambda kwargs=kwargs, machine_id=machine_id: celery_app.send_task(
+            protocol.TASK_PREEMPT_NODE, kwargs=kwargs, queue=protocol.machine_queue(machine_id)))
+    return True
+
+
+def _preempted_when_quiet(job: Job) -> None:
+    """A preempting job whose last node ended waits in the queue again (or completed, when every node
+    of the attempt finished first). Its next start is a new attempt from its last committed
+    checkpoint, counting no restart."""
+    if job.status != J.PREEMPTING or _live_nodes(job):
+        return
+    if not job.nodes.filter(attempt=job.attempt).exclude(status=N.COMPLETED).exists():
+        transition_job(job, J.COMPLETED, "every node exited 0 (it finished before yielding)")
+        return
+    yielded = job.nodes.filter(attempt=job.attempt, status_reason__contains="yielded for preemption").count()
+    total = job.nodes.filter(attempt=job.attempt).count()
+    how = "yielded after committing a checkpoint" if yielded == total else \
+        f"stopped ({yielded} of {total} nodes yielded); it resumes from its last committed checkpoint"
+    transition_job(job, J.PREEMPTED, f"{how}; waiting in the queue again ({job.status_reason.split(';')[0]})")
 
 
 def job_delete(*, job: Job) -> None:
@@ -436,6 +475,9 @@ def _winding_down(job: Job) -> bool:
         return True
     if job.status == J.RECOVERING:
         _recover_when_quiet(job)
+        return True
+    if job.status == J.PREEMPTING:
+        _preempted_when_quiet(job)
         return True
     return False
 
@@ -642,6 +684,11 @@ def jobs_supervise() -> None:
             seconds=settings.STOP_TIMEOUT
         ):
             _mark_lost(node, f"{_describe(node)} did not confirm the stop within {settings.STOP_TIMEOUT:.0f}s")
+        elif job.status == J.PREEMPTING and job.updated_at < now - timedelta(
+            # The supervisor stops it after the grace, or after a commit it waits for (one more grace).
+            seconds=2 * preemption_grace(job.spec) + settings.STOP_TIMEOUT
+        ):
+            _mark_lost(node, f"{_describe(node)} did not yield nor stop after its preemption grace")
     _recover_stalled()
 
 

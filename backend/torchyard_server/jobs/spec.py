@@ -23,7 +23,7 @@ from ..projects.models import DEFAULT_PROJECT
 from ..projects.permissions import projects_visible_to, require_submit
 from ..projects.selectors import project_by_name
 from . import policies as placement_policies
-from .spec_queue import PriorityField, TimeLimitField, check_priority_ceiling
+from .spec_queue import PreemptionSerializer, PriorityField, TimeLimitField, check_priority_ceiling
 
 RECIPES_DIR = Path(torchyard.__file__).resolve().parent / "examples"
 # What a function's payload bundle must hold (workers/torchyard/functions/results.py).
@@ -61,7 +61,7 @@ MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 TOP_LEVEL_KEYS = {
     "name", "entrypoint", "module", "code", "runtime", "args", "env", "resources", "placement", "distributed", "hyperparameters",
     "scaling", "checkpointing", "fault_tolerance", "compression", "framework", "model", "dataset", "project",
-    "secret_env", "volumes", "function", "elastic", "priority", "time_limit",
+    "secret_env", "volumes", "function", "elastic", "priority", "time_limit", "preemptible", "preemption",
 }
 
 
@@ -429,6 +429,11 @@ class JobSpecSerializer(serializers.Serializer):
         "the most the job may run, from its start: seconds or a duration (90m, 2h, 1d); stopped when it is "
         "reached. A job with one may start ahead of the queue's first (backfill) when it ends before that one "
         "can start"))
+    preemptible = serializers.BooleanField(required=False, help_text=(
+        "true (the default): a job of higher priority, or a project reclaiming its quota, may preempt it (it "
+        "checkpoints, yields and resumes later, losing nothing). false: never preempted, and it never borrows "
+        "beyond its project's quota (it waits for room within it)"))
+    preemption = PreemptionSerializer(required=False, help_text="how the job is preempted: its grace")
     dataset = serializers.CharField(max_length=100, required=False)
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:

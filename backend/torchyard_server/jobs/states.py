@@ -18,8 +18,14 @@ JOB_TRANSITIONS: dict[str, set[str]] = {
     J.QUEUED: {J.PLANNING, J.STOPPING, J.STOPPED, J.FAILED},
     J.PLANNING: {J.DISPATCHING, J.QUEUED, J.FAILED, J.STOPPING, J.STOPPED},
     J.DISPATCHING: {J.RUNNING, J.COMPLETED, J.RECOVERING, J.FAILED, J.STOPPING},
-    J.RUNNING: {J.COMPLETED, J.RECOVERING, J.FAILED, J.STOPPING},
+    J.RUNNING: {J.COMPLETED, J.RECOVERING, J.FAILED, J.STOPPING, J.PREEMPTING},
     J.RECOVERING: {J.DISPATCHING, J.QUEUED, J.FAILED, J.STOPPING},
+    # Its ranks checkpoint and yield (or are stopped after preemption.grace); once no node of it runs
+    # it waits in the queue as `preempted` (a job that finished meanwhile completes).
+    J.PREEMPTING: {J.PREEMPTED, J.COMPLETED, J.FAILED, J.STOPPING},
+    # Waits like `queued`, in the same order; its next start resumes from its last checkpoint as a
+    # new attempt that counts no restart.
+    J.PREEMPTED: {J.PLANNING, J.STOPPED, J.FAILED},
     J.STOPPING: {J.STOPPED},
     J.COMPLETED: set(),
     J.FAILED: set(),
@@ -27,8 +33,10 @@ JOB_TRANSITIONS: dict[str, set[str]] = {
 }
 JOB_LIVE = frozenset(s for s, targets in JOB_TRANSITIONS.items() if targets)
 JOB_FINAL = frozenset({J.COMPLETED, J.FAILED, J.STOPPED})
+# What waits in the queue (jobs/queue.py): a pass treats both alike, in one order.
+JOB_WAITING = frozenset({J.QUEUED, J.PREEMPTED})
 # A job holds its hot spares (its plan's) from its dispatch until it ends or waits queued again.
-SPARES_HELD = frozenset({J.DISPATCHING, J.RUNNING, J.RECOVERING})
+SPARES_HELD = frozenset({J.DISPATCHING, J.RUNNING, J.RECOVERING, J.PREEMPTING})
 
 NODE_TRANSITIONS: dict[str, set[str]] = {
     N.PENDING: {N.LAUNCHING, N.STOPPED, N.FAILED, N.LOST},
@@ -64,7 +72,7 @@ def transition_job(job: Job, to: str, reason: str = "", **fields) -> bool:
         fields.setdefault("finished_at", now)
     if to == J.RUNNING:
         fields.setdefault("started_at", job.started_at or now)
-    if to == J.QUEUED:
+    if to in JOB_WAITING:
         fields.setdefault("queued_at", now)
     previous = job.status
     updated = Job.objects.filter(pk=job.pk, status=previous, status__in=_sources(JOB_TRANSITIONS, to)).update(
@@ -75,7 +83,7 @@ def transition_job(job: Job, to: str, reason: str = "", **fields) -> bool:
     job.status, job.status_reason = to, reason
     for name, value in fields.items():
         setattr(job, name, value)
-    if to in JOB_FINAL or (to == J.QUEUED and previous == J.RECOVERING):
+    if to in JOB_FINAL or (to == J.QUEUED and previous == J.RECOVERING) or to == J.PREEMPTED:
         # What it held is free (or it waits again): a queued job may start now.
         queue_poke_on_commit()
     publish_on_commit(

@@ -49,6 +49,9 @@ export function AppLayout() {
           </NavLink>
           <NavLink to="/machines">Machines</NavLink>
           <NavLink to="/jobs">Jobs</NavLink>
+          <NavLink to="/queue">Queue</NavLink>
+          <NavLink to="/usage">Usage</NavLink>
+          <NavLink to="/projects">Projects</NavLink>
           <NavLink to="/experiments">Experiments</NavLink>
           <NavLink to="/topology">Topology</NavLink>
           <div className="spacer" />

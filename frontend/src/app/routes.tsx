@@ -5,8 +5,11 @@ import { ExperimentsPage } from '../features/experiments/components/ExperimentsP
 import { JobDetailPage } from '../features/jobs/components/JobDetailPage'
 import { JobsPanel } from '../features/jobs/components/JobsPanel'
 import { MachinesPanel } from '../features/machines/components/MachinesPanel'
+import { ProjectsPage } from '../features/projects/components/ProjectsPage'
+import { QueuePage } from '../features/queue/components/QueuePage'
 import { TokensPage } from '../features/tokens/components/TokensPage'
 import { TopologyPage } from '../features/topology/components/TopologyPage'
+import { UsagePage } from '../features/usage/components/UsagePage'
 import { AppLayout } from './AppLayout'
 
 function OverviewPage() {
@@ -37,6 +40,9 @@ export function AppRoutes() {
           <Route path="machines" element={<MachinesPanel />} />
           <Route path="jobs" element={<JobsPanel />} />
           <Route path="jobs/:id" element={<JobDetailPage />} />
+          <Route path="queue" element={<QueuePage />} />
+          <Route path="usage" element={<UsagePage />} />
+          <Route path="projects" element={<ProjectsPage />} />
           <Route path="experiments" element={<ExperimentsPage />} />
           <Route path="tokens" element={<TokensPage />} />
           <Route path="topology" element={<TopologyPage />} />

@@ -19,6 +19,8 @@ interface LineChartProps {
   syncKey?: string
   /** Dashed vertical lines across the plot, each with its label at the top. */
   marks?: ChartMark[]
+  /** The x values are Unix seconds: a time axis (dates and hours) instead of steps. */
+  xTime?: boolean
 }
 
 const NO_MARKS: ChartMark[] = []
@@ -49,6 +51,7 @@ export function LineChart({
   formatY = (y) => y.toPrecision(3),
   syncKey,
   marks = NO_MARKS,
+  xTime = false,
 }: LineChartProps) {
   const holder = useRef<HTMLDivElement>(null)
   const plot = useRef<uPlot | null>(null)
@@ -76,14 +79,14 @@ export function LineChart({
       if (cancelled) return
       const data = alignSeries(latest.current)
       const names = latest.current.map((s) => s.label)
-      teardown = mountChart(UPlot, { el, height, syncKey, labels: names, data, format: formatRef, marks: marksRef, zoomed, plot })
+      teardown = mountChart(UPlot, { el, height, syncKey, xTime, labels: names, data, format: formatRef, marks: marksRef, zoomed, plot })
     })
     return () => {
       cancelled = true
       teardown()
     }
     // Rebuilt on new series names only; `series` data goes through setData below.
-  }, [labels, empty, height, syncKey])
+  }, [labels, empty, height, syncKey, xTime])
 
   useEffect(() => {
     if (!plot.current) return
@@ -129,6 +132,7 @@ interface Mount {
   el: HTMLDivElement
   height: number
   syncKey: string | undefined
+  xTime: boolean
   labels: string[]
   data: uPlot.AlignedData
   format: { current: (y: number) => string }
@@ -179,13 +183,13 @@ function drawMarks(u: uPlot, marks: ChartMark[], ratio: number): void {
 }
 
 /** Draws a uPlot into `el`; returns its teardown. */
-function mountChart(UPlot: typeof uPlot, { el, height, syncKey, labels, data, format, marks, zoomed, plot }: Mount): () => void {
+function mountChart(UPlot: typeof uPlot, { el, height, syncKey, xTime, labels, data, format, marks, zoomed, plot }: Mount): () => void {
   const options: uPlot.Options = {
     width: Math.max(200, el.clientWidth),
     height,
     legend: { show: true, live: true },
     cursor: { drag: { x: true, y: false, setScale: true }, sync: syncKey ? { key: syncKey } : undefined },
-    scales: { x: { time: false } },
+    scales: { x: { time: xTime } },
     axes: [
       { stroke: '#6b7480', grid: { stroke: '#eef0f3' }, ticks: { stroke: '#dde1e6' }, font: '11px system-ui' },
       {
@@ -197,13 +201,14 @@ function mountChart(UPlot: typeof uPlot, { el, height, syncKey, labels, data, fo
       },
     ],
     series: [
-      { label: 'step' },
+      { label: xTime ? 'time' : 'step' },
       ...labels.map((label, i) => ({
         label,
         stroke: seriesColour(i),
         width: 1.5,
         spanGaps: true,
-        points: { show: false },
+        // Over time (buckets) each point is a value of its own: dots; along steps, a plain line.
+        points: { show: xTime, size: 5 },
         value: (_u: uPlot, v: number | null) => (v == null ? '—' : format.current(v)),
       })),
     ],

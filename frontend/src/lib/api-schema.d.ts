@@ -1549,6 +1549,18 @@ export interface components {
             committed_at: string;
             /** @description False once a restore found its files corrupt. */
             verified: boolean;
+            /** @description Written in the background (async_=True). */
+            saved_async: boolean;
+            /**
+             * Format: double
+             * @description How long save() held the training loop (the slowest rank).
+             */
+            blocking_seconds: number | null;
+            /**
+             * Format: double
+             * @description Async saves: from save() returning until the commit.
+             */
+            background_seconds: number | null;
         };
         Checkpointing: {
             /** @default true */
@@ -2142,6 +2154,13 @@ export interface components {
                 [key: string]: string;
             };
         };
+        JobPreemptionOut: {
+            /**
+             * Format: double
+             * @description seconds to checkpoint and yield before the ranks are stopped
+             */
+            grace: number;
+        };
         /** @description A job's progress, folded from its ranks' metrics (jobs/rates.py); null until reported. */
         JobProgressOut: {
             readonly step: number | null;
@@ -2337,6 +2356,10 @@ export interface components {
             priority?: ("low" | "normal" | "high") | number;
             /** @description the most the job may run, from its start: seconds or a duration (90m, 2h, 1d); stopped when it is reached. A job with one may start ahead of the queue's first (backfill) when it ends before that one can start */
             time_limit?: number | string;
+            /** @description true (the default): a job of higher priority, or a project reclaiming its quota, may preempt it (it checkpoints, yields and resumes later, losing nothing). false: never preempted, and it never borrows beyond its project's quota (it waits for room within it) */
+            preemptible?: boolean;
+            /** @description how the job is preempted: its grace */
+            preemption?: components["schemas"]["Preemption"];
             dataset?: string;
         };
         /**
@@ -2384,6 +2407,9 @@ export interface components {
             priority?: number;
             /** @description seconds the job may run from its start */
             time_limit?: number;
+            /** @description false: never preempted (and never borrows); absent: true */
+            preemptible?: boolean;
+            preemption?: components["schemas"]["JobPreemptionOut"];
         };
         /**
          * @description * `queued` - Queued
@@ -2391,13 +2417,15 @@ export interface components {
          *     * `dispatching` - Dispatching
          *     * `running` - Running
          *     * `recovering` - Recovering
+         *     * `preempting` - Preempting
+         *     * `preempted` - Preempted
          *     * `stopping` - Stopping
          *     * `completed` - Completed
          *     * `failed` - Failed
          *     * `stopped` - Stopped
          * @enum {string}
          */
-        JobStatusEnum: "queued" | "planning" | "dispatching" | "running" | "recovering" | "stopping" | "completed" | "failed" | "stopped";
+        JobStatusEnum: "queued" | "planning" | "dispatching" | "running" | "recovering" | "preempting" | "preempted" | "stopping" | "completed" | "failed" | "stopped";
         JobSummaryOut: {
             readonly id: number;
             name: string;
@@ -2986,6 +3014,14 @@ export interface components {
          * @enum {string}
          */
         PlannedBackendEnum: "gloo" | "nccl";
+        Preemption: {
+            /**
+             * Format: double
+             * @description seconds a preempted job's ranks have to checkpoint and yield before they are stopped (a commit in progress is waited for); it resumes from its last committed checkpoint
+             * @default 120
+             */
+            grace?: number;
+        };
         PrepareDependenciesIn: {
             /** @description a bundle you uploaded: fetched and unpacked, its requirements.txt installed */
             bundle?: string;

@@ -166,3 +166,15 @@ export function flattenFieldErrors(body: unknown, prefix = ''): Record<string, s
   walk(body, prefix)
   return out
 }
+
+/**
+ * A failed call in words, for a message beside the control that made it: a 400's messages (without
+ * their field names: the field is that control), otherwise the error's own message (a 403's detail).
+ */
+export function errorMessages(error: Error): string[] {
+  if (isApiError(error) && error.status === 400 && error.body) {
+    const messages = Object.values(flattenFieldErrors(error.body)).flat()
+    if (messages.length) return messages
+  }
+  return [error.message]
+}

@@ -17,7 +17,27 @@ export type MachineCreated = Schemas['MachineWithTokenOut']
 export type JobStatus = Schemas['JobStatusEnum']
 export type NodeStatus = Schemas['NodeStatusEnum']
 
-export const LIVE_JOB_STATUSES: readonly JobStatus[] = ['queued', 'planning', 'dispatching', 'running', 'recovering']
+/**
+ * A job asked to yield its machines to a higher-priority one (its ranks checkpoint and exit), then
+ * waiting in the queue again. Plain strings, not JobStatus: the page works the same against a
+ * schema (a server) without them, and every check of a status takes any string, so a status the
+ * dashboard does not know is shown as it is rather than breaking the page.
+ */
+export const PREEMPTING: string = 'preempting'
+export const PREEMPTED: string = 'preempted'
+
+// Strings, not JobStatus: the preemption statuses (above) are live too.
+export const LIVE_JOB_STATUSES: readonly string[] = [
+  'queued',
+  PREEMPTED,
+  'planning',
+  'dispatching',
+  'running',
+  'recovering',
+  PREEMPTING,
+]
+/** A job in one of these waits in the queue (GET /api/queue). */
+export const WAITING_JOB_STATUSES: readonly string[] = ['queued', PREEMPTED]
 
 export type JobProgress = Schemas['JobProgressOut']
 export type JobSummary = Schemas['JobSummaryOut']
@@ -27,6 +47,23 @@ export type JobNode = Schemas['JobNodeOut']
 export type JobSpec = Schemas['JobSpecOut']
 /** A JobSpec as submitted: the server fills every section left out with its defaults. */
 export type JobSpecInput = Schemas['JobSpec']
+
+/** GET /api/queue: the queued jobs you may see, first in line first, each with its place and reason. */
+export type Queue = Schemas['QueueOut']
+export type QueueEntry = Schemas['QueueEntryOut']
+/** PATCH /api/jobs/{id}'s priority: low, normal, high or an integer. */
+export type PriorityInput = NonNullable<Schemas['PatchedJobPatchIn']['priority']>
+
+/** GET /api/usage: GPU- and process-hours per project, user or machine, with a series per key. */
+export type Usage = Schemas['UsageOut']
+export type UsageTotal = Schemas['UsageTotalOut']
+export type UsageSeries = Schemas['UsageSeriesOut']
+export type UsageGroup = Schemas['ByEnum']
+
+/** A project with your role in it, its priority ceiling, quotas and what its running jobs hold. */
+export type Project = Schemas['ProjectOut']
+/** PATCH /api/projects/{name}: its admins set the ceiling; staff also the quotas and borrowing. */
+export type ProjectSettings = Schemas['PatchedProjectSettingsIn']
 
 /** POST /api/jobs/plan: the dry run's execution plan; also a dispatched job's `plan`. */
 export type ExecutionPlan = Schemas['PlanOut']
@@ -175,3 +212,5 @@ export type ClusterStreamMessage =
   | { type: 'jobs'; jobs: JobSummary[] }
   // The latest summary of each job that changed, at most every half second (coalesced by the server).
   | { type: 'jobs_changed'; jobs: JobSummary[] }
+  // The queue after a queue pass that changed it: GET /api/queue's answer (your projects' jobs).
+  | { type: 'queue'; jobs: QueueEntry[]; total: number }

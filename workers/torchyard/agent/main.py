@@ -166,6 +166,13 @@ class Agent:
             log.info("stop job %s attempt %s node %s: %s", job_id, attempt, node_rank, result)
             return result
 
+        @app.task(name=protocol.TASK_PREEMPT_NODE)
+        def preempt_node(job_id: int, attempt: int, node_rank: int, grace: float, reason: str = "") -> dict[str, Any]:
+            # Idempotent: a redelivered request keeps the first one's clock.
+            result = runs.request_preemption(self.work_dir, job_id, attempt, node_rank, grace=grace, reason=reason)
+            log.info("preempt job %s attempt %s node %s: %s", job_id, attempt, node_rank, result)
+            return result
+
         @app.task(name=protocol.TASK_UPDATE_PEERS)
         def update_peers(job_id: int, attempt: int, node_rank: int, membership: dict[str, Any]) -> dict[str, Any]:
             # Idempotent: an older version (a redelivery, or two updates taken by two threads) never

@@ -111,6 +111,21 @@ def stop_node(work_dir: Path, job_id: int, attempt: int, node_rank: int, node_id
     return {"stopped": True, "by": "agent", "killed": killed}
 
 
+def request_preemption(work_dir: Path, job_id: int, attempt: int, node_rank: int, *, grace: float,
+                       reason: str) -> dict[str, Any]:
+    """Ask the node to checkpoint and yield (supervisor/preemption.py): the request file in its run
+    directory, which its ranks and its supervisor watch. A node that has not started yet finds it
+    there when it does and yields at its first step."""
+    from torchyard.supervisor.preemption import write_request
+
+    directory = run_dir(work_dir, job_id, attempt, node_rank)
+    with _lock(directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o700)
+        written = write_request(directory, grace=grace, reason=reason)
+    return {"requested": written, "running": supervisor_pid(directory) is not None}
+
+
 def write_peers(work_dir: Path, job_id: int, attempt: int, node_rank: int,
                 membership: dict[str, Any]) -> dict[str, Any]:
     """Write the job's membership as the node's peers.json (what sdk.peers() reads), atomically, unless

@@ -42,7 +42,7 @@ RANK_COLOURS = ("cyan", "green", "magenta", "yellow", "blue", "bright_cyan", "br
 STATE_STYLES = {
     "completed": "green", "running": "cyan", "preparing": "yellow", "launching": "yellow", "pending": "dim",
     "failed": "bold red", "lost": "bold red", "stopped": "red", "stopping": "red", "recovering": "yellow",
-    "queued": "dim", "planning": "dim", "dispatching": "yellow",
+    "queued": "dim", "planning": "dim", "dispatching": "yellow", "preempting": "yellow", "preempted": "dim",
 }
 # Node transitions worth a line of their own; the others only move the node's bar.
 NOTED_NODE_STATES = {"preparing", "failed", "lost", "stopped"}

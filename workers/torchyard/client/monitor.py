@@ -23,7 +23,7 @@ from rich.text import Text
 from . import CliError
 from .http import ApiClient
 
-LIVE_JOB = {"planning", "dispatching", "running", "recovering", "stopping"}
+LIVE_JOB = {"planning", "dispatching", "running", "recovering", "preempting", "stopping"}
 LIVE_NODE = {"pending", "launching", "preparing", "running"}
 MAX_JOBS = 100  # live jobs whose nodes are looked up per refresh
 STATUS_STYLE = {"online": "green", "busy": "cyan", "draining": "yellow", "offline": "red", "pending": "dim"}

@@ -51,7 +51,8 @@ def show_results(api: ApiClient, job_id: int, out: Path | None, console: Console
                     handle.write(block)
             say(console, f"saved {target}")
     complete = answer["world_size"] is not None and len(results) == answer["world_size"]
-    if answer["status"] in ("queued", "planning", "dispatching", "running", "recovering", "stopping"):
+    if answer["status"] in ("queued", "planning", "dispatching", "running", "recovering", "preempting", "preempted",
+                            "stopping"):
         say(console, f"job {job_id} is still {answer['status']}: more results may come", style="dim")
         return 0
     return 0 if complete and all(r["ok"] for r in results) else 1

@@ -219,9 +219,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"rank {rank} step {step} loss {loss_value:.4f} lr {lr:.2e} ({tokens_per_s:.0f} tokens/s)",
                     flush=True,
                 )
-        if every and (step % every == 0 or last):
+        # Preempted: save now on every rank and yield; the job resumes from this step later.
+        preempted = sdk.should_yield() and not last
+        if (every and (step % every == 0 or last)) or preempted:
             state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-            sdk.checkpoint.save(state, step, metadata={"recipe": "char_gpt", "loss": loss.item()})
+            with sdk.preemption.committing():
+                saved = sdk.checkpoint.save(state, step, metadata={"recipe": "char_gpt", "loss": loss.item()})
+            if preempted and saved:
+                sdk.yield_for_preemption(step)
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
 

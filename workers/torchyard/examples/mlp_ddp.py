@@ -130,10 +130,16 @@ def train(
                 print(
                     f"rank {rank} step {step} loss {loss_value:.5f} ({throughput:.0f} samples/s)", flush=True
                 )
-        if every and (step % every == 0 or last):
+        # Preempted (a job of higher priority needs the GPUs): save now, on every rank, and yield;
+        # the job resumes from this step when it runs again.
+        preempted = sdk.should_yield() and not last
+        if (every and (step % every == 0 or last)) or preempted:
             metadata = {"recipe": recipe, "loss": loss.item()}
-            if sdk.checkpoint.save(checkpoint_state(), step, sharded=sharded, metadata=metadata):
-                saved_at = step
+            with sdk.preemption.committing():
+                if sdk.checkpoint.save(checkpoint_state(), step, sharded=sharded, metadata=metadata):
+                    saved_at = step
+            if preempted and saved_at == step:
+                sdk.yield_for_preemption(step)
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
     if args.steps > start:

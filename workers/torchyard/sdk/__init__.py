@@ -7,7 +7,7 @@ torchrun job would: ranks come from the environment, report() prints, checkpoint
 ./checkpoints (or TORCHYARD_CHECKPOINT_URL).
 """
 
-from torchyard.sdk import checkpoint
+from torchyard.sdk import checkpoint, preemption
 from torchyard.sdk.accelerate import get_accelerator
 from torchyard.sdk.args import add_training_arguments
 from torchyard.sdk.config import config, job_config
@@ -38,6 +38,7 @@ from torchyard.sdk.distributed import (
 )
 from torchyard.sdk.events import report, set_total_steps, total_steps
 from torchyard.sdk.peers import on_membership_change, peers
+from torchyard.sdk.preemption import preemption_requested, should_yield, yield_for_preemption
 from torchyard.sdk.scaling import adjust_hyperparameters
 
 __all__ = [
@@ -63,15 +64,19 @@ __all__ = [
     "on_membership_change",
     "peers",
     "planned_backend",
+    "preemption",
+    "preemption_requested",
     "print_distributed_info",
     "rank",
     "report",
     "set_total_steps",
     "shard",
+    "should_yield",
     "should_save_outputs",
     "shutdown_process_group",
     "total_steps",
     "unwrap",
     "world_size",
     "wrap_ddp",
+    "yield_for_preemption",
 ]

@@ -57,6 +57,7 @@ def _release_at_exit() -> None:
     the process (SIGABRT, "terminate called without an active exception") after training ended
     well, which fails the node. atexit hooks run before finalization, when that is still safe.
     """
+    _wait_for_checkpoints()
     if is_initialized():
         import torch.distributed as dist
 
@@ -96,11 +97,20 @@ def shutdown_process_group() -> None:
     Destroying right after the last step made a non-master rank abort at exit in about one run of
     three (FIELD-NOTES, torchrun); the barrier keeps every rank alive until all are done.
     """
+    _wait_for_checkpoints()
     if is_initialized():
         import torch.distributed as dist
 
         dist.barrier()
         dist.destroy_process_group()
+
+
+def _wait_for_checkpoints() -> None:
+    """An async checkpoint save in flight commits on a process group of its own: destroying the
+    groups under it would fail the save, so it ends first (only when the checkpoint module is in use)."""
+    checkpoint = sys.modules.get("torchyard.sdk.checkpoint")
+    if checkpoint is not None and hasattr(checkpoint, "wait"):
+        checkpoint.wait()
 
 
 def _compression_hook(settings: dict[str, Any]):

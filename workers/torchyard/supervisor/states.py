@@ -113,6 +113,8 @@ class Outcome:
     reason: str
     # Retrying cannot help: the job's own function raised (the controller fails the job at once).
     fatal: bool = False
+    # The ranks checkpointed and yielded to a preemption (sdk.yield_for_preemption): not a failure.
+    yielded: bool = False
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -10,6 +10,7 @@ PContext:
     ranks.py          its processes: start, find, signal, kill
     output_pump.py    rank logs, torchrun's log, Ray's logs and SDK datagrams -> events
     wind_down.py      a function job's results and the ranks' outputs, before the final state
+    preemption.py     a preemption request's grace, and telling a yield from a failure
 
 The loop tails, publishes, heart-beats, watches for a stop request, a hung torchrun or a stalled
 rank, and ends with exactly one final state event and RUN_DIR/result.json.
@@ -53,6 +54,7 @@ from .event_socket import EventSocket
 from .network import interface_env
 from .node_preflight import run_preflight
 from .output_pump import OutputPump, secret_masker
+from .preemption import PreemptionWatch
 from .preflight import MasterListener, PreflightError
 from .preparation import Preparation
 from .prepare import PrepareError
@@ -128,6 +130,7 @@ class NodeSupervisor:
         self.workdir = self.run_dir
         self.python = launch.python or sys.executable
         self._next_prep_beat = 0.0
+        self._preemption = PreemptionWatch(self.run_dir, launch.checkpoint_url)
 
     # --- public ------------------------------------------------------------------------------------
     def request_stop(self, signum: int = signal.SIGTERM) -> None:
@@ -324,6 +327,7 @@ class NodeSupervisor:
                 self._cut_torchrun_short(now)
             if exit_code is None and self.state is SupervisorState.RUNNING:
                 self._check_stalls(now)
+                self._check_preemption()
             if now >= next_beat and exit_code is None:
                 self._beat()
                 next_beat = now + max(self.launch.heartbeat_interval, self.settings.poll_interval_s)
@@ -398,6 +402,14 @@ class NodeSupervisor:
         )
         self.publisher.emit(protocol.RESOURCE, **self._sampler.sample(self._ranks.pid, *self._ranks.rank_pids()))
 
+    def _check_preemption(self) -> None:
+        """A preemption request's grace (preemption.py): past it, stop the ranks like a stop request."""
+        note = self._preemption.poll(time.time())
+        if note.line:
+            self.pump.supervisor_line(note.line)
+        if note.stop:
+            self.request_stop(signal.SIGTERM)
+
     def _check_stalls(self, now: float) -> None:
         """Report each rank whose step stopped advancing (stall.py), with its stack; under
         `on_stall: recover` end the node as failed so the job recovers from its last checkpoint."""
@@ -461,6 +473,14 @@ class NodeSupervisor:
 
     def _outcome(self, exit_code: int) -> Outcome:
         node = f"node rank {self.launch.node_rank}"
+        yielded = self._preemption.yielded()
+        if yielded is not None:
+            step = yielded.get("step")
+            return Outcome(SupervisorState.STOPPED, exit_code, f"{node}: yielded for preemption" + (
+                f" after its checkpoint at step {step}" if step is not None else ""), yielded=True)
+        if self._preemption.stopped_for_grace:
+            return Outcome(SupervisorState.STOPPED, exit_code,
+                           f"{node}: stopped for preemption: did not yield within {self._preemption.grace:g} s")
         if self._stop_sent:
             return Outcome(SupervisorState.STOPPED, exit_code, f"stop requested ({signal_name(self._stop_signal)})")
         detail = ""
@@ -488,4 +508,6 @@ class NodeSupervisor:
             payload["last_lines"] = last_lines
         if outcome.fatal:
             payload["fatal"] = True
+        if outcome.yielded:
+            payload["yielded"] = True
         self.publisher.emit(protocol.STATE, **payload)

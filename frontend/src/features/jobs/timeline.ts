@@ -1,6 +1,6 @@
-import type { StalledEvent, StateEvent } from '../../lib/types'
+import { PREEMPTED, PREEMPTING, type StalledEvent, type StateEvent } from '../../lib/types'
 
-export type TimelineKind = 'job' | 'node' | 'recovery' | 'failure' | 'stall' | 'done'
+export type TimelineKind = 'job' | 'node' | 'recovery' | 'failure' | 'stall' | 'done' | 'preemption'
 
 export interface TimelineEntry {
   id: number
@@ -17,6 +17,9 @@ export interface TimelineEntry {
 const FAILED = new Set(['failed', 'lost'])
 
 function kindOf(e: StateEvent): TimelineKind {
+  // Compared as strings: a status the schema does not name yet (preempted) is still a status.
+  const status: string = e.status
+  if (e.scope === 'job' && (status === PREEMPTING || status === PREEMPTED)) return 'preemption'
   if (e.status === 'recovering' || (e.scope === 'job' && e.previous === 'recovering')) return 'recovery'
   if (FAILED.has(e.status)) return 'failure'
   if (e.scope === 'job' && e.status === 'completed') return 'done'
@@ -33,7 +36,7 @@ export function timelineEntries(states: StateEvent[], stalls: StalledEvent[]): T
     ts: e.ts,
     attempt: e.attempt ?? 0,
     subject: e.scope === 'job' ? 'job' : `node ${e.node_rank ?? '?'}`,
-    change: `${e.previous || '—'} → ${e.status}`,
+    change: `${e.previous || '—'} → ${e.status || '?'}`,
     reason: e.reason,
     kind: kindOf(e),
   }))

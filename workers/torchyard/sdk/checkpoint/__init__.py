@@ -2,16 +2,20 @@
 
 Save protocol (DESIGN.md section 8): rank 0 prepares a staging place; the ranks write the data
 (``state.pt`` from rank 0 for replicated DDP state; with ``sharded=True`` every rank writes its
-shards through torch.distributed.checkpoint, see sharded.py), fsync it and hash it; all ranks
-exchange their results (which is also the barrier); only when every rank succeeded does rank 0
-write manifest.json last and atomically, move LATEST, send the ``checkpoint`` event and apply
-retention. A failed save never commits: it warns, discards the staging files and returns False, and
-training goes on.
+shards through torch.distributed.checkpoint, see sharded.py), fsync it and hash it as it is
+written; all ranks exchange their results (which is also the barrier); only when every rank
+succeeded does rank 0 write manifest.json last and atomically, move LATEST, send the
+``checkpoint`` event and apply retention. A failed save never commits: it warns, discards the
+staging files and returns False, and training goes on.
+
+With ``async_=True`` the state is first copied into host memory (staging.py) and the same protocol
+runs on a background thread, its collectives on a gloo group of their own (background.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import os
 import sys
@@ -20,7 +24,10 @@ from typing import Any
 
 from torchyard import protocol
 from torchyard.sdk import context, distributed, events
-from torchyard.sdk.checkpoint.hashing import hash_file_in_background, skip_torch_crc32
+from torchyard.sdk.checkpoint import background
+from torchyard.sdk.checkpoint.background import PendingSave
+from torchyard.sdk.checkpoint.hashing import hash_file, skip_torch_crc32
+from torchyard.sdk.checkpoint.staging import Stager
 from torchyard.sdk.checkpoint.stores import (
     STAGING_PREFIX,
     FileEntry,
@@ -36,6 +43,7 @@ from torchyard.sdk.config import job_config
 
 __all__ = [
     "LocalStore",
+    "PendingSave",
     "S3Store",
     "Store",
     "checkpoint_url",
@@ -44,14 +52,18 @@ __all__ = [
     "open_store",
     "save",
     "settings",
+    "wait",
 ]
 
 DEFAULT_URL = "./checkpoints"
 DEFAULT_KEEP = 3
 FORMAT = "torchyard-checkpoint/1"
-# Test hook: when set to a path, rank 0 creates that file and sleeps just before committing, so a
-# test can kill -9 the process at the one moment that matters.
+# Test hooks. Set to a path, rank 0 creates that file just before committing and waits there until
+# the file is removed, so a test can kill -9 the process (or let it go on) at the one moment that
+# matters. Set to "<rank>:<path>", that rank does the same once its data is written, before the
+# exchange of results that precedes any commit.
 ENV_PAUSE_BEFORE_COMMIT = "TORCHYARD_TEST_PAUSE_BEFORE_COMMIT"
+ENV_PAUSE_AFTER_WRITE = "TORCHYARD_TEST_PAUSE_AFTER_WRITE"
 
 
 def _warn(message: str) -> None:
@@ -75,6 +87,8 @@ def settings() -> dict[str, Any]:
 
 
 # --- collectives that degrade to nothing in a single process -------------------------------------
+# ``group`` is None for the default group (synchronous saves, loads, on the caller's thread) or the
+# async saves' own gloo group (on their background thread).
 def _group_active() -> bool:
     if distributed.is_initialized():
         return True
@@ -85,23 +99,23 @@ def _group_active() -> bool:
     return False
 
 
-def _gather(value: Any) -> list[Any]:
+def _gather(value: Any, group: Any = None) -> list[Any]:
     if not _group_active():
         return [value]
     import torch.distributed as dist
 
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, value)
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, value, group=group)
     return gathered
 
 
-def _from_rank0(value: Any) -> Any:
+def _from_rank0(value: Any, group: Any = None) -> Any:
     if not _group_active():
         return value
     import torch.distributed as dist
 
     box = [value]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=group)
     return box[0]
 
 
@@ -125,7 +139,9 @@ def _write_own_file(store: Store, step_dir: str, name: str, state: Any) -> FileE
     return store.write_file(step_dir, name, produce)
 
 
-def _build_manifest(step: int, entries: list[FileEntry], sharded: bool, metadata: dict | None) -> dict:
+def _build_manifest(
+    step: int, entries: list[FileEntry], sharded: bool, metadata: dict | None, timing: dict[str, Any]
+) -> dict:
     import torch
 
     files = sorted((e.to_dict() for e in entries), key=lambda f: f["path"])
@@ -142,16 +158,29 @@ def _build_manifest(step: int, entries: list[FileEntry], sharded: bool, metadata
         "total_bytes": sum(f["size"] for f in files),
         "torch_version": torch.__version__,
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+        # What the save cost the training loop: async, blocking_seconds (the longest any rank was
+        # held, waiting for the previous save included) and background_seconds (rank 0's time from
+        # handing the save to its thread until this manifest; null for a synchronous save).
+        "save": timing,
         "metadata": dict(metadata or {}),
     }
 
 
-def _pause_for_tests() -> None:
-    marker = os.environ.get(ENV_PAUSE_BEFORE_COMMIT)
-    if marker:
-        with open(marker, "w") as fh:
-            fh.write(str(os.getpid()))
-        time.sleep(3600)
+def _pause_for_tests(variable: str, value: str | None = None) -> None:
+    marker = os.environ.get(variable) if value is None else value
+    if not marker:
+        return
+    with open(marker, "w") as fh:
+        fh.write(str(os.getpid()))
+    deadline = time.monotonic() + 3600
+    while os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _pause_after_write_for_tests() -> None:
+    rank, _, marker = os.environ.get(ENV_PAUSE_AFTER_WRITE, "").partition(":")
+    if marker and rank.strip() == str(context.rank()):
+        _pause_for_tests(ENV_PAUSE_AFTER_WRITE, marker)
 
 
 def apply_retention(store: Store, keep: int, newest: str | None = None) -> list[str]:
@@ -177,6 +206,9 @@ def apply_retention(store: Store, keep: int, newest: str | None = None) -> list[
     return deleted
 
 
+_stager = Stager()
+
+
 def save(
     state: Any,
     step: int,
@@ -184,7 +216,8 @@ def save(
     sharded: bool = False,
     metadata: dict[str, Any] | None = None,
     keep: int | None = None,
-) -> bool:
+    async_: bool = False,
+) -> bool | PendingSave:
     """Save a checkpoint of ``state`` at ``step``; every rank must call it. Returns True once committed.
 
     Replicated state (plain DDP: every rank holds the same weights) is written by rank 0 alone;
@@ -193,8 +226,64 @@ def save(
     On any failure it warns, leaves no committed manifest and returns False: training can go on and
     the next save tries again. A committed checkpoint of the same step (left by an earlier attempt
     that got further) is replaced.
+
+    With ``async_=True`` it copies the state into host memory (pinned for GPU tensors; the loop may
+    change its tensors as soon as it returns), then writes, hashes and commits it on a background
+    thread, and returns a ``PendingSave`` at once: ``.result()`` waits and says whether it
+    committed. The commit rules are the same (all ranks or none, manifest last). One save is in
+    flight at a time: the next save, a load_latest() or the end of the process waits for it, and
+    ``wait()`` does so explicitly. In a distributed run the first async save creates a gloo
+    process group for the checkpoints' own collectives (every rank calls save, so every rank joins).
+    Call ``wait()`` before destroying the process group yourself.
     """
+    started = time.perf_counter()
     step = int(step)
+    background.wait(why=f"checkpoint at step {step}")
+    if not async_:
+        return _save(state, step, sharded, metadata, keep, group=None, started=started, background_started=None)
+
+    group = background.checkpoint_group() if _group_active() else None
+    # Replicated state is written by rank 0 alone: the other ranks have nothing to copy.
+    writes = sharded or context.rank() == 0
+    staged, staging_error = None, None
+    try:
+        staged = _stager.stage(state, stateful_to_dict=sharded) if writes else None
+    except Exception as exc:  # noqa: BLE001 - the protocol below still runs, and fails on every rank
+        staging_error = f"rank {context.rank()}: cannot copy the state ({exc!r})"
+    metadata = copy.deepcopy(metadata)
+    blocking = time.perf_counter() - started
+
+    def work(background_started: float) -> bool:
+        return _save(
+            staged, step, sharded, metadata, keep, group=group, started=started,
+            background_started=background_started, blocking=blocking, failed=staging_error,
+        )  # fmt: skip
+
+    return background.start(step, blocking, work)
+
+
+def wait() -> bool | None:
+    """Wait for this process's latest async save if it is still in flight, and return whether it
+    committed (None when there was no async save). Every rank should call it before leaving the
+    process group."""
+    pending = background.latest()
+    return None if pending is None else pending.result()
+
+
+def _save(
+    state: Any,
+    step: int,
+    sharded: bool,
+    metadata: dict | None,
+    keep: int | None,
+    *,
+    group: Any,
+    started: float,
+    background_started: float | None,
+    blocking: float | None = None,
+    failed: str | None = None,
+) -> bool:
+    """The save protocol, on the caller's thread (``background_started`` None) or an async save's."""
     step_dir = step_dir_name(step)
     me = context.rank()
     store: Store | None = None
@@ -212,34 +301,50 @@ def save(
             prepared = True
         except Exception as exc:  # noqa: BLE001 - a store problem must not end training
             prepared = f"cannot prepare {step_dir} in {checkpoint_url()}: {exc!r}"
-    prepared = _from_rank0(prepared)
+    prepared = _from_rank0(prepared, group)
     if prepared is not True:
         if me == 0:
             _warn(f"checkpoint at step {step} not saved: {prepared}")
         return False
 
-    entries, error = _write_data(store, step_dir, state, sharded)
+    if failed is None:
+        entries, error = _write_data(store, step_dir, state, sharded, group)
+    else:
+        entries, error = [], failed  # still take part in every collective below, or the others hang
+    _pause_after_write_for_tests()
     # Every rank reaches this exchange, whatever happened to it: it is the barrier before the commit.
-    results = _gather((entries, error))
+    results = _gather((entries, error, blocking), group)
 
     committed = False
     if me == 0:
-        errors = list(dict.fromkeys(err for _, err in results if err))
+        errors = list(dict.fromkeys(err for _, err, _ in results if err))
         if errors:
             _warn(f"checkpoint at step {step} not saved: {'; '.join(errors)}")
         else:
-            written = [entry for rank_entries, _ in results for entry in rank_entries]
-            committed = _commit(store, step_dir, step, written, sharded, metadata)  # type: ignore[arg-type]
+            written = [entry for rank_entries, _, _ in results for entry in rank_entries]
+            _pause_for_tests(ENV_PAUSE_BEFORE_COMMIT)
+            now = time.perf_counter()
+            if background_started is None:
+                timing = {"async": False, "blocking_seconds": round(now - started, 3), "background_seconds": None}
+            else:
+                timing = {
+                    "async": True,
+                    "blocking_seconds": round(max(b or 0.0 for _, _, b in results), 3),
+                    "background_seconds": round(now - background_started, 3),
+                }
+            committed = _commit(store, step_dir, step, written, sharded, metadata, timing)  # type: ignore[arg-type]
         if not committed:
             with contextlib.suppress(Exception):
                 store.discard(step_dir)  # type: ignore[union-attr]
-    committed = bool(_from_rank0(committed))
+    committed = bool(_from_rank0(committed, group))
     if committed and me == 0:
         apply_retention(store, settings()["keep"] if keep is None else keep, newest=step_dir)  # type: ignore[arg-type]
     return committed
 
 
-def _write_data(store: Store | None, step_dir: str, state: Any, sharded: bool) -> tuple[list[FileEntry], str | None]:
+def _write_data(
+    store: Store | None, step_dir: str, state: Any, sharded: bool, group: Any
+) -> tuple[list[FileEntry], str | None]:
     """This rank's part of a save: (manifest entries of the files it wrote, or why it failed)."""
     me = context.rank()
     if not sharded:
@@ -260,12 +365,12 @@ def _write_data(store: Store | None, step_dir: str, state: Any, sharded: bool) -
         problem = None
     except Exception as exc:  # noqa: BLE001
         problem = f"rank {me}: {exc}"
-    problems = [p for p in _gather(problem) if p]
+    problems = [p for p in _gather(problem, group) if p]
     try:
         if problems:
             return [], None if problem is None else problem
         try:
-            return dcp_format.write(store, step_dir, directory, state), None  # type: ignore[arg-type]
+            return dcp_format.write(store, step_dir, directory, state, group), None  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - DCP fails on every rank, naming the ranks at fault
             return [], str(exc)
     finally:
@@ -274,11 +379,16 @@ def _write_data(store: Store | None, step_dir: str, state: Any, sharded: bool) -
 
 
 def _commit(
-    store: Store, step_dir: str, step: int, entries: list[FileEntry], sharded: bool, metadata: dict | None
+    store: Store,
+    step_dir: str,
+    step: int,
+    entries: list[FileEntry],
+    sharded: bool,
+    metadata: dict | None,
+    timing: dict[str, Any],
 ) -> bool:
-    _pause_for_tests()
     try:
-        manifest = _build_manifest(step, entries, sharded, metadata)
+        manifest = _build_manifest(step, entries, sharded, metadata, timing)
         store.commit(step_dir, manifest)
     except Exception as exc:  # noqa: BLE001
         _warn(f"checkpoint at step {step} not committed: {exc!r}")
@@ -287,7 +397,10 @@ def _commit(
         store.write_latest(step_dir)
     except Exception as exc:  # noqa: BLE001 - the manifest is the commit; LATEST is a hint
         _warn(f"checkpoint at step {step} committed but LATEST not moved: {exc!r}")
-    events.emit_checkpoint(step, store.manifest_uri(step_dir), manifest)
+    try:
+        events.emit_checkpoint(step, store.manifest_uri(step_dir), manifest)
+    except OSError as exc:  # committed all the same (a broken stdout when there is no event socket)
+        _warn(f"checkpoint at step {step} committed but not announced: {exc!r}")
     return True
 
 
@@ -317,23 +430,19 @@ def _load_replicated(store: Store, step_dir: str, manifest: dict[str, Any], map_
     if entry is None:
         return None, f"its manifest lists no {name}"
     try:
-        copy = store.fetch(step_dir, name)
+        local = store.fetch(step_dir, name)
     except Exception as exc:  # noqa: BLE001
         return None, f"{name} could not be read ({exc!r})"
     try:
-        digest = hash_file_in_background(copy.path)
-        state, load_error = None, None
-        if weights_only:
-            # Safe to unpickle before the hash is known, so load while it is computed; a file that
-            # fails its hash is thrown away below. Full unpickling waits for the hash.
-            state, load_error = _torch_load(copy.path, map_location, weights_only)
-        size, sha256 = digest.result()
+        # One pass over the bytes: hashed in place in the page cache, then mapped by torch.load,
+        # whose tensors use those same pages instead of a second copy. Nothing is unpickled
+        # before its hash is known.
+        size, sha256 = hash_file(local.path)
         if size != entry.get("size"):
             return None, f"{name} has {size} bytes, the manifest says {entry.get('size')}"
         if sha256 != entry.get("sha256"):
             return None, f"{name} fails its sha256 check"
-        if not weights_only:
-            state, load_error = _torch_load(copy.path, map_location, weights_only)
+        state, load_error = _torch_load(local.path, map_location, weights_only)
         if load_error is not None:
             return None, f"{name} does not load ({load_error})"
         return state, None
@@ -341,14 +450,21 @@ def _load_replicated(store: Store, step_dir: str, manifest: dict[str, Any], map_
         return None, f"{name} could not be verified ({exc!r})"
     finally:
         with contextlib.suppress(OSError):
-            copy.cleanup()
+            local.cleanup()  # a temporary copy (S3) stays readable through the mapping until freed
 
 
 def _torch_load(path: str, map_location, weights_only: bool):
-    import torch
+    import mmap
 
+    import torch
+    from torch.utils.serialization import config
+
+    # A private mapping: writing to a loaded tensor copies that page, never touches the file. The
+    # option is process-wide, so it is only switched when someone chose shared mappings.
+    private = config.load.mmap_flags == mmap.MAP_PRIVATE
     try:
-        return torch.load(path, map_location=map_location, weights_only=weights_only), None
+        with contextlib.nullcontext() if private else torch.serialization.set_default_mmap_options(mmap.MAP_PRIVATE):
+            return torch.load(path, map_location=map_location, weights_only=weights_only, mmap=True), None
     except Exception as exc:  # noqa: BLE001
         return None, repr(exc)
 
@@ -380,11 +496,15 @@ def load_latest(*, into: Any = None, map_location: Any = "cpu", weights_only: bo
     agree on the checkpoint, so none resumes from a different step.
 
     Replicated checkpoints: ``state`` is what rank 0 saved; ``map_location`` and ``weights_only`` are
-    torch.load's. Sharded checkpoints load in place into ``into`` (required), a state dict shaped
+    torch.load's. Its CPU tensors are mapped from the verified file (torch.load's ``mmap=True``,
+    private: a tensor written to gets its own copy of that page, the file is never changed), so
+    loading costs one pass over the bytes; load them into the model and drop the state rather
+    than keep it for the whole run when the store is a filesystem shared between machines. Sharded checkpoints load in place into ``into`` (required), a state dict shaped
     like the one saved (DTensor/FSDP shards, or ``Stateful`` objects), through
     torch.distributed.checkpoint, which reshards when this run's world size or layout differs from
     the saving run's; ``state`` is then ``into``. ``into`` is not used for replicated checkpoints.
     """
+    background.wait(why="load_latest")  # this process's own save in flight commits first
     candidates = None
     if context.rank() == 0:
         try:

@@ -1,18 +1,20 @@
-"""sha256 while writing or reading, overlapped with the I/O so hashing costs little extra time."""
+"""sha256 in the same pass as the I/O: while writing a file, and straight from the page cache
+(a read-only mapping, nothing copied) when verifying one."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import hashlib
+import mmap
+import os
 import sys
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
-# Large writes are cut into pieces so that hashing piece k (on the helper thread; hashlib releases
-# the GIL) runs while piece k+1 is written. Small pieces keep the pipeline full even though it has
-# to drain at the end of every write() call.
+# Large writes are cut into pieces so that hashing piece k (on the writer's helper thread; hashlib
+# releases the GIL) runs while piece k+1 is written. Small pieces keep the pipeline full even though
+# it has to drain at the end of every write() call.
 PIECE_BYTES = 2 << 20
 # Start the disk writing every this many bytes instead of leaving it all to the final fsync.
 WRITEBACK_BYTES = 32 << 20
@@ -33,18 +35,6 @@ def _load_sync_file_range():
 
 _sync_file_range = _load_sync_file_range()
 
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _hash_thread() -> ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            # One worker: pieces are hashed strictly in the order they were submitted.
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchyard-sha256")
-        return _executor
-
 
 def _bytes_view(data) -> memoryview:
     view = memoryview(data)
@@ -54,11 +44,17 @@ def _bytes_view(data) -> memoryview:
 
 
 class HashingWriter:
-    """A write-only file object that forwards to ``raw`` and keeps the sha256 and size of all bytes."""
+    """A write-only file object that forwards to ``raw`` and keeps the sha256 and size of all bytes.
+
+    Each writer has its own helper thread (started on the first large write, ended by
+    ``hexdigest()``), so files written side by side (torch.distributed.checkpoint's writer threads)
+    are hashed side by side too.
+    """
 
     def __init__(self, raw: BinaryIO, writeback_fd: int | None = None) -> None:
         self._raw = raw
         self._sha = hashlib.sha256()
+        self._helper: ThreadPoolExecutor | None = None
         self.size = 0
         # With a file descriptor, writeback of what is written starts early (Linux
         # sync_file_range, asynchronous), so the final fsync has little left to wait for.
@@ -72,11 +68,13 @@ class HashingWriter:
             self._sha.update(view)
             self._raw.write(view)
         else:
-            pool = _hash_thread()
+            if self._helper is None:
+                # One worker: the pieces are hashed strictly in the order they were written.
+                self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchyard-sha256")
             futures = []
             for start in range(0, n, PIECE_BYTES):
                 piece = view[start : start + PIECE_BYTES]
-                futures.append(pool.submit(self._sha.update, piece))
+                futures.append(self._helper.submit(self._sha.update, piece))
                 self._raw.write(piece)
             # ``data`` may be a view of memory only valid during this call: finish hashing it now.
             for future in futures:
@@ -97,6 +95,10 @@ class HashingWriter:
         self._raw.flush()
 
     def hexdigest(self) -> str:
+        """The sha256 of everything written; call it once the writing is over."""
+        if self._helper is not None:
+            self._helper.shutdown()
+            self._helper = None
         return self._sha.hexdigest()
 
 
@@ -138,26 +140,19 @@ class HashedFile:
 
 
 def hash_file(path: str) -> tuple[int, str]:
-    """(size, sha256 hex) of a file."""
+    """(size, sha256 hex) of a file, hashed from a read-only mapping of it: the page cache is
+    read in place, never copied, and torch.load(mmap=True) or a reader that follows finds the
+    same pages there."""
     sha = hashlib.sha256()
-    size = 0
     with open(path, "rb", buffering=0) as fh:
-        while piece := fh.read(PIECE_BYTES * 4):
-            sha.update(piece)
-            size += len(piece)
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:  # an empty file cannot be mapped
+            return 0, sha.hexdigest()
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)
+            try:
+                for start in range(0, size, PIECE_BYTES * 8):
+                    sha.update(view[start : start + PIECE_BYTES * 8])
+            finally:
+                view.release()
     return size, sha.hexdigest()
-
-
-def hash_file_in_background(path: str) -> Future:
-    """Start hashing ``path`` on its own thread (so the caller can load it meanwhile); the future
-    holds (size, sha256 hex)."""
-    future: Future = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(hash_file(path))
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="torchyard-verify", daemon=True).start()
-    return future

@@ -1,7 +1,16 @@
-import { formatBytes, formatDateTime } from '../../../lib/format'
+import { formatBytes, formatDateTime, formatDuration } from '../../../lib/format'
 import { checkpointFileUrl, useCheckpoints } from '../api/get-checkpoints'
 
-/** The job's committed checkpoints, newest first, every file downloadable. */
+/** A save's seconds to the hundredth (a blocking copy is a fraction of a second); '—' when unknown. */
+function formatSaveSeconds(seconds: number | null | undefined): string {
+  if (seconds == null || Number.isNaN(seconds)) return '—'
+  return seconds < 60 ? `${seconds.toFixed(2)} s` : formatDuration(seconds)
+}
+
+/**
+ * The job's committed checkpoints, newest first, every file downloadable, with what each save cost
+ * the training loop: how long it was blocked, and (async saves) how long the rest ran beside it.
+ */
 export function CheckpointsPanel({ jobId, seen }: { jobId: number; seen: number }) {
   const checkpoints = useCheckpoints(jobId, seen)
   const list = (checkpoints.data ?? []).slice().sort((a, b) => b.id - a.id)
@@ -21,6 +30,8 @@ export function CheckpointsPanel({ jobId, seen }: { jobId: number; seen: number 
               <th>Attempt</th>
               <th>Committed</th>
               <th>Size</th>
+              <th title="How long save() held the training loop (the slowest rank)">Blocked</th>
+              <th title="Async saves: writing, hashing and committing while training went on">Background</th>
               <th>Files</th>
             </tr>
           </thead>
@@ -34,6 +45,8 @@ export function CheckpointsPanel({ jobId, seen }: { jobId: number; seen: number 
                 <td>{c.attempt}</td>
                 <td>{formatDateTime(c.committed_at)}</td>
                 <td>{formatBytes(c.total_bytes)}</td>
+                <td>{formatSaveSeconds(c.blocking_seconds)}</td>
+                <td>{c.saved_async ? formatSaveSeconds(c.background_seconds) : c.blocking_seconds == null ? '—' : 'sync'}</td>
                 <td className="mono checkpoint-files">
                   {c.files.map((f) => (
                     <a key={f.path} href={checkpointFileUrl(jobId, c.id, f.path)} download>

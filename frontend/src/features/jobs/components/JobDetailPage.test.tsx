@@ -2,11 +2,12 @@ import { act, screen, waitFor, within } from '@testing-library/react'
 import userEvent from '@testing-library/user-event'
 import { Route, Routes } from 'react-router-dom'
 import { beforeEach, describe, expect, it, vi } from 'vitest'
-import type { JobEvent, LogEvent } from '../../../lib/types'
+import type { JobDetail, JobEvent, LogEvent } from '../../../lib/types'
 import { FakeWebSocket } from '../../../test/fake-websocket'
 import { jobDetail, jobNode } from '../../../test/fixtures'
 import { withElementSize } from '../../../test/layout'
 import { csrfRoute, json, mockFetch } from '../../../test/http'
+import { project } from '../../../test/queue-fixtures'
 import { renderWithProviders } from '../../../test/render'
 import { JobDetailPage } from './JobDetailPage'
 
@@ -44,8 +45,13 @@ function logLines(): string[] {
   })
 }
 
-/** What the page fetches beside the job: machines (topology, node use), metric history, checkpoints. */
+/**
+ * What the page fetches beside the job: machines (topology, node use), metric history, checkpoints;
+ * who you are and your projects' roles (whether you may change a live job's priority).
+ */
 const pageRoutes = {
+  'GET /api/auth/me': () => json({ username: 'ada', is_staff: false, projects: ['default'] }),
+  'GET /api/projects': () => json([project({ name: 'default', role: 'member' })]),
   'GET /api/machines': () => json([]),
   'GET /api/jobs/5/metrics': () => json({ job: 5, names: [], from_step: null, to_step: null, bucket_steps: null, series: [] }),
   'GET /api/jobs/5/checkpoints': () => json([]),
@@ -170,6 +176,56 @@ describe('job page live stream', () => {
     await userEvent.keyboard('{Enter}')
     await waitFor(() => expect(requests.filter((r) => r.method === 'POST').map((r) => r.path)).toEqual(['/api/jobs/5/stop']))
     expect(await screen.findByText('stopping')).toHaveClass('badge-stopping')
+  })
+})
+
+describe('job page priority and queue', () => {
+  beforeEach(() => {
+    vi.stubGlobal('WebSocket', FakeWebSocket)
+  })
+
+  it("shows a live job's priority, lets its owner change it, and badges borrowing", async () => {
+    const requests = mockFetch({
+      ...pageRoutes,
+      ...csrfRoute(),
+      'GET /api/jobs/5': () => json(jobDetail({ priority: 10, borrowing: true })),
+      'PATCH /api/jobs/5': () => json(jobDetail({ priority: 0, borrowing: true })),
+    })
+    renderJobPage()
+    const header = within((await screen.findByRole('heading', { name: /char-gpt/ })).closest('header')!)
+    expect(header.getByText('high', { selector: '.job-title-row .prio' })).toHaveClass('prio-high')
+    expect(header.getByText('borrowing')).toHaveClass('tag-borrowing')
+    const select = await header.findByRole('combobox', { name: 'Priority of char-gpt (#5)' })
+    expect(select).toHaveValue('high')
+
+    await userEvent.selectOptions(select, 'normal')
+    await waitFor(() => expect(select).toHaveValue('normal'))
+    expect(requests.find((r) => r.method === 'PATCH')!.body).toEqual({ priority: 'normal' })
+    // Normal again: the badge beside the status goes.
+    expect(header.queryByText('high', { selector: '.job-title-row .prio' })).not.toBeInTheDocument()
+  })
+
+  it("says why a queued or preempted job waits; a finished job's priority is only shown", async () => {
+    let job = jobDetail({ status: 'queued', status_reason: 'waiting for 2 machines with room for 2 more processes each', nodes: [] })
+    mockFetch({ ...pageRoutes, 'GET /api/jobs/5': () => json(job) })
+    const { unmount } = renderJobPage()
+    expect(await screen.findByText(/^Waiting in the queue: waiting for 2 machines/)).toBeInTheDocument()
+    expect(screen.getByRole('link', { name: 'See the queue' })).toHaveAttribute('href', '/queue')
+    unmount()
+
+    job = jobDetail({ status: 'preempted' as JobDetail['status'], status_reason: 'preempted by #9 (high)', nodes: [] })
+    const second = renderJobPage()
+    expect(await screen.findByText(/^Preempted, back in the queue: preempted by #9 \(high\)/)).toHaveClass('status-note-preempted')
+    expect(screen.getByText('preempted', { selector: '.badge' })).toHaveClass('badge-preempted')
+    // Still live: it can be stopped.
+    expect(screen.getByRole('button', { name: 'Stop all nodes…' })).toBeInTheDocument()
+    second.unmount()
+
+    job = jobDetail({ status: 'completed', priority: -10 })
+    renderJobPage()
+    await screen.findByRole('heading', { name: /char-gpt/ })
+    expect(screen.queryByRole('combobox', { name: /^Priority of/ })).not.toBeInTheDocument()
+    expect(screen.getAllByText('low', { selector: '.prio' }).length).toBeGreaterThan(0)
   })
 })
 

@@ -1,10 +1,13 @@
+import { PriorityBadge } from '../../../components/PriorityBadge'
 import { ProgressBar } from '../../../components/ProgressBar'
 import { StatusBadge } from '../../../components/StatusBadge'
 import { formatDateTime, formatDuration } from '../../../lib/format'
-import { LIVE_JOB_STATUSES, type JobDetail } from '../../../lib/types'
+import { LIVE_JOB_STATUSES, PREEMPTED, WAITING_JOB_STATUSES, type JobDetail } from '../../../lib/types'
 import { useState } from 'react'
+import { Link } from 'react-router-dom'
 import { useStopJob } from '../api/stop-job'
 import type { JobStreamStatus } from '../hooks/useJobStream'
+import { PriorityControl } from './PriorityControl'
 
 export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus: JobStreamStatus }) {
   const stop = useStopJob()
@@ -20,6 +23,12 @@ export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus:
           <span className="muted mono">#{job.id}</span> {job.name}
         </h1>
         <StatusBadge status={job.status} />
+        {job.priority ? <PriorityBadge priority={job.priority} /> : null}
+        {job.borrowing && (
+          <span className="tag tag-borrowing" title="runs on capacity borrowed past its project's quota: the first to be preempted">
+            borrowing
+          </span>
+        )}
         <span className={`stream-dot stream-${streamStatus}`} title={`Live stream: ${streamStatus}`} />
         <div className="spacer" />
         {job.spec.framework === 'ray' && (job.status === 'running' || job.status === 'dispatching') && (
@@ -62,6 +71,12 @@ export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus:
           {job.status_reason}
         </p>
       )}
+      {WAITING_JOB_STATUSES.includes(job.status) && (
+        <p className={job.status === PREEMPTED ? 'status-note status-note-preempted' : 'status-note'}>
+          {job.status === PREEMPTED ? 'Preempted, back in the queue' : 'Waiting in the queue'}
+          {job.status_reason ? `: ${job.status_reason}` : ''} <Link to="/queue">See the queue</Link>
+        </p>
+      )}
       {stop.isError && (
         <p className="inline-error" role="alert">
           Could not stop the job: {stop.error.message}
@@ -76,7 +91,8 @@ export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus:
           <dt>Attempt</dt>
           <dd>
             {job.attempt}
-            {job.attempt ? <span className="muted"> ({job.attempt} {job.attempt === 1 ? 'recovery' : 'recoveries'})</span> : null}
+            {/* Attempts also restart after a preemption, which is no recovery: `restarts` counts those. */}
+            {job.restarts ? <span className="muted"> ({job.restarts} {job.restarts === 1 ? 'recovery' : 'recoveries'})</span> : null}
           </dd>
         </div>
         <div>
@@ -106,6 +122,10 @@ export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus:
         <div>
           <dt>Owner</dt>
           <dd>{job.owner}</dd>
+        </div>
+        <div>
+          <dt>Priority</dt>
+          <dd>{live ? <PriorityControl job={job} /> : <PriorityBadge priority={job.priority} />}</dd>
         </div>
         <div>
           <dt>Created</dt>

@@ -2,6 +2,7 @@ import { act, screen, waitFor, within } from '@testing-library/react'
 import { describe, expect, it, vi } from 'vitest'
 import { ClusterStreamProvider } from '../../../app/ClusterStreamProvider'
 import { FakeWebSocket } from '../../../test/fake-websocket'
+import type { JobStatus } from '../../../lib/types'
 import { jobSummary, progress } from '../../../test/fixtures'
 import { json, mockFetch } from '../../../test/http'
 import { renderWithProviders } from '../../../test/render'
@@ -33,6 +34,28 @@ describe('jobs list', () => {
     expect(failed).toHaveClass('badge-failed')
     expect(failed).toHaveAttribute('title', 'node 1 lost')
     expect(within(row('mlp-b')).getByText('queued')).toHaveClass('badge-queued')
+  })
+
+  it("badges a priority other than normal, a borrowing job, and a preempted one's status", async () => {
+    mockFetch({
+      'GET /api/jobs': () =>
+        json([
+          jobSummary({ id: 6, name: 'urgent', priority: 10, borrowing: true }),
+          jobSummary({ id: 5, name: 'custom', status: 'queued', priority: 25 }),
+          jobSummary({ id: 4, name: 'yielded', status: 'preempted' as JobStatus, priority: -10, status_reason: 'preempted by #6' }),
+          jobSummary({ id: 3, name: 'plain' }),
+        ]),
+    })
+    renderWithProviders(<JobsPanel />)
+    await screen.findByRole('link', { name: 'urgent' })
+    expect(within(row('urgent')).getByText('high')).toHaveClass('prio-high')
+    expect(within(row('urgent')).getByText('borrowing')).toHaveClass('tag-borrowing')
+    expect(within(row('custom')).getByText('25')).toHaveClass('prio')
+    expect(within(row('yielded')).getByText('low')).toHaveClass('prio-low')
+    expect(within(row('yielded')).getByText('preempted')).toHaveClass('badge-preempted')
+    expect(within(row('yielded')).getByText('preempted')).toHaveAttribute('title', 'preempted by #6')
+    // Normal is the default: no badge, no clutter.
+    expect(row('plain').querySelector('.prio, .tag')).toBeNull()
   })
 
   it('applies job messages from the cluster stream to the list', async () => {

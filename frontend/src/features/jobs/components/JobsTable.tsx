@@ -1,4 +1,5 @@
 import { Link, useNavigate } from 'react-router-dom'
+import { PriorityBadge } from '../../../components/PriorityBadge'
 import { ProgressBar } from '../../../components/ProgressBar'
 import { RelativeTime } from '../../../components/RelativeTime'
 import { StatusBadge } from '../../../components/StatusBadge'
@@ -35,10 +36,25 @@ export function JobsTable({ jobs }: { jobs: JobSummary[] }) {
               <Link to={`/jobs/${job.id}`} onClick={(e) => e.stopPropagation()}>
                 {job.name}
               </Link>
+              {/* Only a priority other than normal is worth a badge. */}
+              {job.priority ? (
+                <>
+                  {' '}
+                  <PriorityBadge priority={job.priority} />
+                </>
+              ) : null}
             </td>
             <td className="muted">{job.project}</td>
             <td>
               <StatusBadge status={job.status} title={job.status_reason || undefined} />
+              {job.borrowing && (
+                <>
+                  {' '}
+                  <span className="tag tag-borrowing" title="runs on capacity borrowed past its project's quota: the first to be preempted">
+                    borrowing
+                  </span>
+                </>
+              )}
             </td>
             <td className="num">{job.world_size ?? '—'}</td>
             <td className="num">{job.attempt}</td>

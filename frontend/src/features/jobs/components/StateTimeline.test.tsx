@@ -44,6 +44,32 @@ describe('StateTimeline', () => {
     expect(screen.getByText('6 events, 1 recovery, 1 stall')).toBeInTheDocument()
   })
 
+  it('marks a preemption, and shows a status it does not know as it is', () => {
+    // Statuses as plain strings: the timeline names any status, and marks the preemption ones.
+    const preempting = 'preempting' as JobStatus
+    const preempted = 'preempted' as JobStatus
+    const states = [
+      jobState(1, 'queued', 'running', 'dispatched to 1 node'),
+      jobState(3, 'running', preempting, 'preempted by #9 (high): vision reclaims its quota'),
+      jobState(4, preempting, preempted, 'committed a checkpoint at step 40; back in the queue'),
+      jobState(6, preempted, 'planning', '', 1),
+      jobState(8, 'running', 'hibernating' as JobStatus, ''),
+    ]
+    render(<StateTimeline states={states} stalls={[]} />)
+    const items = within(screen.getByRole('list', { name: 'Transitions' })).getAllByRole('listitem')
+    expect(items.map((li) => li.className)).toEqual([
+      'tl-entry tl-job',
+      'tl-entry tl-preemption',
+      'tl-entry tl-preemption',
+      'tl-entry tl-job',
+      'tl-entry tl-job',
+    ])
+    expect(items[1]).toHaveTextContent('jobrunning → preemptingpreemptionpreempted by #9 (high)')
+    expect(items[2]).toHaveTextContent('jobpreempting → preemptedpreemptioncommitted a checkpoint at step 40')
+    expect(items[4]).toHaveTextContent('jobrunning → hibernating')
+    expect(screen.getByText('5 events, 1 preemption')).toBeInTheDocument()
+  })
+
   it('says so before the first transition', () => {
     render(<StateTimeline states={[]} stalls={[]} />)
     expect(screen.getByText('No transitions yet.')).toBeInTheDocument()

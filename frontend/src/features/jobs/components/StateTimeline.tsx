@@ -3,13 +3,23 @@ import { formatClock } from '../../../lib/format'
 import type { StalledEvent, StateEvent } from '../../../lib/types'
 import { timelineEntries } from '../timeline'
 
-const KIND_LABEL = { recovery: 'recovery', failure: 'failure', stall: 'stall', done: 'done', job: '', node: '' } as const
+const KIND_LABEL = {
+  recovery: 'recovery',
+  failure: 'failure',
+  stall: 'stall',
+  done: 'done',
+  preemption: 'preemption',
+  job: '',
+  node: '',
+} as const
 
 /** The job's life: every transition of the job and its nodes with the reason, newest at the bottom. */
 export function StateTimeline({ states, stalls }: { states: StateEvent[]; stalls: StalledEvent[] }) {
   const entries = useMemo(() => timelineEntries(states, stalls), [states, stalls])
   const box = useRef<HTMLOListElement>(null)
   const recoveries = entries.filter((e) => e.kind === 'recovery' && e.subject === 'job' && e.change.endsWith('recovering')).length
+  // Asked to yield (preempting), then back in the queue (preempted): one preemption.
+  const preemptions = entries.filter((e) => e.kind === 'preemption' && e.subject === 'job' && e.change.endsWith('→ preempted')).length
 
   // Keeps the latest transition in view unless the user scrolled up to read older ones.
   useLayoutEffect(() => {
@@ -24,6 +34,7 @@ export function StateTimeline({ states, stalls }: { states: StateEvent[]; stalls
         <span className="muted small">
           {entries.length} events
           {recoveries ? `, ${recoveries} ${recoveries === 1 ? 'recovery' : 'recoveries'}` : ''}
+          {preemptions ? `, ${preemptions} ${preemptions === 1 ? 'preemption' : 'preemptions'}` : ''}
           {stalls.length ? `, ${stalls.length} stall${stalls.length === 1 ? '' : 's'}` : ''}
         </span>
       </header>

@@ -1,10 +1,10 @@
 import { useQueries } from '@tanstack/react-query'
 import { POLL_FALLBACK_MS } from '../../../lib/cluster-stream-status'
-import type { JobDetail, JobStatus, JobSummary } from '../../../lib/types'
+import { PREEMPTING, type JobDetail, type JobSummary } from '../../../lib/types'
 import { jobQueryOptions } from '../../jobs/api/get-job'
 
 /** Jobs that hold nodes on machines: the ones the topology draws. */
-export const PLACED_JOB_STATUSES: readonly JobStatus[] = ['dispatching', 'running', 'recovering', 'stopping']
+export const PLACED_JOB_STATUSES: readonly string[] = ['dispatching', 'running', 'recovering', 'stopping', PREEMPTING]
 
 /**
  * The details (with nodes) of every listed job that is placed on machines. The list comes from
