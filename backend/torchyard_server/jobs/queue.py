@@ -730,7 +730,7 @@ def queue_entries(decisions: list[Decision], *, renumber: bool = False) -> list[
     for index, d in enumerate(decisions, 1):
         job = d.job
         entries.append({
-            "id": job.id, "name": job.name, "project": job.project, "owner": job.owner,
+            "id": job.id, "name": job.name, "project": job.project, "owner": job.owner, "status": job.status,
             "priority": job.priority, "position": index if renumber else d.position,
             "reason": d.reason, "blocked_by": d.blocked_by, "head": d.head, "borrowing": d.borrowing,
             "backfill": d.backfill,

@@ -19,6 +19,8 @@ class QueueEntryOut(serializers.Serializer):
     name = serializers.CharField()
     project = serializers.CharField()
     owner = serializers.CharField()
+    status = serializers.CharField(help_text="queued, or preempted: it yielded to a higher-priority job and resumes "
+                                   "from its checkpoint when it runs again (both wait alike)")
     priority = serializers.IntegerField(help_text="higher first; low -10, normal 0, high 10")
     position = serializers.IntegerField(help_text="1 for the first in line, in the whole queue (every project)")
     reason = serializers.CharField(help_text="why it waits, in words (the planner's, then the queue's); "

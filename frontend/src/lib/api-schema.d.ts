@@ -3112,6 +3112,8 @@ export interface components {
             name: string;
             project: string;
             owner: string;
+            /** @description queued, or preempted: it yielded to a higher-priority job and resumes from its checkpoint when it runs again (both wait alike) */
+            status: string;
             /** @description higher first; low -10, normal 0, high 10 */
             priority: number;
             /** @description 1 for the first in line, in the whole queue (every project) */

@@ -7,6 +7,7 @@ export function queueEntry(overrides: Partial<QueueEntry> = {}): QueueEntry {
     name: 'resnet-big',
     project: 'vision',
     owner: 'ada',
+    status: 'queued',
     priority: 0,
     position: 1,
     reason: 'waiting for 2 machines with room for 2 more processes each; 0 have it',

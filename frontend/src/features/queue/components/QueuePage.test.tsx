@@ -75,7 +75,20 @@ describe('queue page', () => {
 
     const third = within(rowOf('sweep-3'))
     expect(third.getByText('borrowing')).toHaveClass('tag-borrowing')
+    expect(third.queryByText('preempted')).not.toBeInTheDocument()
     expect(third.getByText('low')).toHaveClass('prio-low')
+  })
+
+  it('marks a job that yielded to a higher-priority one as preempted', async () => {
+    const yielded = queueEntry({ id: 11, name: 'yielded-run', status: 'preempted', blocked_by: 'resources' })
+    mockFetch({
+      'GET /api/queue': () => json({ jobs: [yielded], total: 1 }),
+      'GET /api/auth/me': me('carol'),
+      'GET /api/projects': () => json([project({ role: 'viewer' })]),
+    })
+    renderWithProviders(<QueuePage />)
+    await screen.findByRole('table', { name: 'Queued jobs' })
+    expect(within(rowOf('yielded-run')).getByText('preempted')).toHaveClass('tag', 'tag-preempted')
   })
 
   it("lets the job's owner change its priority, and shows the server's refusal", async () => {

@@ -15,9 +15,15 @@ function ExpectedStart({ iso }: { iso: string }) {
 }
 
 function Tags({ entry }: { entry: QueueEntry }) {
-  if (entry.blocked_by !== null && !entry.head && !entry.backfill && !entry.borrowing) return null
+  const preempted = entry.status === 'preempted'
+  if (entry.blocked_by !== null && !entry.head && !entry.backfill && !entry.borrowing && !preempted) return null
   return (
     <span className="queue-tags">
+      {preempted && (
+        <span className="tag tag-preempted" title="it yielded to a higher-priority job and resumes from its checkpoint">
+          preempted
+        </span>
+      )}
       {entry.blocked_by === null && (
         <span className="tag tag-starting" title="the next queue pass starts it">
           starting
