@@ -140,3 +140,136 @@ def test_packing_names_the_biggest_files_past_the_limit_and_refuses_links_out(tm
     (project / "escape").symlink_to("/etc")
     with pytest.raises(BundleError, match="escape: is a symlink to /etc, outside the project"):
         pack_directory(project, tmp_path / "b.tar.zst")
+
+
+# --- the streaming reader and the packer's own tar writer ----------------------------------------
+def reference_pack(source: Path, dest: Path) -> str:
+    """The canonical archive as tarfile itself writes it ('w|', PAX, the same TarInfo objects): what
+    pack_directory must reproduce byte for byte, so a bundle's sha256 never depends on our writer."""
+    files, links = bundles._collect(source)
+    entries = sorted([(rel, info, None) for rel, info in files] + [(rel, None, t) for rel, t in links.items()],
+                     key=lambda entry: entry[0])
+    with open(dest, "wb") as raw:
+        compressor = zstandard.ZstdCompressor(level=bundles.ZSTD_LEVEL, threads=bundles.ZSTD_THREADS,
+                                              write_checksum=True)
+        with (compressor.stream_writer(raw, closefd=False) as compressed,
+              tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT) as tar):
+            for rel, info, target in entries:
+                if info is None:
+                    tar.addfile(bundles._tarinfo(rel, link=target))
+                    continue
+                with open(source / rel, "rb") as handle:
+                    tar.addfile(bundles._tarinfo(rel, size=info.st_size, executable=bool(info.st_mode & 0o100)), handle)
+    return bundles.sha256_file(dest)
+
+
+def test_packing_writes_exactly_the_bytes_tarfile_would(tmp_path):
+    project = make_project(tmp_path / "project")
+    (project / ("long-" * 30 + ".py")).write_text("x = 1\n")  # a name past ustar's 100 bytes: a pax header
+    (project / "naïve café.py").write_text("y = 2\n")  # non-ASCII: a pax header too
+    (project / "big.bin").write_bytes(os.urandom(3 << 20))  # several megabyte writes
+    (project / "exactly-512.bin").write_bytes(b"z" * 512)
+    packed = pack_directory(project, tmp_path / "ours.tar.zst")
+    assert packed.sha256 == reference_pack(project, tmp_path / "theirs.tar.zst")
+    target = tmp_path / "out"
+    info = unpack(packed.path, target)
+    assert (target / ("long-" * 30 + ".py")).read_text() == "x = 1\n"
+    assert (target / "naïve café.py").read_text() == "y = 2\n"
+    assert (target / "big.bin").read_bytes() == (project / "big.bin").read_bytes()
+    assert info.sha256 == packed.sha256 and info.compressed_size == packed.size
+
+
+def test_gnu_long_names_and_global_pax_headers_are_read_as_tarfile_reads_them(tmp_path):
+    name = "d/" + "n" * 150 + ".py"
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        info = member(name)
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"abc"))
+    raw_pax = io.BytesIO()
+    with tarfile.open(fileobj=raw_pax, mode="w", format=tarfile.PAX_FORMAT, pax_headers={"comment": "global"}) as tar:
+        info = member("g.py")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"g"))
+    for body, path in ((raw.getvalue(), name), (raw_pax.getvalue(), "g.py")):
+        assert [f["path"] for f in inspect_archive(io.BytesIO(body)).files] == [path]
+
+
+def test_unpack_stream_commits_nothing_when_the_bytes_do_not_hash_to_the_name(tmp_path):
+    packed = pack_directory(make_project(tmp_path / "project"), tmp_path / "a.tar.zst")
+    target = tmp_path / "out"
+    with open(packed.path, "rb") as handle, pytest.raises(bundles.BundleHashMismatch):
+        bundles.unpack_stream(handle, target, sha256="0" * 64)
+    assert not target.exists()
+    with open(packed.path, "rb") as handle:
+        info = bundles.unpack_stream(handle, target, sha256=packed.sha256, read_only=True)
+    assert info.sha256 == packed.sha256
+    assert not (target / "train.py").stat().st_mode & 0o222 and os.access(target / "train.py", os.X_OK)
+
+
+class FailingSource(io.RawIOBase):
+    """A download whose connection drops after `good` bytes."""
+
+    def __init__(self, data: bytes, good: int) -> None:
+        self.data, self.good, self.pos = data, good, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        if self.pos >= self.good:
+            raise ConnectionResetError("connection reset by peer")
+        chunk = self.data[self.pos:min(self.pos + (size if size > 0 else 1 << 20), self.good)]
+        self.pos += len(chunk)
+        return chunk
+
+
+def test_a_failing_download_is_a_read_error_not_a_refusal_and_leaves_nothing(tmp_path):
+    project = make_project(tmp_path / "project")
+    (project / "big.bin").write_bytes(os.urandom(2 << 20))
+    data = pack_directory(project, tmp_path / "a.tar.zst").path.read_bytes()
+    target = tmp_path / "out"
+    with pytest.raises(bundles.BundleReadError, match="connection reset by peer") as failed:
+        bundles.unpack_stream(FailingSource(data, len(data) // 2), target)
+    assert isinstance(failed.value.__cause__, ConnectionResetError)
+    assert not isinstance(failed.value, BundleError)
+    assert not target.exists()
+
+
+REFUSED = {"negative size": "a negative size", "malformed pax": "a malformed pax header", "sparse": "s: is a sparse file",
+           "trailing bytes": "after the end of its tar archive", "truncated": "it ends inside a member"}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_it_refuses_what_a_sane_archive_never_holds(case, tmp_path):
+    good = tar_bytes([(member("a.py"), b"x")], compress="plain")
+    if case == "negative size":
+        header = bytearray(good[:512])
+        header[124:136] = b"\xff" * 12  # base-256: a negative number
+        header[148:156] = b" " * 8
+        header[148:156] = b"%06o\0 " % sum(header)
+        body = bytes(header) + good[512:]
+    elif case == "malformed pax":
+        info = member("a.py")
+        info.pax_headers = {"comment": "x"}
+        body = tar_bytes([(info, b"x")], compress="plain").replace(b"13 comment=x\n", b"99 comment=x\n")
+    elif case == "sparse":
+        body = tar_bytes([(member("s", tarfile.GNUTYPE_SPARSE), None)], compress="plain")
+    elif case == "trailing bytes":
+        body = good + b"\0" * (5 << 20)
+    else:
+        body = good[:700]
+    with pytest.raises(BundleError, match=REFUSED[case]):
+        inspect_archive(io.BytesIO(body))
+    with pytest.raises(BundleError, match=REFUSED[case]):
+        bundles.unpack_stream(io.BytesIO(body), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bomb_stops_at_the_first_implausible_megabytes_whatever_its_headers_claim(tmp_path):
+    # One member that says it is 150 MB of zeros: refused by the ratio of what was actually produced,
+    # long before 150 MB were written.
+    body = tar_bytes([(member("zeros.bin"), b"\0" * (150 << 20))])
+    with pytest.raises(BundleError, match="implausible compression ratio"):
+        bundles.unpack_stream(io.BytesIO(body), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -4,28 +4,37 @@ A bundle is a zstd-compressed POSIX tar whose entries are sorted, owned by 0:0, 
 0644/0755, so the same directory always packs to the same bytes and its sha256 names it: an
 unchanged project uploads nothing. The CLI packs (`pack_directory`), the server checks an upload
 (`inspect_archive`) before it stores it, and the node that runs it checks again while unpacking
-(`unpack`): an archive is hostile until proven otherwise, wherever it came from.
+(`unpack_stream`, as the download arrives, hashing it on the way): an archive is hostile until
+proven otherwise, wherever it came from.
 
 Refused, naming the member: absolute paths, `..` components, symlinks or hard links that lead
-outside the bundle, members written through a symlink, device files and FIFOs, more than
-MAX_MEMBERS entries, an unpacked size over the limit, an implausible compression ratio (a bomb),
-and anything that is not a tar archive (zstd, gzip or plain).
+outside the bundle, members written through a symlink, device files, FIFOs and sparse files, more
+than MAX_MEMBERS entries, an unpacked size over the limit, an implausible compression ratio (a
+bomb), more than padding after the archive's end, and anything that is not a tar archive (zstd,
+gzip or plain; bzip2 and xz are read too, as tarfile read them).
 """
 
 from __future__ import annotations
 
+import bz2
 import contextlib
+import gzip
 import hashlib
 import io
+import lzma
 import os
 import posixpath
+import queue
+import re
 import shutil
 import stat
 import tarfile
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 ARCHIVE_SUFFIX = ".tar.zst"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -87,6 +96,9 @@ class BundleInfo:
     unpacked_size: int = 0
     files: list[dict[str, Any]] = field(default_factory=list)  # {"path", "size", "mode"}; links too
     symlinks: dict[str, str] = field(default_factory=dict)
+    directories: list[str] = field(default_factory=list)  # those the archive names itself
+    sha256: str = ""  # of the bytes read, compressed
+    compressed_size: int = 0
 
     def paths(self) -> set[str]:
         return {f["path"] for f in self.files} | set(self.symlinks)
@@ -138,11 +150,11 @@ def _collect(source: Path) -> tuple[list[tuple[str, os.stat_result]], dict[str, 
         keep_dirs = []
         for name in sorted(dirnames):
             rel = posixpath.join(rel_dir, name)
-            full = Path(dirpath) / name
+            full = os.path.join(dirpath, name)
             if rules.ignored(rel, is_dir=True):
                 continue
-            if full.is_symlink():
-                links[rel] = _link_inside(root, full, rel)
+            if os.path.islink(full):
+                links[rel] = _link_inside(root, Path(full), rel)
                 continue
             keep_dirs.append(name)
         dirnames[:] = keep_dirs
@@ -150,10 +162,10 @@ def _collect(source: Path) -> tuple[list[tuple[str, os.stat_result]], dict[str, 
             rel = posixpath.join(rel_dir, name)
             if rules.ignored(rel, is_dir=False):
                 continue
-            full = Path(dirpath) / name
-            info = full.lstat()
+            full = os.path.join(dirpath, name)
+            info = os.lstat(full)
             if stat.S_ISLNK(info.st_mode):
-                links[rel] = _link_inside(root, full, rel)
+                links[rel] = _link_inside(root, Path(full), rel)
             elif stat.S_ISREG(info.st_mode):
                 files.append((rel, info))
             # Sockets, FIFOs and devices are not code: left out.
@@ -203,6 +215,55 @@ def _tarinfo(name: str, *, size: int = 0, executable: bool = False, link: str | 
     return info
 
 
+class _TarWriter:
+    """What tarfile's 'w|' mode writes, byte for byte (its own TarInfo.tobuf makes every header, the
+    end blocks and record padding are its), with file data passed on in megabyte writes instead of
+    through tarfile's stream buffer, which re-copies its whole buffer on every write."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.offset = 0
+        self.pending: list[bytes] = []
+        self.pending_size = 0
+
+    def _put(self, data: bytes) -> None:
+        self.offset += len(data)
+        if len(data) >= _CHUNK:
+            self._flush()
+            self.out.write(data)
+            return
+        self.pending.append(data)
+        self.pending_size += len(data)
+        if self.pending_size >= _CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            self.out.write(b"".join(self.pending))
+            self.pending, self.pending_size = [], 0
+
+    def add(self, info: tarfile.TarInfo, path: str | None = None) -> None:
+        self._put(info.tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "surrogateescape"))
+        if path is None:
+            return
+        left = info.size
+        with open(path, "rb", buffering=0) as handle:
+            while left:
+                chunk = handle.read(min(left, _CHUNK))
+                if not chunk:
+                    raise BundleError("became shorter while it was being packed", info.name)
+                self._put(chunk)
+                left -= len(chunk)
+        if info.size % tarfile.BLOCKSIZE:
+            self._put(bytes(tarfile.BLOCKSIZE - info.size % tarfile.BLOCKSIZE))
+
+    def close(self) -> None:
+        self._put(bytes(tarfile.BLOCKSIZE * 2))
+        if self.offset % tarfile.RECORDSIZE:
+            self._put(bytes(tarfile.RECORDSIZE - self.offset % tarfile.RECORDSIZE))
+        self._flush()
+
+
 def pack_directory(source: Path, dest: Path, *, max_unpacked_bytes: int | None = None) -> PackedBundle:
     """Pack `source` (respecting .gitignore files and .torchyardignore) into the canonical archive `dest`.
 
@@ -224,79 +285,383 @@ def pack_directory(source: Path, dest: Path, *, max_unpacked_bytes: int | None =
     with open(dest, "wb") as raw:
         hashing = _HashingWriter(raw)
         compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=ZSTD_THREADS, write_checksum=True)
-        with (
-            compressor.stream_writer(hashing, closefd=False) as compressed,  # type: ignore[arg-type]
-            tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_CHUNK,  # type: ignore[call-overload]
-                         copybufsize=_CHUNK) as tar,
-        ):
+        with compressor.stream_writer(hashing, closefd=False) as compressed:  # type: ignore[arg-type]
+            tar = _TarWriter(compressed)
             for rel, info, target in entries:
                 if info is None:
-                    tar.addfile(_tarinfo(rel, link=target))
+                    tar.add(_tarinfo(rel, link=target))
                     continue
                 executable = bool(info.st_mode & stat.S_IXUSR)
-                with open(source / rel, "rb") as handle:
-                    tar.addfile(_tarinfo(rel, size=info.st_size, executable=executable), handle)
+                tar.add(_tarinfo(rel, size=info.st_size, executable=executable), os.path.join(source, rel))
+            tar.close()
     return PackedBundle(
         path=Path(dest), sha256=hashing.digest.hexdigest(), size=hashing.size, unpacked_size=total,
         files=[rel for rel, _ in files] + list(links),
     )
 
 
-# --- checking -------------------------------------------------------------------------------------
-class _Prefixed(io.RawIOBase):
-    """A stream with bytes already read from its head put back in front."""
+# --- reading ------------------------------------------------------------------------------------
+# An archive is read in one pass, whoever reads it (the server checking an upload, a node unpacking a
+# download as it arrives): the raw bytes are hashed and counted, decompressed, and parsed as tar by
+# the reader below rather than tarfile's stream mode, which copies its whole buffer for every
+# header it reads (most of the time of a 100 MB unpack went there). Headers are still parsed by
+# tarfile.TarInfo.frombuf, so numbers, checksums and ustar prefixes mean what they mean to tarfile.
+_BLOCK = tarfile.BLOCKSIZE
+_RECORD = tarfile.RECORDSIZE
+_NUL_BLOCK = bytes(_BLOCK)
+_NAME_ENCODING = "utf-8"
+_NAME_ERRORS = "surrogateescape"
+# A pax header or GNU long name is a few hundred bytes; these bound what a hostile one may cost.
+_MAX_EXTENDED = 1 << 20
+_MAX_EXTENDED_TOTAL = 16 << 20
+# After the end-of-archive blocks: record padding (10 kB for tar's default blocking, 1 MB at most for
+# any blocking factor tar accepts); anything beyond is not an archive we made or should unpack.
+_MAX_TRAILING = 4 << 20
+_PAX_RECORD = re.compile(rb"(\d+) ([^=]+)=")
+_EXTENDED_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+                   tarfile.GNUTYPE_LONGLINK)
 
-    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
-        self.head = head
-        self.rest = rest
 
-    def readable(self) -> bool:
-        return True
+class Readable(Protocol):
+    """What an archive is read from: a file, an HTTP response, an S3 body."""
 
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer)
-        if self.head:
-            n = min(len(view), len(self.head))
-            view[:n] = self.head[:n]
-            self.head = self.head[n:]
-            return n
-        data = self.rest.read(len(view))
-        view[: len(data)] = data
-        return len(data)
+    def read(self, size: int = -1, /) -> bytes: ...
 
 
-class _Counting(io.RawIOBase):
-    """Counts the bytes read through it (the compressed size, for the ratio check)."""
+class BundleHashMismatch(BundleError):
+    """The archive's bytes do not hash to the sha256 it was fetched as."""
 
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw = raw
+
+class BundleReadError(OSError):
+    """Reading the archive's own bytes failed (the network, the disk, an S3 body): not the archive's
+    fault, so never a BundleError. The original exception is its __cause__."""
+
+
+class _SourceFailed(Exception):
+    """Carries a failure of the source through the decoder thread to the caller."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _RawSource:
+    """The archive's bytes as they arrive, hashed (sha256 of every byte) and counted (the compressed
+    size, for the ratio check), with the few bytes read to recognise the format put back in front."""
+
+    def __init__(self, fileobj: Readable, *, hashing: bool) -> None:
+        self.fileobj = fileobj
+        self.digest = hashlib.sha256() if hashing else None
         self.count = 0
+        self.head = b""
+
+    def peek(self, size: int) -> bytes:
+        while len(self.head) < size:
+            data = self._read_raw(size - len(self.head))
+            if not data:
+                break
+            self.head += data
+        return self.head[:size]
+
+    def _read_raw(self, size: int) -> bytes:
+        try:
+            data = self.fileobj.read(size)
+        except Exception as exc:
+            raise _SourceFailed(exc) from exc
+        if data:
+            if self.digest is not None:
+                self.digest.update(data)
+            self.count += len(data)
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        if self.head:
+            data, self.head = (self.head, b"") if size < 0 or size >= len(self.head) else \
+                (self.head[:size], self.head[size:])
+            return data
+        return self._read_raw(size if size > 0 else _CHUNK)
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
-        data = self.raw.read(len(buffer))
-        memoryview(buffer)[: len(data)] = data
-        self.count += len(data)
-        return len(data)
 
+def _decompressed(raw: _RawSource) -> Any:
+    """A reader of the tar bytes inside `raw`, whichever compression it has (by its magic bytes)."""
+    head = raw.peek(6)
+    source: Any = raw  # file-like enough for every decompressor: read(size)
+    if head[:4] == ZSTD_MAGIC:
+        import zstandard
 
-@contextlib.contextmanager
-def _open_tar(fileobj: IO[bytes]) -> Iterator[tuple[tarfile.TarFile, _Counting]]:
-    import zstandard
-
-    counting = _Counting(fileobj)
-    head = counting.read(4)
-    stream: IO[bytes] = io.BufferedReader(_Prefixed(head, counting), _CHUNK)  # type: ignore[arg-type]
-    if head == ZSTD_MAGIC:
         # A bounded window: a crafted frame cannot make the decompressor allocate gigabytes.
-        stream = zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(stream, read_across_frames=True)
-    try:
-        with tarfile.open(fileobj=stream, mode="r|*", bufsize=_CHUNK) as tar:
-            yield tar, counting
-    except (tarfile.TarError, zstandard.ZstdError, EOFError, OSError) as exc:
-        raise BundleError(f"not a readable tar archive (zstd, gzip or plain): {exc}") from None
+        return zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(
+            source, read_size=_CHUNK, read_across_frames=True)
+    if head[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=source, mode="rb")
+    if head[:3] == b"BZh":
+        return bz2.BZ2File(source)
+    if head[:6] == b"\xfd7zXZ\x00":
+        return lzma.LZMAFile(source)
+    return raw
+
+
+def _nothing() -> None:
+    pass
+
+
+def _unreadable(exc: BaseException | str) -> BundleError:
+    return BundleError(f"not a readable tar archive (zstd, gzip or plain): {exc}")
+
+
+_END = b""
+_QUEUED_CHUNKS = 8  # decompressed megabytes the decoder may run ahead of the unpacking
+PROGRESS_EVERY = 0.25  # seconds between two calls of an unpacking's `progress` (heartbeats, stop checks)
+WRITE_THREADS = 2
+_QUEUED_BYTES = 16 << 20
+
+
+class _Decoder:
+    """Reads, hashes and decompresses the archive in a thread of its own, a megabyte at a time, while
+    the caller parses and writes what came before: sha256, zstd and the socket or disk all release
+    the GIL, so the two overlap on two cores. It checks the compression ratio on the bytes it
+    actually produced, so a bomb stops at the first implausible megabyte whatever its headers claim,
+    and it never runs more than _QUEUED_CHUNKS ahead. Its failures reach the caller in order."""
+
+    def __init__(self, raw: _RawSource, *, max_ratio: float) -> None:
+        self.raw = raw
+        self.max_ratio = max_ratio
+        self.total = 0
+        self.chunks: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=_QUEUED_CHUNKS)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="bundle-decoder", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            stream = _decompressed(self.raw)
+            while not self.stopping.is_set():
+                try:
+                    chunk = stream.read(_CHUNK)
+                except _SourceFailed:
+                    raise
+                except Exception as exc:  # zstd, gzip, bz2 and xz each raise their own kinds
+                    raise _unreadable(exc) from None
+                if not chunk:
+                    break
+                self.total += len(chunk)
+                if self.total > RATIO_CHECKED_ABOVE and self.total > self.max_ratio * max(self.raw.count, 1):
+                    raise BundleError(
+                        f"unpacks to more than {size_text(self.total)} from {size_text(self.raw.count)}: an "
+                        f"implausible compression ratio (over {self.max_ratio:g}:1)"
+                    )
+                self._put(chunk)
+            # The hash covers every byte, even past the end of the compressed stream.
+            extra = 0
+            while extra <= _MAX_TRAILING and (data := self.raw.read(_CHUNK)):
+                extra += len(data)
+            if extra > _MAX_TRAILING:
+                raise BundleError(f"has more than {size_text(_MAX_TRAILING)} after the end of its compressed stream")
+            self._put(_END)
+        except BaseException as exc:
+            self._put(exc)
+
+    def _put(self, item: bytes | BaseException) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.chunks.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def next(self, progress: Callable[[], None]) -> bytes:
+        while True:
+            try:
+                item = self.chunks.get(timeout=PROGRESS_EVERY)
+                break
+            except queue.Empty:
+                progress()  # a slow network: the node still heartbeats, and a stop still stops it
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def stop(self) -> None:
+        """Ends the thread; one still blocked in a read of the source is left to its daemon fate (it
+        only ever reads, and only from the source)."""
+        self.stopping.set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.chunks.get_nowait()
+        self.thread.join(timeout=2.0)
+
+
+class _TarBytes:
+    """The decompressed archive as the tar parser consumes it. Headers come out as bytes; member data
+    as memoryviews of the decoder's own chunks, never copied into one growing buffer."""
+
+    def __init__(self, decoder: _Decoder, progress: Callable[[], None] | None) -> None:
+        self.decoder = decoder
+        self.raw = decoder.raw
+        self.progress = progress or _nothing
+        self.next_progress = time.monotonic() + PROGRESS_EVERY
+        self.buf = b""
+        self.pos = 0
+        self.ended = False
+
+    def _more(self) -> bool:
+        if self.ended:
+            return False
+        if (now := time.monotonic()) >= self.next_progress:
+            self.next_progress = now + PROGRESS_EVERY
+            self.progress()
+        chunk = self.decoder.next(self.progress)
+        if chunk is _END or not chunk:
+            self.ended = True
+            return False
+        rest = len(self.buf) - self.pos
+        # Only the tail of a header split across two chunks is ever copied.
+        self.buf = self.buf[self.pos:] + chunk if rest else chunk
+        self.pos = 0
+        return True
+
+    def take(self, size: int) -> bytes:
+        """`size` bytes, or fewer at the end of the archive."""
+        while len(self.buf) - self.pos < size:
+            if not self._more():
+                break
+        data = self.buf[self.pos:self.pos + size]
+        self.pos += len(data)
+        return data
+
+    def piece(self, limit: int) -> memoryview:
+        """The next bytes available, at most `limit` of them; BundleError at the end of the archive."""
+        if self.pos == len(self.buf) and not self._more():
+            raise _unreadable("it ends inside a member")
+        end = min(len(self.buf), self.pos + limit)
+        view = memoryview(self.buf)[self.pos:end]
+        self.pos = end
+        return view
+
+    def skip(self, size: int) -> None:
+        while size:
+            size -= len(self.piece(size))
+
+    def drain(self) -> None:
+        """Read what follows the end-of-archive blocks (record padding) to the end, so that the hash
+        covers every byte; more than padding is refused."""
+        trailing = len(self.buf) - self.pos
+        self.pos = len(self.buf)
+        while self._more():
+            trailing += len(self.buf)
+            self.pos = len(self.buf)
+            if trailing > _MAX_TRAILING:
+                raise BundleError(f"has more than {size_text(_MAX_TRAILING)} after the end of its tar archive")
+
+
+@dataclass
+class _Member:
+    """A member as the checker sees it (`info`), and its data, read at most once."""
+
+    info: tarfile.TarInfo
+    data: _TarBytes
+    left: int
+    padding: int
+
+    def chunks(self) -> Iterator[memoryview]:
+        while self.left:
+            piece = self.data.piece(self.left)
+            self.left -= len(piece)
+            yield piece
+
+    def finish(self) -> None:
+        self.data.skip(self.left + self.padding)
+        self.left = self.padding = 0
+
+
+def _nts(body: bytes) -> str:
+    """A NUL-terminated name (a GNU long name's data)."""
+    return body.split(b"\0", 1)[0].decode(_NAME_ENCODING, _NAME_ERRORS)
+
+
+def _pax_records(body: bytes) -> dict[str, str]:
+    """The records of a pax extended header: `<length> <keyword>=<value>\\n`, UTF-8."""
+    records: dict[str, str] = {}
+    pos = 0
+    while pos < len(body) and body[pos] != 0:
+        match = _PAX_RECORD.match(body, pos)
+        length = int(match.group(1)) if match else 0
+        if not match or length <= 0 or pos + length > len(body) or body[pos + length - 1:pos + length] != b"\n":
+            raise _unreadable("a malformed pax header")
+        keyword = match.group(2).decode(_NAME_ENCODING, _NAME_ERRORS)
+        records[keyword] = body[match.end():pos + length - 1].decode(_NAME_ENCODING, _NAME_ERRORS)
+        pos += length
+    return records
+
+
+def _members(data: _TarBytes) -> Iterator[_Member]:
+    """Each member of the archive in order, with pax headers (local and global) and GNU long names
+    applied to it as tarfile applies them; sparse members are refused (never in a bundle)."""
+    global_pax: dict[str, str] = {}
+    pax: dict[str, str] = {}
+    long_name: str | None = None
+    long_link: str | None = None
+    extended = 0
+    block = data.take(_BLOCK)
+    if not block:
+        raise _unreadable("it is empty")
+    while True:
+        if not block or block == _NUL_BLOCK:
+            return  # the end-of-archive block, or the end of the data without one (tar accepts both)
+        try:
+            info = tarfile.TarInfo.frombuf(block, _NAME_ENCODING, _NAME_ERRORS)
+        except tarfile.HeaderError as exc:
+            raise _unreadable(exc) from None
+        if info.size < 0:
+            raise _unreadable(f"a negative size in the header of {info.name!r}")
+        if info.type in _EXTENDED_TYPES:
+            extended += info.size
+            if info.size > _MAX_EXTENDED or extended > _MAX_EXTENDED_TOTAL:
+                raise _unreadable(f"an extended header of {size_text(info.size)}")
+            padded = info.size + (-info.size) % _BLOCK
+            body = data.take(padded)
+            if len(body) < padded:
+                raise _unreadable("it ends inside a header")
+            body = body[:info.size]
+            if info.type == tarfile.GNUTYPE_LONGNAME:
+                long_name = _nts(body)
+            elif info.type == tarfile.GNUTYPE_LONGLINK:
+                long_link = _nts(body)
+            elif info.type == tarfile.XGLTYPE:
+                global_pax.update(_pax_records(body))
+            else:
+                pax.update(_pax_records(body))
+            block = data.take(_BLOCK)
+            continue
+        fields = {**global_pax, **pax}
+        if info.type == tarfile.GNUTYPE_SPARSE or any(key.startswith("GNU.sparse.") for key in fields):
+            raise BundleError("is a sparse file", fields.get("path") or long_name or info.name)
+        if "path" in fields:
+            info.name = fields["path"].rstrip("/")
+        if long_name is not None:
+            info.name = long_name
+        if "linkpath" in fields:
+            info.linkname = fields["linkpath"]
+        if long_link is not None:
+            info.linkname = long_link
+        if "size" in fields:
+            try:
+                info.size = int(fields["size"])
+            except ValueError:
+                info.size = -1
+            if info.size < 0:
+                raise _unreadable(f"a pax size of {fields['size']!r}")
+        if info.isdir():
+            info.name = info.name.rstrip("/")
+        pax, long_name, long_link = {}, None, None
+        # Data follows regular members and, as tarfile reads them, members of an unknown type.
+        size = info.size if info.isreg() or info.type not in tarfile.SUPPORTED_TYPES else 0
+        member = _Member(info, data, size, (-size) % _BLOCK)
+        yield member
+        member.finish()
+        block = data.take(_BLOCK)
 
 
 def _safe_name(name: str) -> str:
@@ -312,10 +677,8 @@ def _safe_name(name: str) -> str:
 class _Checker:
     """Applies the rules member by member, in archive order (hard links must name an earlier file)."""
 
-    def __init__(self, *, max_unpacked_bytes: int, compressed: _Counting, max_ratio: float) -> None:
+    def __init__(self, *, max_unpacked_bytes: int) -> None:
         self.max_unpacked_bytes = max_unpacked_bytes
-        self.compressed = compressed
-        self.max_ratio = max_ratio
         self.info = BundleInfo()
         self.regular: set[str] = set()
         self.dirs: set[str] = set()
@@ -360,68 +723,179 @@ class _Checker:
         self.info.files.append({"path": name, "size": member.size, "mode": member.mode & 0o777})
         return name
 
-    def check_ratio(self) -> None:
-        unpacked = self.info.unpacked_size
-        if unpacked > RATIO_CHECKED_ABOVE and unpacked > self.max_ratio * max(self.compressed.count, 1):
-            raise BundleError(
-                f"unpacks to {size_text(unpacked)} from {size_text(self.compressed.count)}: an implausible compression "
-                f"ratio (over {self.max_ratio:g}:1)"
-            )
+    def finish(self, data: _TarBytes) -> BundleInfo:
+        data.drain()
+        self.info.sha256 = data.raw.digest.hexdigest() if data.raw.digest is not None else ""
+        self.info.compressed_size = data.raw.count
+        self.info.directories = sorted(self.dirs)
+        return self.info
 
 
-def inspect_archive(fileobj: IO[bytes], *, max_unpacked_bytes: int = DEFAULT_MAX_BYTES,
-                    max_ratio: float = MAX_RATIO) -> BundleInfo:
-    """Read an archive to its end without writing anything; BundleError on the first refused member."""
-    with _open_tar(fileobj) as (tar, counting):
-        checker = _Checker(max_unpacked_bytes=max_unpacked_bytes, compressed=counting, max_ratio=max_ratio)
-        for member in tar:
-            checker.check(member)
-            if member.isreg():
-                extracted = tar.extractfile(member)
-                while extracted is not None and extracted.read(_CHUNK):
-                    checker.check_ratio()
-        checker.check_ratio()
-    checker.info.files.sort(key=lambda f: f["path"])
-    return checker.info
+@contextlib.contextmanager
+def _reading(fileobj: Readable, max_ratio: float, *, hashing: bool,
+             progress: Callable[[], None] | None = None) -> Iterator[_TarBytes]:
+    """The archive's tar bytes; a failure to read the source itself comes out as it was raised."""
+    decoder = _Decoder(_RawSource(fileobj, hashing=hashing), max_ratio=max_ratio)
+    try:
+        yield _TarBytes(decoder, progress)
+    except _SourceFailed as failed:
+        raise BundleReadError(f"reading the archive failed: {failed.error}") from failed.error
+    finally:
+        decoder.stop()
+
+
+def inspect_archive(fileobj: Readable, *, max_unpacked_bytes: int = DEFAULT_MAX_BYTES,
+                    max_ratio: float = MAX_RATIO, hashing: bool = False) -> BundleInfo:
+    """Read an archive to its end without writing anything; BundleError on the first refused member.
+    The result carries the size of the bytes read and, with `hashing`, their sha256 (the server
+    hashes the upload as it spools it, so it does not ask for it again)."""
+    with _reading(fileobj, max_ratio, hashing=hashing) as data:
+        checker = _Checker(max_unpacked_bytes=max_unpacked_bytes)
+        for member in _members(data):
+            checker.check(member.info)
+        info = checker.finish(data)
+    info.files.sort(key=lambda f: f["path"])
+    return info
 
 
 def unpack(archive: Path, target: Path, *, max_unpacked_bytes: int = DEFAULT_MAX_BYTES) -> BundleInfo:
-    """Unpack into `target` (created; must not exist), applying every rule again: whatever the server
-    let through, nothing is written outside `target`. Each file is created with O_EXCL|O_NOFOLLOW
-    below a directory this function made itself, so no link planted by the archive is followed."""
+    """Unpack the archive file into `target` (created; must not exist), applying every rule again:
+    whatever the server let through, nothing is written outside `target`."""
+    with open(archive, "rb") as raw:
+        return unpack_stream(raw, target, max_unpacked_bytes=max_unpacked_bytes)
+
+
+def unpack_stream(fileobj: Readable, target: Path, *, sha256: str | None = None,
+                  max_unpacked_bytes: int = DEFAULT_MAX_BYTES, read_only: bool = False,
+                  progress: Callable[[], None] | None = None) -> BundleInfo:
+    """Unpack an archive as its bytes arrive (a download, say) into `target` (created; must not exist),
+    member by member, checking every rule; with `sha256`, the bytes must hash to it, checked once
+    the last byte is read: BundleHashMismatch otherwise. On any failure nothing is left of `target`,
+    so a caller that renames `target` into place only once this returns never publishes a partial or
+    unverified tree.
+
+    Each file is created with O_EXCL|O_NOFOLLOW below a directory this function made itself, so no
+    link planted by the archive is followed. `read_only` creates files without write permission
+    (a cache entry: its copies are the writable ones). `progress` is called from this thread every
+    PROGRESS_EVERY seconds or so, also while the source is silent (a node's heartbeats); whatever it
+    raises ends the unpacking like any failure."""
     target = Path(target)
     target.mkdir(parents=True)
-    made = {""}
     try:
-        with open(archive, "rb") as raw, _open_tar(raw) as (tar, counting):
-            checker = _Checker(max_unpacked_bytes=max_unpacked_bytes, compressed=counting, max_ratio=MAX_RATIO)
-            for member in tar:
-                name = checker.check(member)
-                parent = posixpath.dirname(name)
-                _make_dirs(target, parent, made)
-                path = os.path.join(target, name)
-                if member.isdir():
-                    _make_dirs(target, name, made)
-                elif member.issym():
-                    os.symlink(member.linkname, path)
-                elif member.islnk():
-                    os.link(os.path.join(target, posixpath.normpath(member.linkname)), path, follow_symlinks=False)
-                else:
-                    mode = 0o755 if member.mode & 0o100 else 0o644
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-                    source = tar.extractfile(member)
-                    with os.fdopen(fd, "wb") as out:
-                        while source is not None and (chunk := source.read(_CHUNK)):
-                            out.write(chunk)
-                            checker.check_ratio()
-            checker.check_ratio()
+        with _reading(fileobj, MAX_RATIO, hashing=True, progress=progress) as data:
+            checker = _Checker(max_unpacked_bytes=max_unpacked_bytes)
+            writer = _TreeWriter(str(target), read_only=read_only, threads=WRITE_THREADS)
+            try:
+                for member in _members(data):
+                    name = checker.check(member.info)
+                    writer.add(name, member)
+                info = checker.finish(data)
+            except BaseException:
+                writer.close(abandon=True)
+                raise
+            writer.close()
+        if sha256 is not None and info.sha256 != sha256:
+            raise BundleHashMismatch(f"the archive's bytes hash to {info.sha256}, not to {sha256}")
     except BaseException:
-        shutil.rmtree(target, ignore_errors=True)
+        _remove_tree(target)
         raise
-    return checker.info
+    return info
 
 
-def _make_dirs(target: Path, relative: str, made: set[str]) -> None:
+class _TreeWriter:
+    """Creates what the checker let through, below directories it made itself (in this thread, in
+    archive order). File contents are written by `threads` writer threads: creating files is mostly
+    syscalls, which run in parallel outside the GIL. At most _QUEUED_BYTES wait for a writer, and a
+    file bigger than that is written here as its data arrives: memory stays bounded whatever the
+    archive holds."""
+
+    def __init__(self, target: str, *, read_only: bool, threads: int) -> None:
+        self.target = target
+        self.made = {""}
+        self.write_bits = 0 if read_only else 0o200
+        self.failed: list[BaseException] = []
+        self.abandoned = False
+        self.queued = 0
+        self.room = threading.Condition()
+        self.jobs: queue.Queue[tuple[str, int, list[memoryview], int] | None] = queue.Queue()
+        self.writers = [threading.Thread(target=self._write_files, name="bundle-writer", daemon=True)
+                        for _ in range(threads)]
+        for writer in self.writers:
+            writer.start()
+
+    def add(self, name: str, member: _Member) -> None:
+        if self.failed:
+            raise self.failed[0]
+        info = member.info
+        _make_dirs(self.target, posixpath.dirname(name), self.made)
+        path = os.path.join(self.target, name)
+        if info.isdir():
+            _make_dirs(self.target, name, self.made)
+        elif info.issym():
+            os.symlink(info.linkname, path)
+        elif info.islnk():
+            self.jobs.join()  # its target may still be being written
+            os.link(os.path.join(self.target, posixpath.normpath(info.linkname)), path, follow_symlinks=False)
+        else:
+            mode = (0o555 if info.mode & 0o100 else 0o444) | self.write_bits
+            if self.writers and info.size <= _QUEUED_BYTES:
+                with self.room:
+                    while self.queued and self.queued + info.size > _QUEUED_BYTES:
+                        self.room.wait()
+                    self.queued += info.size
+                self.jobs.put((path, mode, list(member.chunks()), info.size))
+                return
+            fd = _create(path, mode)
+            try:
+                for piece in member.chunks():
+                    _write_all(fd, piece)
+            finally:
+                os.close(fd)
+
+    def _write_files(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            path, mode, pieces, size = job
+            try:
+                if not (self.failed or self.abandoned):
+                    fd = _create(path, mode)
+                    try:
+                        for piece in pieces:
+                            _write_all(fd, piece)
+                    finally:
+                        os.close(fd)
+            except BaseException as exc:
+                self.failed.append(exc)
+            finally:
+                del pieces
+                with self.room:
+                    self.queued -= size
+                    self.room.notify_all()
+                self.jobs.task_done()
+        self.jobs.task_done()
+
+    def close(self, *, abandon: bool = False) -> None:
+        """Waits for every queued file to be written (or, with `abandon`, dropped); raises the first
+        failure of a writer."""
+        self.abandoned = self.abandoned or abandon
+        for _ in self.writers:
+            self.jobs.put(None)
+        for writer in self.writers:
+            writer.join()
+        self.writers = []
+        if self.failed and not abandon:
+            raise self.failed[0]
+
+
+def _create(path: str, mode: int) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _make_dirs(target: str | Path, relative: str, made: set[str]) -> None:
     """Create `relative` under target one level at a time, refusing any level that exists as
     something else than a directory we made (a symlink the archive planted, say)."""
     parts = relative.split("/") if relative and relative != "." else []
@@ -436,6 +910,10 @@ def _make_dirs(target: Path, relative: str, made: set[str]) -> None:
             if os.path.islink(path) or not os.path.isdir(path):
                 raise BundleError("would be written through a link or over a file", prefix) from None
         made.add(prefix)
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def sha256_file(path: Path) -> str:

@@ -58,8 +58,9 @@ class Preparation:
         self.tick()
         cache = Path(launch.cache_dir) if launch.cache_dir else self.run_dir / "cache"
         say = self.pump.prepare_line
-        bundle_dir = prepare.cached_bundle(prepare.BundleSource.of(launch), cache, wait=self.tick, say=say)
-        workdir = prepare.make_workdir(bundle_dir, self.run_dir / "work")
+        # Verified (by stat on a cache hit) and copied under one shared lock; heartbeats meanwhile.
+        workdir = prepare.bundle_workdir(prepare.BundleSource.of(launch), cache, self.run_dir / "work",
+                                         wait=self.tick, say=say)
         prepared = Prepared(workdir, self.python)
         if launch.function:
             payload = prepare.BundleSource(launch.function["payload"], launch.server_url, launch.machine_token)
@@ -71,6 +72,7 @@ class Preparation:
                 self.python, requirements, workdir, cache, pip=launch.pip,
                 run=lambda argv: self._run_step(argv, workdir), say=say, wait=self.tick,
                 errors=lambda: [r["line"] for r in self.pump.recent["prepare"] if "ERROR" in r["line"]],
+                bundle=sha256,
             )
         self.tick()
         return prepared
