@@ -119,7 +119,7 @@ def _never(machine: Candidate, need: Need) -> str | None:
             return f"label {key}={value} asked, the machine has " + (
                 f"{key}={machine.labels[key]}" if key in machine.labels else f"no label {key}")
     if need.cpus and machine.cpu_count and machine.cpu_count < need.cpus:
-        return f"{_plural(machine.cpu_count, 'core')}, {need.cpus} asked"
+        return f"{plural(machine.cpu_count, 'core')}, {need.cpus} asked"
     if need.memory and machine.memory_total and machine.memory_total < need.memory:
         return f"{_bytes(machine.memory_total)} of memory, {_bytes(need.memory)} asked"
     return None
@@ -142,8 +142,9 @@ def _fits(machine: Candidate, need: Need) -> bool:
     return machine.busy_procs + max(need.procs, need.cpus) <= machine.cpu_count
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
+def plural(count: int, word: str) -> str:
+    """ "1 node", "2 nodes", "2 processes": the queue's and the quotas' reasons say it the same way."""
+    return f"{count} {word}{'' if count == 1 else ('es' if word.endswith('s') else 's')}"
 
 
 def _memory(mb: int) -> str:
@@ -166,14 +167,14 @@ def why_not(machine: Candidate, need: Need) -> str | None:
     if need.gpus:
         slots = machine.gpu_slots(need.min_gpu_memory)
         if len(machine.gpus) < need.gpus:
-            return f"{_plural(len(machine.gpus), 'GPU')}, {need.gpus} asked"
+            return f"{plural(len(machine.gpus), 'GPU')}, {need.gpus} asked"
         if slots == 0:
             return f"less than {_memory(need.min_gpu_memory)} per GPU"
         if slots < need.gpus:
-            return f"{_plural(slots, 'GPU')} of {_memory(need.min_gpu_memory)} or more, {need.gpus} asked"
+            return f"{plural(slots, 'GPU')} of {_memory(need.min_gpu_memory)} or more, {need.gpus} asked"
     if not _fits(machine, need):
         if need.gpus:
-            return f"{_plural(len(machine.free_gpus(need.min_gpu_memory)), 'GPU')} free, {need.gpus} asked"
+            return f"{plural(len(machine.free_gpus(need.min_gpu_memory)), 'GPU')} free, {need.gpus} asked"
         return f"busy: {machine.busy_procs} processes of {machine.cpu_count} cores, {need.procs} more asked"
     return None
 
@@ -281,7 +282,7 @@ def plan_job(
     at_least = "at least " if elastic else ""
 
     def refuse(message: str, kind: str) -> PlanError:
-        fine = f"fits, but the job needs {at_least}{_plural(nodes, 'such machine')}"
+        fine = f"fits, but the job needs {at_least}{plural(nodes, 'such machine')}"
         return PlanError(message, kind=kind, skipped=_skipped(machines, {m.id: fine for m in pool} | reasons))
 
     online = [m for m in pool if m.schedulable]
@@ -321,7 +322,7 @@ def plan_job(
         if machine.id not in taken:
             reasons[machine.id] = (f"versions differ: {machine.describe_versions()}" if not _agrees(machine, chosen)
                                    else f"suspect: {machine.suspect_reason}" if machine.suspect_reason
-                                   else f"not needed: the job's {_plural(nodes, 'node')} went to machines before it")
+                                   else f"not needed: the job's {plural(nodes, 'node')} went to machines before it")
     spares = _spares(spec, ready, chosen, could_hold, refuse)
     for machine in spares:
         reasons[machine.id] = "held as a hot spare of the job"
@@ -394,7 +395,7 @@ def _spares(spec: dict[str, Any], ready: list[Candidate], chosen: list[Candidate
     spares = [m for m in ready if m.id not in taken and _agrees(m, chosen) and not m.suspect_reason][:wanted]
     if len(spares) < wanted:
         kind = "capacity" if len(could_hold) < len(chosen) + wanted else "busy"
-        raise refuse(f"needs {_plural(wanted, 'hot spare')} beside its {_plural(len(chosen), 'node')}: "
+        raise refuse(f"needs {plural(wanted, 'hot spare')} beside its {plural(len(chosen), 'node')}: "
                      f"{len(spares)} more machine(s) {'can hold' if kind == 'capacity' else 'free to hold'} a node now", kind)
     return spares
 

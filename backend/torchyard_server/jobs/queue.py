@@ -61,7 +61,7 @@ from ..events import publish_on_commit
 from ..projects.priorities import priority_label
 from ..usage.services import usage_close_many, usage_open_node_ids
 from .models import Job, JobNode
-from .planner import Candidate, PlanError, plan_job
+from .planner import Candidate, PlanError, plan_job, plural
 from .queue_poke import queue_pass_started, queue_poke_on_commit
 from .quotas import Quota, least_need, over_quota, plan_need, project_quotas
 from .registries import last_checkpoint_times, queue_changed
@@ -169,10 +169,6 @@ def _shape(spec: dict[str, Any]) -> str:
     """What the planner reads of a spec: two queued jobs of one shape fit or not alike."""
     return json.dumps({key: spec.get(key) for key in (
         "resources", "placement", "volumes", "distributed", "function", "framework")}, sort_keys=True, default=str)
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _join(*parts: str) -> str:
@@ -349,7 +345,7 @@ def preemption_reason(head: Waiting, victim: Holding, machines: dict[int, Candid
                       quotas: dict[int, Quota]) -> str:
     """Who preempts whom and why, as the victim's state event says it."""
     names = sorted({machines[m].name for m, _, _ in victim.nodes if m in machines})
-    wants = _plural(need[0], "GPU") if need[0] else _plural(need[1], "process")
+    wants = plural(need[0], "GPU") if need[0] else plural(need[1], "process")
     why = f"preempted by #{head.id} (priority {priority_label(head.priority)}) of project {head.project}: " \
           f"needs {wants}" + (f" on {', '.join(names)}" if names else "")
     if reclaims(head, victim, quotas):

@@ -11,7 +11,7 @@ from django.db.models import Q
 
 from ..projects.models import Project
 from .models import Job, JobNode
-from .planner import min_nodes
+from .planner import min_nodes, plural
 from .states import NODE_LIVE
 
 
@@ -29,10 +29,6 @@ class Quota:
         return cls(project.name, project.max_gpus, project.max_processes, project.borrow)
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else ('es' if word.endswith('s') else 's')}"
-
-
 def over_quota(quota: Quota | None, held: tuple[int, int], need: tuple[int, int]) -> str | None:
     """Why `need` (GPUs, processes) more would take the project past its quota, in words; None when
     it would not. A job that asks none of a limited resource is never held back by that limit."""
@@ -40,9 +36,9 @@ def over_quota(quota: Quota | None, held: tuple[int, int], need: tuple[int, int]
         return None
     parts = []
     if quota.max_gpus is not None and need[0] and held[0] + need[0] > quota.max_gpus:
-        parts.append(f"{_plural(quota.max_gpus, 'GPU')} ({held[0]} held, {need[0]} asked)")
+        parts.append(f"{plural(quota.max_gpus, 'GPU')} ({held[0]} held, {need[0]} asked)")
     if quota.max_processes is not None and need[1] and held[1] + need[1] > quota.max_processes:
-        parts.append(f"{_plural(quota.max_processes, 'process')} ({held[1]} held, {need[1]} asked)")
+        parts.append(f"{plural(quota.max_processes, 'process')} ({held[1]} held, {need[1]} asked)")
     return f"project {quota.name} is at its quota of {' and '.join(parts)}" if parts else None
 
 
