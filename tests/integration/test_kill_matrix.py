@@ -533,9 +533,10 @@ def test_a_sigstopped_rank_is_reported_stalled_with_its_stack_and_recovered(clus
     assert stopped["process_state"] == "stopped" and stopped["stalled_for"] >= 3, stopped
     assert stopped["hostname"] and stopped["node_rank"] == 1 and stopped["last_line"], stopped
     assert "mlp_ddp.py" in stopped["stack"] and "train" in stopped["stack"], stopped["stack"]
-    # Its peer waits in the collective: both stop at one step, which is what the verdict said.
+    # Its peer waits in the collective: both stop together, the peer at most the one step that the
+    # stopped rank had not yet reported when SIGSTOP caught it between its step and its report.
     steps = {e["rank"]: e["step"] for e in stalled}
-    assert steps.get(0) == steps[1], stalled
+    assert 0 in steps and 0 <= steps[0] - steps[1] <= 1, stalled
     failed = next(e for e in outcome.states("node") if e["status"] == "failed" and e["attempt"] == 0)
     assert "stalled: no new step for" in failed["reason"] and "on_stall: recover" in failed["reason"], failed
 
