@@ -1,11 +1,20 @@
 """Download routes answer a client that accepts only the file's type (`Accept:
 application/octet-stream`), instead of DRF's 406: the file itself is a FileResponse that skips
-rendering, and an error body is still JSON, and says so in its Content-Type."""
+rendering, and an error body is still JSON, and says so in its Content-Type.
+
+The file itself is a StreamedFileResponse. Django serves a FileResponse's file (a synchronous
+iterator) to an ASGI server by reading it whole into a list first (it warns "StreamingHttpResponse
+must consume synchronous iterators"): a 60 MB code bundle or a 1 GB checkpoint file sat in the web
+process's memory, and its first byte left only after its last was read. StreamedFileResponse reads
+the file a block at a time in a worker thread, as the client takes it."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Iterator
 
+from asgiref.sync import sync_to_async
+from django.http import FileResponse
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 
 
@@ -36,3 +45,21 @@ class ZipRenderer(StreamRenderer):
 
 
 DOWNLOAD_RENDERERS = [JSONRenderer, OctetStreamRenderer, ZipRenderer]
+
+
+class StreamedFileResponse(FileResponse):
+    # Django's 4 kB default means thousands of ASGI messages per MB.
+    block_size = 1 << 20
+
+    def _set_streaming_content(self, value) -> None:
+        super()._set_streaming_content(value)
+        if not self.is_async:
+            self._iterator = _read_in_thread(self._iterator)
+            self.is_async = True
+
+
+async def _read_in_thread(blocks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    # Not thread-sensitive: a download must not queue behind the sync views on Django's one thread.
+    read = sync_to_async(next, thread_sensitive=False)
+    while block := await read(blocks, b""):
+        yield block

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.core.cache import cache
 from rest_framework.test import APIClient
 from torchyard_server.accounts.services import api_token_create
@@ -19,6 +20,15 @@ def signed_in(user) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client
+
+
+def downloaded(response) -> bytes:
+    """A file download's body. Downloads stream from a worker thread (an async iterator, as daphne
+    serves them), which the test client hands over as is."""
+    async def read_all() -> bytes:
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    return async_to_sync(read_all)()
 
 
 @pytest.fixture(autouse=True)

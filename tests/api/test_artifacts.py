@@ -12,6 +12,8 @@ import pytest
 from torchyard_server.artifacts.services import artifacts_record
 from torchyard_server.jobs.models import Job
 
+from .conftest import downloaded
+
 pytestmark = pytest.mark.django_db
 
 
@@ -38,14 +40,14 @@ def test_outputs_are_listed_and_served_but_never_from_outside_the_job(api, job_w
     listed = api.get(f"/api/jobs/{job.pk}/artifacts").json()
     assert [(a["node_rank"], a["path"], a["size"]) for a in listed] == [(1, "model.txt", 8), (1, "sub/log.csv", 4)]
     one = api.get(f"/api/jobs/{job.pk}/artifacts/{listed[0]['id']}", HTTP_ACCEPT="application/octet-stream")
-    assert one.status_code == 200 and b"".join(one.streaming_content) == b"weights\n"
+    assert one.status_code == 200 and downloaded(one) == b"weights\n"
     assert one["X-Artifact-Sha256"] == listed[0]["sha256"]
     archive = api.get(f"/api/jobs/{job.pk}/artifacts/archive")
-    with zipfile.ZipFile(io.BytesIO(b"".join(archive.streaming_content))) as zipped:
+    with zipfile.ZipFile(io.BytesIO(downloaded(archive))) as zipped:
         assert zipped.namelist() == ["attempt-0/node-1/model.txt", "attempt-0/node-1/sub/log.csv"]
         assert zipped.read("attempt-0/node-1/sub/log.csv") == b"1,2\n"
     alias = api.get(f"/api/network/local_job_file/{job.pk}/sub/log.csv")
-    assert b"".join(alias.streaming_content) == b"1,2\n"
+    assert downloaded(alias) == b"1,2\n"
     assert api.get(f"/api/network/local_job_file/{job.pk}/escape.txt").status_code == 404
     output = api.get(f"/api/network/local_job_output/{job.pk}").json()
     assert output["status"] == "queued" and [f["path"] for f in output["files"]] == ["model.txt", "sub/log.csv"]

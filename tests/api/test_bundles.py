@@ -11,7 +11,7 @@ import pytest
 import zstandard
 from rest_framework.test import APIClient
 
-from .conftest import token_for
+from .conftest import downloaded, token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -127,7 +127,7 @@ def test_a_machine_fetches_a_bundle_only_for_a_job_placed_on_it(api, anonymous, 
     JobNode.objects.create(job=job, attempt=0, machine=machine, machine_name="worker", host="10.1.1.1",
                            node_rank=0, nproc=1, rank_start=0, rank_end=0)
     fetched = anonymous.get(url, HTTP_AUTHORIZATION=f"Machine {token}")
-    assert fetched.status_code == 200 and b"".join(fetched.streaming_content) == body
+    assert fetched.status_code == 200 and downloaded(fetched) == body
     assert fetched["X-Bundle-Sha256"] == sha256
 
 
@@ -143,7 +143,7 @@ def test_a_signed_grant_lets_one_machine_warm_its_cache_with_one_bundle(api, ano
     url = f"/api/agent/bundles/{sha256}"
     headers = {"HTTP_AUTHORIZATION": f"Machine {token}"}
     granted = anonymous.get(url, HTTP_X_TORCHYARD_GRANT=bundle_grant(sha256=sha256, machine_id=machine.pk), **headers)
-    assert granted.status_code == 200 and b"".join(granted.streaming_content) == body
+    assert granted.status_code == 200 and downloaded(granted) == body
     for grant in (bundle_grant(sha256=sha256, machine_id=other.pk), bundle_grant(sha256="0" * 64, machine_id=machine.pk),
                   "forged:grant"):
         assert anonymous.get(url, HTTP_X_TORCHYARD_GRANT=grant, **headers).status_code == 404

@@ -12,7 +12,7 @@ from torchyard_server.artifacts.services import function_result_record
 from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.jobs.services import node_report_state
 
-from .conftest import signed_in
+from .conftest import downloaded, signed_in
 from .test_bundles import archive, put
 
 pytestmark = pytest.mark.django_db
@@ -137,7 +137,7 @@ def test_results_are_recorded_once_shown_and_served_to_who_may_see_the_job(
     assert (first["rank"], first["ok"], first["has_value"], first["error_type"]) == (0, False, False, "ResultLost")
     assert (second["rank"], second["machine"], second["repr"], second["has_value"]) == (1, "gpu-1", "{'loss': 0.1}", True)
     served = api.get(f"/api/jobs/{job.pk}/results/1", HTTP_ACCEPT="application/octet-stream")
-    assert served.status_code == 200 and b"".join(served.streaming_content) == b"value of rank 1"
+    assert served.status_code == 200 and downloaded(served) == b"value of rank 1"
     assert api.get(f"/api/jobs/{job.pk}/results/0").status_code == 404
     # A user who may not see the job sees neither.
     outsider = signed_in(teammate)

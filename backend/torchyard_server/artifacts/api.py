@@ -5,7 +5,6 @@ from __future__ import annotations
 import tempfile
 import zipfile
 
-from django.http import FileResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiTypes, extend_schema
 from rest_framework.exceptions import NotFound
@@ -14,23 +13,22 @@ from rest_framework.views import APIView
 
 from ..checkpoints.storage import OutsideJobStore, storage_for
 from ..jobs.selectors import job_visible_or_404
-from ..renderers import DOWNLOAD_RENDERERS
+from ..renderers import DOWNLOAD_RENDERERS, StreamedFileResponse
 from .models import Artifact, FunctionResult
 from .serializers import ArtifactOut, FunctionResultsOut
 
 CHUNK = 1 << 20
 
 
-def artifact_response(artifact: Artifact) -> FileResponse:
+def artifact_response(artifact: Artifact) -> StreamedFileResponse:
     try:
         storage, key = storage_for(artifact.uri, artifact.job_id)
         handle = storage.open(key, "rb")
     except (OutsideJobStore, OSError, ValueError) as exc:
         raise NotFound(f"artifact unavailable: {exc}") from None
-    response = FileResponse(handle, as_attachment=True, filename=artifact.path.rsplit("/", 1)[-1],
+    response = StreamedFileResponse(handle, as_attachment=True, filename=artifact.path.rsplit("/", 1)[-1],
                             content_type="application/octet-stream")
     response["X-Artifact-Sha256"] = artifact.sha256
-    response.block_size = 1 << 20  # Django's 4 kB default means thousands of ASGI messages per MB
     return response
 
 
@@ -70,7 +68,7 @@ class JobArtifactArchiveView(APIView):
                     while chunk := source.read(CHUNK):
                         target.write(chunk)
         spool.seek(0)
-        return FileResponse(spool, as_attachment=True, filename=f"job-{job.pk}-artifacts.zip",
+        return StreamedFileResponse(spool, as_attachment=True, filename=f"job-{job.pk}-artifacts.zip",
                             content_type="application/zip")
 
 
@@ -107,8 +105,7 @@ class JobResultFileView(APIView):
             handle = storage.open(key, "rb")
         except (OutsideJobStore, OSError, ValueError) as exc:
             raise NotFound(f"result unavailable: {exc}") from None
-        response = FileResponse(handle, as_attachment=True, filename=f"job-{job.pk}-rank-{rank}.pkl",
+        response = StreamedFileResponse(handle, as_attachment=True, filename=f"job-{job.pk}-rank-{rank}.pkl",
                                 content_type="application/octet-stream")
         response["X-Result-Sha256"] = result.sha256
-        response.block_size = 1 << 20
         return response

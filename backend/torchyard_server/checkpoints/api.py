@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import posixpath
 
-from django.http import FileResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiTypes, extend_schema
 from rest_framework import status
@@ -16,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..jobs.selectors import job_visible_or_404
-from ..renderers import DOWNLOAD_RENDERERS
+from ..renderers import DOWNLOAD_RENDERERS, StreamedFileResponse
 from .models import CheckpointManifest
 from .selectors import checkpoint_list
 from .serializers import CheckpointOut, JobReportOut
@@ -64,7 +63,7 @@ class JobCheckpointFileView(APIView):
             handle = storage.open(key, "rb")
         except (OSError, ValueError) as exc:
             return Response({"detail": f"file unavailable: {exc}"}, status=status.HTTP_404_NOT_FOUND)
-        response = FileResponse(handle, as_attachment=True, filename=posixpath.basename(path),
+        response = StreamedFileResponse(handle, as_attachment=True, filename=posixpath.basename(path),
                                 content_type="application/octet-stream")
         response["X-Checkpoint-Sha256"] = entry.get("sha256", "")
         return response

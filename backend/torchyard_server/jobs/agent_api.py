@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from django.core import signing
 from django.db.models import Q
-from django.http import FileResponse
 from drf_spectacular.utils import OpenApiTypes, extend_schema
 from rest_framework import status
 from rest_framework.permissions import AllowAny
@@ -16,7 +15,7 @@ from ..bundles.services import bundle_storage
 from ..machines.models import Machine
 from ..machines.services import machine_authenticate
 from ..openapi import ErrorOut
-from ..renderers import DOWNLOAD_RENDERERS
+from ..renderers import DOWNLOAD_RENDERERS, StreamedFileResponse
 from .models import JobNode
 
 GRANT_SALT = "torchyard.bundle-grant"
@@ -66,7 +65,6 @@ class AgentBundleView(APIView):
         if bundle is None or not allowed:
             return Response({"detail": "no such bundle for this machine."}, status=status.HTTP_404_NOT_FOUND)
         handle = bundle_storage().open(bundle.storage_name, "rb")
-        response = FileResponse(handle, content_type="application/octet-stream")
+        response = StreamedFileResponse(handle, content_type="application/octet-stream")
         response["X-Bundle-Sha256"] = bundle.sha256
-        response.block_size = 1 << 20  # Django's 4 kB default means thousands of ASGI messages per MB
         return response

@@ -5,8 +5,10 @@ from __future__ import annotations
 import mimetypes
 
 from django.conf import settings
-from django.http import FileResponse, Http404, HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
+
+from ..renderers import StreamedFileResponse
 
 
 @require_GET
@@ -28,8 +30,8 @@ def _dist_file(relative: str):
 def asset(request, path: str):
     file = _dist_file(f"assets/{path}")
     content_type, _ = mimetypes.guess_type(str(file))
-    # FileResponse closes the file once it is sent.
-    response = FileResponse(open(file, "rb"), content_type=content_type or "application/octet-stream")  # noqa: SIM115
+    # The response closes the file once it is sent.
+    response = StreamedFileResponse(open(file, "rb"), content_type=content_type or "application/octet-stream")  # noqa: SIM115
     # Vite puts a content hash in every asset name: cache them for good.
     response["Cache-Control"] = "public, max-age=31536000, immutable"
     return response
