@@ -167,6 +167,8 @@ BUNDLE_MAX_BYTES = env_int("TORCHYARD_BUNDLE_MAX_BYTES", 200 * 1024 * 1024)
 # A function job's rank may return at most this much (pickled); a bigger value fails the rank with a
 # message saying to write it to $TORCHYARD_OUTPUT_DIR instead. A spec may ask for less, never more.
 RESULT_MAX_BYTES = env_int("TORCHYARD_RESULT_MAX_BYTES", 50 * 1024 * 1024)
+# The placement policy of a job that names none (jobs/policies.py; checked at start-up).
+PLACEMENT_POLICY = env_str("TORCHYARD_PLACEMENT_POLICY", "pack")
 MASTER_PORT_RANGE = (env_int("TORCHYARD_MASTER_PORT_MIN", 29500), env_int("TORCHYARD_MASTER_PORT_MAX", 29999))
 # Environment variables a job may set although they are refused by default (loader and interpreter
 # hooks, Torchyard's own: jobs/spec.py REFUSED_ENV): names, or prefixes ending in `*` (`LD_*`).

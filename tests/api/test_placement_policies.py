@@ -163,3 +163,23 @@ def test_the_policies_route_lists_the_built_in_and_the_installed_ones(api, anony
     assert listed["reverse-name"] == {"name": "reverse-name", "built_in": False,
                                       "description": "the tests' policy: machines by name, last first, none labelled avoid"}
     assert anonymous.get("/api/placement-policies").status_code == 401
+
+
+@pytest.mark.django_db
+def test_a_job_that_names_no_policy_gets_the_servers_default(api, settings):
+    bring_online("a-two-80gb", gpus=gpus(81_920, 81_920))
+    bring_online("c-eight-24gb", gpus=gpus(*[24_576] * 8))
+    unnamed = job("pack")
+    del unnamed["placement"]
+    assert api.post("/api/jobs/plan", unnamed, format="json").json()["nodes"][0]["machine_name"] == "a-two-80gb"
+    settings.PLACEMENT_POLICY = "balanced"  # `torchyard-server run --policy balanced`, as seed 004's server
+    assert api.post("/api/jobs/plan", unnamed, format="json").json()["nodes"][0]["machine_name"] == "c-eight-24gb"
+    assert api.post("/api/jobs", unnamed, format="json").json()["spec"]["placement"]["policy"] == "balanced"
+
+
+def test_a_default_policy_the_server_lacks_stops_it_at_start(settings):
+    assert policies.default_policy_check() == []
+    settings.PLACEMENT_POLICY = "fastest"
+    [error] = policies.default_policy_check()
+    assert error.msg.startswith("TORCHYARD_PLACEMENT_POLICY='fastest' is not a placement policy of this server; "
+                                "choose one of: pack, spread, simple, balanced")

@@ -64,3 +64,35 @@ def test_a_malformed_task_file_names_the_key(tmp_path, document, message):
     with pytest.raises(CliError) as refused:
         loaded(tmp_path, document)
     assert str(refused.value) == f"{tmp_path / 'task.json'}: {message}"
+
+
+def submitted(*argv: str):
+    from torchyard.cli import _submitted, build_parser
+
+    return _submitted(build_parser().parse_args(["submit", *argv]))
+
+
+def test_seed_004s_submit_flags_make_the_same_task_as_its_file(tmp_path):
+    by_flags = submitted("--name", "ResNet50 Training", "--gpus=2", "--memory=8192", "--param", "batch_size=64")
+    task = tmp_path / "sample_task.json"
+    task.write_text(json.dumps({"name": "ResNet50 Training", "required_gpus": 2, "min_gpu_memory": 8192,
+                                "params": {"batch_size": "64"}}))
+    by_config = submitted(f"--config={task}")
+    assert by_flags.spec == by_config.spec == load_spec_file(task).spec
+    assert by_flags.spec["resources"]["gpus_per_node"] == 2 and by_flags.spec["hyperparameters"] == {"batch_size": 64}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    ((), "give a JobSpec or task file"),
+    (("job.yaml", "--gpus", "2"), "--gpus describe a task without a file"),
+    (("job.yaml", "--config", "job.yaml"), "give the file once"),
+])
+def test_submit_says_what_is_missing_or_too_much(argv, message):
+    with pytest.raises(CliError, match=message):
+        submitted(*argv)
+
+
+def test_a_bad_submit_flag_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit):
+        submitted("--gpus", "two")
+    assert "expected a whole number, 0 or more, found 'two'" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
     torchyard run [--nnodes N|MIN:MAX] [--nproc-per-node P] [-m] SCRIPT|MODULE [ARGS...]
     torchyard submit job.yaml [--detach]          (a JobSpec, YAML or JSON; `code: {dir: "."}` uploads a project)
+    torchyard submit [--config task.json] [--name N --gpus G --memory MB --param K=V]   (seed 004's task)
     torchyard logs JOB [--follow] | artifacts JOB [--out DIR] | results JOB [--out DIR] | jobs | machines | stop JOB
     torchyard monitor [--worker NAME] [--refresh 1]   (machines, their GPUs and the task on each, live)
     torchyard queue [--project P] [--json] | usage [--by project|user|machine] [--since 7d] [--bucket day] [--json]
@@ -34,12 +35,14 @@ from torchyard.client.monitor import monitor
 from torchyard.client.results import show_results
 from torchyard.client.sharing import apply_queue_options, set_priority, show_queue, show_usage
 from torchyard.client.specfile import (
+    LoadedSpec,
     entrypoint_in,
     load_spec_file,
     nnodes_arg,
     parse_env,
     run_spec,
     secret_env_from,
+    task_spec,
 )
 from torchyard.client.tokens import (
     create_token,
@@ -164,7 +167,7 @@ def _launch(args: argparse.Namespace, api: ApiClient, spec: dict[str, Any], cons
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    loaded = load_spec_file(Path(args.spec))
+    loaded = _submitted(args)
     for note in loaded.notes:
         print(note, file=sys.stderr)
     api, console = _client(args), Console()
@@ -176,6 +179,25 @@ def cmd_submit(args: argparse.Namespace) -> int:
         spec["code"] = {**spec["code"], "bundle": sha256}
     apply_queue_options(spec, priority=args.priority, time_limit=args.time_limit)
     return _launch(args, api, spec, console)
+
+
+def _submitted(args: argparse.Namespace) -> LoadedSpec:
+    """The file given (positionally, or as seed 004's --config), or seed 004's task from flags."""
+    task_flags = [f"--{flag}" for flag in ("name", "gpus", "memory", "param") if getattr(args, flag)]
+    files = [path for path in (args.spec, args.config) if path]
+    if len(files) > 1:
+        raise CliError("give the file once: either as an argument or as --config")
+    if files and task_flags:
+        raise CliError(f"{' and '.join(task_flags)} describe a task without a file: give them or {files[0]}, not both")
+    if files:
+        return load_spec_file(Path(files[0]))
+    if not task_flags:
+        raise CliError("give a JobSpec or task file (`torchyard submit job.yaml`), or a task by flags "
+                       "(`torchyard submit --name \"ResNet50 Training\" --gpus 2 --memory 8192`)")
+    params = dict(pair.split("=", 1) for pair in args.param)
+    spec, notes = task_spec({"name": args.name or "task", "required_gpus": 1 if args.gpus is None else args.gpus,
+                             "min_gpu_memory": args.memory or 0, "params": params}, Path("command line"))
+    return LoadedSpec(spec, None, notes)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -217,6 +239,18 @@ def cmd_machines(args: argparse.Namespace) -> int:
 
 def cmd_monitor(args: argparse.Namespace) -> int:
     return monitor(_client(args), Console(), worker=args.worker, refresh=args.refresh, once=args.once)
+
+
+def _count_arg(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, found {text!r}")
+    return int(text)
+
+
+def _param_arg(text: str) -> str:
+    if "=" not in text or not text.split("=", 1)[0].strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, found {text!r}")
+    return text
 
 
 def _seconds(text: str) -> float:
@@ -390,9 +424,15 @@ def build_parser() -> argparse.ArgumentParser:
     queue_options(run)
     run.add_argument("argv", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
-    submit = api_command("submit", cmd_submit, "submit a JobSpec (YAML or JSON file), or a seed 004 task file "
-                         "(name, required_gpus, min_gpu_memory, params), and follow the job")
-    submit.add_argument("spec")
+    submit = api_command("submit", cmd_submit, "submit a JobSpec (YAML or JSON file), or a seed 004 task (a file "
+                         "with name, required_gpus, min_gpu_memory, params; or the same by flags), and follow the job")
+    submit.add_argument("spec", nargs="?", help="the JobSpec or task file")
+    submit.add_argument("--config", metavar="FILE", help="the same file, as seed 004's submit takes it")
+    submit.add_argument("--name", help="a task by flags (seed 004): its name")
+    submit.add_argument("--gpus", type=_count_arg, metavar="N", help="a task by flags: the GPUs it needs (default 1)")
+    submit.add_argument("--memory", type=_count_arg, metavar="MB", help="a task by flags: the memory each GPU needs")
+    submit.add_argument("--param", action="append", default=[], type=_param_arg, metavar="KEY=VALUE",
+                        help="a task by flags: one of its params (repeatable)")
     queue_options(submit)
     following = submit.add_mutually_exclusive_group()
     following.add_argument("--follow", action="store_true", help="follow the job until it ends (the default)")

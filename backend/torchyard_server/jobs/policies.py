@@ -23,6 +23,9 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from django.conf import settings
+from django.core import checks
+
 if TYPE_CHECKING:
     from .planner import Candidate, Need
 
@@ -147,6 +150,20 @@ def installed() -> dict[str, PlacementPolicy]:
             continue
         found[entry.name] = policy
     return found
+
+
+def default_policy() -> str:
+    """The policy of a job that names none: `pack`, or the server's (seed 004's server takes one
+    for every task: `torchyard-server run --policy balanced`, TORCHYARD_PLACEMENT_POLICY)."""
+    return settings.PLACEMENT_POLICY
+
+
+def default_policy_check(**kwargs: Any) -> list[checks.CheckMessage]:
+    """A server whose default policy is not installed would refuse every job that names none."""
+    if settings.PLACEMENT_POLICY in policy_names():
+        return []
+    return [checks.Error(f"TORCHYARD_PLACEMENT_POLICY={settings.PLACEMENT_POLICY!r} is not a placement policy "
+                         f"of this server; choose one of: {', '.join(policy_names())}", id="torchyard.E001")]
 
 
 def policy_names() -> list[str]:

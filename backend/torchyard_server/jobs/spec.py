@@ -227,8 +227,8 @@ class ElasticSerializer(serializers.Serializer):
 
 class PlacementSerializer(serializers.Serializer):
     policy = serializers.CharField(
-        max_length=100, default=placement_policies.DEFAULT_POLICY,
-        help_text="pack: least waste, the machines a node fits most tightly; spread: the least loaded first; "
+        max_length=100, default=placement_policies.default_policy,
+        help_text="the server's default policy (pack unless TORCHYARD_PLACEMENT_POLICY says otherwise); pack: least waste, the machines a node fits most tightly; spread: the least loaded first; "
                   "simple (seed 004): fewest free GPUs of at least min_gpu_memory left after placing, then least "
                   "GPU memory beyond the asked; balanced (seed 004): fewest active tasks and most free GPUs; or a policy "
                   "installed by the entry point group torchyard.placement_policies")
