@@ -209,6 +209,12 @@ def test_run_packs_uploads_once_and_submits_the_spec(fake_api, project, monkeypa
     assert api.submitted[1]["module"] == "pkg.train" and api.submitted[1]["args"] == ["--x", "1"]
     assert api.submitted[1]["code"] == {"bundle": sha}
 
+    # Kubetorch's `kt run python train.py` spelling: the interpreter named is not the script.
+    assert run_cli(server, "run", "--detach", "python", "train.py", "--lr", "0.2") == 0
+    assert run_cli(server, "run", "--detach", "python3", "-m", "pkg.train") == 0
+    assert (api.submitted[2]["entrypoint"], api.submitted[2]["args"]) == ("train.py", ["--lr", "0.2"])
+    assert api.submitted[3]["module"] == "pkg.train"
+
 
 def test_run_sends_secrets_from_the_environment_and_the_project(fake_api, project, monkeypatch, capsys):
     api, server = fake_api

@@ -21,6 +21,7 @@ import argparse
 import getpass
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -200,10 +201,19 @@ def _submitted(args: argparse.Namespace) -> LoadedSpec:
     return LoadedSpec(spec, None, notes)
 
 
+PYTHON_NAME = re.compile(r"^python(3(\.[0-9]+)?)?$")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     argv = list(args.argv)
     if argv[:1] == ["--"]:  # `torchyard run -- train.py ...`: the separator is not the script
         argv = argv[1:]
+    # `torchyard run python train.py` (Kubetorch's `kt run python ...`): the ranks run the job's
+    # Python anyway, so the interpreter named is not the script.
+    if len(argv) > 1 and PYTHON_NAME.match(argv[0]):
+        argv = argv[1:]
+        if argv[0] == "-m":
+            args.module, argv = True, argv[1:]
     if not argv:
         raise CliError("give the script to run, e.g. `torchyard run train.py --lr 0.1` (or `-m pkg.train`)")
     directory = Path(os.path.abspath(args.dir or os.curdir))
