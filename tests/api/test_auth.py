@@ -52,6 +52,14 @@ def test_session_login_needs_the_csrf_token(owner):
     assert ok.status_code == 400
 
 
-def test_the_login_page_and_dashboard_routes_answer_anonymously(anonymous):
+def test_the_login_page_and_dashboard_routes_answer_anonymously(anonymous, settings, tmp_path):
     # The single-page app shows its own login page; data needs a session.
-    assert anonymous.get("/login").status_code in (200, 503)
+    (tmp_path / "index.html").write_text("<div id=root></div>")
+    settings.FRONTEND_DIST = tmp_path
+    for route in ("/login", "/jobs/12", "/machines"):
+        page = anonymous.get(route, HTTP_ACCEPT="text/html")
+        assert page.status_code == 200 and page.content == b"<div id=root></div>", route
+    # A server whose dashboard was never built says how to build it.
+    settings.FRONTEND_DIST = tmp_path / "missing"
+    unbuilt = anonymous.get("/login")
+    assert unbuilt.status_code == 503 and b"The dashboard is not built: run <code>make run</code>" in unbuilt.content
