@@ -60,6 +60,18 @@ def test_rates_come_from_the_events_and_the_eta_from_the_declared_total(api, run
     assert [(n["node_rank"], n["status"], n["machine"]["name"]) for n in body["nodes"]] == [(0, "running", "local-0")]
 
 
+def test_a_late_report_of_an_earlier_attempt_folds_into_nothing(api, running):
+    job_record_progress(job_id=running.pk, metrics=[{"rank": 1, "step": 10, "throughput": 40.0, "attempt": 0}])
+    # A recovery dispatched attempt 1 (which resets the ranks' figures); attempt 0's last report
+    # arrives after it.
+    Job.objects.filter(pk=running.pk).update(attempt=1, progress={**running.progress, "throughput_by_rank": {},
+                                                                  "throughput": None, "step_by_rank": {}})
+    job_record_progress(job_id=running.pk, metrics=[{"rank": 1, "step": 12, "throughput": 41.0, "attempt": 0}])
+    job_record_progress(job_id=running.pk, metrics=[{"rank": 0, "step": 11, "throughput": 7.0, "attempt": 1}])
+    progress = Job.objects.get(pk=running.pk).progress
+    assert (progress["throughput_by_rank"], progress["throughput"], progress["step_by_rank"]) == ({"0": 7.0}, 7.0, {"0": 11})
+
+
 def test_summaries_list_only_the_jobs_a_user_may_see(api, running, django_user_model):
     oz = django_user_model.objects.create_user("oz")
     lab = Project.objects.create(name="lab")

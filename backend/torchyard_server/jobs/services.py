@@ -633,10 +633,30 @@ def node_record_heartbeats(*, beats: dict[int, float]) -> None:
 
 
 def job_record_progress(*, job_id: int, metrics: list[dict[str, Any]]) -> None:
-    """Fold metric events into the job's and nodes' progress summaries (latest step wins)."""
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None:
-        return
+    """Fold metric events into the job's and nodes' progress summaries (latest step wins).
+
+    Under the job's row lock, as every writer of `progress` (stalls.job_record_stall, and _dispatch,
+    whose caller holds it): read unlocked, a fold racing a new attempt's dispatch wrote the old
+    attempt's ranks back over its reset. Metrics of an earlier attempt (late in the stream) fold
+    into nothing."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None:
+            return
+        metrics = [m for m in metrics if m.get("attempt", job.attempt) == job.attempt]
+        if metrics:
+            _fold_progress(job, metrics)
+    # Each node's own latest report, outside the job's lock: taking node rows while holding it
+    # could deadlock with a transition that takes them in the other order.
+    for m in metrics:
+        if m.get("node"):
+            JobNode.objects.filter(pk=m["node"]).update(
+                progress={k: m.get(k) for k in ("step", "loss", "throughput") if m.get(k) is not None}
+            )
+
+
+def _fold_progress(job: Job, metrics: list[dict[str, Any]]) -> None:
+    job_id = job.pk
     progress = dict(job.progress or {})
     latest = max(metrics, key=lambda m: (m.get("step") or 0))
     for key in ("step", "loss", "throughput", "lr"):
@@ -659,11 +679,6 @@ def job_record_progress(*, job_id: int, metrics: list[dict[str, Any]]) -> None:
     clear_moved_ranks(progress, steps, job.world_size)
     fold_rates(progress, metrics)
     Job.objects.filter(pk=job_id).update(progress=progress)
-    for m in metrics:
-        if m.get("node"):
-            JobNode.objects.filter(pk=m["node"]).update(
-                progress={k: m.get(k) for k in ("step", "loss", "throughput") if m.get(k) is not None}
-            )
 
 
 # --- supervision sweep (beat) ---------------------------------------------------------------------

@@ -344,7 +344,8 @@ class Ingest:
             if row.type == protocol.STATE and row.node_id and row.payload.get("scope") == "node" and "previous" not in row.payload:
                 node_report_state(event={**row.payload, "node": row.node_id})
             elif row.type == protocol.METRIC:
-                metrics[row.job_id].append({**row.payload, "rank": row.rank, "node": row.node_id, "ts": row.ts.timestamp()})
+                metrics[row.job_id].append({**row.payload, "rank": row.rank, "node": row.node_id, "attempt": row.attempt,
+                                            "ts": row.ts.timestamp()})
             elif row.type == protocol.CHECKPOINT:
                 checkpoint_record(event={**row.payload, "job": row.job_id, "attempt": row.attempt})
             elif row.type == protocol.STALLED:
