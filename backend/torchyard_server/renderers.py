@@ -53,13 +53,19 @@ class StreamedFileResponse(FileResponse):
 
     def _set_streaming_content(self, value) -> None:
         super()._set_streaming_content(value)
-        if not self.is_async:
-            self._iterator = _read_in_thread(self._iterator)
+        # Django's own attributes, set just above (from a file: a sync iterator of blocks).
+        if not self.is_async:  # type: ignore[has-type]
+            blocks: Iterator[bytes] = self._iterator  # type: ignore[has-type]
+            self._iterator = _read_in_thread(blocks)
             self.is_async = True
+
+
+def _next_block(blocks: Iterator[bytes]) -> bytes:
+    return next(blocks, b"")
 
 
 async def _read_in_thread(blocks: Iterator[bytes]) -> AsyncIterator[bytes]:
     # Not thread-sensitive: a download must not queue behind the sync views on Django's one thread.
-    read = sync_to_async(next, thread_sensitive=False)
-    while block := await read(blocks, b""):
+    read = sync_to_async(_next_block, thread_sensitive=False)
+    while block := await read(blocks):
         yield block
