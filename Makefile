@@ -68,6 +68,9 @@ lint: install $(NPM_STAMP)
 	$(BIN)/mypy backend/torchyard_server workers/torchyard
 	$(BIN)/lint-imports
 	cd backend && DATABASE_URL=sqlite:///:memory: ../$(BIN)/python manage.py makemigrations --check --dry-run
+	@# docker-compose.yml and the agent host's through `docker compose config`; the kustomize overlays
+	@# built by kubectl and validated against the Kubernetes schemas (backend/deploy/check.py).
+	$(BIN)/python backend/deploy/check.py
 	@# The OpenAPI schema is valid OpenAPI (tests/api/test_schema_fuzz.py holds the API to it), and the
 	@# dashboard's generated types are the ones it gives.
 	@mkdir -p var

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -86,10 +87,12 @@ def _config_file(workdir: Path, password: str) -> Path:
 
 
 def start_redis(workdir: Path, port: int | None = None, timeout: float = 10.0, *, binary: str | None = None,
-                password: str = "") -> EmbeddedRedis:
+                password: str = "", wrapper: Sequence[str] = (), env: Mapping[str, str] | None = None) -> EmbeddedRedis:
     """Start a private Redis on a free loopback port and wait until it answers PING. With a
     password, the default user needs it (give one with characters safe in a config file's quotes,
-    such as secrets.token_urlsafe)."""
+    such as secrets.token_urlsafe). `wrapper` goes before its command line (the launcher's
+    parent_death.py); its own session keeps a signal to its starter's process group from it: the
+    starter stops it last, once nothing needs it."""
     if password and not re.fullmatch(r"[A-Za-z0-9_-]+", password):
         raise ValueError("the embedded Redis password may hold letters, digits, '-' and '_' only")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -105,7 +108,8 @@ def start_redis(workdir: Path, port: int | None = None, timeout: float = 10.0, *
         "--logfile", str(workdir / "redis.log"),
         "--protected-mode", "yes",
     ]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([*wrapper, *argv], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, env=None if env is None else dict(env))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

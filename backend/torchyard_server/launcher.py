@@ -8,7 +8,15 @@ agent), the database migrations, the admin user, then
   beat        Celery beat: the periodic supervision sweeps and scheduling
   ingest      the event ingest loop (Redis stream -> database -> WebSockets)
   local-N     agents for this machine (TORCHYARD_LOCAL_AGENTS, default 2)
-and stops all of it, running training included, on Ctrl-C / SIGTERM.
+and stops all of it, running training included, on Ctrl-C / SIGTERM (at any moment, start-up
+included).
+
+Crash-only: whatever ends the launcher (kill -9, the OOM killer), its children end with it
+(torchyard/lifeline.py), except the node supervisors and ranks, which train on. One launcher per
+data directory (a lock there); the next one ends what an earlier one left of the control plane and
+re-attaches to its training, or ends it and resumes the jobs from their checkpoints (generations.py).
+
+`torchyard-server certs --out DIR --host NAME` writes a production install's TLS material (certs.py).
 """
 
 from __future__ import annotations
@@ -26,9 +34,16 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torchyard import lifeline
+
+from . import generations
 from .embedded_redis import EmbeddedRedis
 
 PY = sys.executable
+# Every child starts through it: SIGKILL when the launcher dies (parent_death.py).
+PARENT_DEATH = (PY, "-I", "-S", str(Path(__file__).with_name("parent_death.py")))
+# Exit status when another launcher holds the data directory (sysexits.h EX_TEMPFAIL: try later).
+EXIT_LOCKED = 75
 STOP_GRACE = 10.0
 # A child may be restarted this many times within the window before the stack gives up on it.
 MAX_RESTARTS = 5
@@ -41,6 +56,14 @@ SERVER_ONLY_ENV = tuple(
                  "TORCHYARD_ADMIN_PASSWORD", "TORCHYARD_AGENT_REDIS_URL")
     for suffix in ("", "_FILE")
 )
+
+
+class DataDirLocked(RuntimeError):
+    """Another launcher runs on the data directory."""
+
+
+class StopRequested(Exception):
+    """A signal asked for a stop during start-up: what started so far is stopped."""
 
 
 @dataclass
@@ -68,8 +91,15 @@ class Stack:
         self.host, self.port, self.agents, self.data_dir = host, port, agents, data_dir
         self.children: list[Child] = []
         self.redis: EmbeddedRedis | None = None
-        self.stopping = threading.Event()
+        # Set by the signal handler, so a plain attribute: a threading.Event's set() takes a lock
+        # that the code the signal interrupted may hold.
+        self.stopping = False
+        # While set, a signal raises StopRequested at once instead of waiting for the step to end:
+        # the migrations (seconds), which a crash-only start may abandon (each runs in a transaction).
+        self.interruptible = False
         self._database_ready = False
+        self.generation = f"{os.getpid()}-{time.time_ns()}"
+        self.previous: list[generations.LiveNode] = []  # supervisors an earlier run left running
 
     # --- set-up ---------------------------------------------------------------------------------
     def lock_data_dir(self) -> None:
@@ -77,16 +107,50 @@ class Stack:
         import fcntl
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.data_dir / "launcher.lock", "w")  # noqa: SIM115 - held for the whole run
+        # Opened without truncating: the file names the pid of the launcher that holds it. The lock
+        # goes with the launcher's death, however it dies (the descriptor is not inherited).
+        lock = open(self.data_dir / "launcher.lock", "a+")  # noqa: SIM115 - held for the whole run
         try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f"another Torchyard stack is running on {self.data_dir}") from None
-        self._lock.write(str(os.getpid()))
-        self._lock.flush()
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            lock.close()
+            raise DataDirLocked(f"another Torchyard stack (pid {holder}) is running on {self.data_dir}; "
+                                "stop it first, or give this one another --data-dir") from None
+        lock.truncate(0)
+        lock.write(str(os.getpid()))
+        lock.flush()
+        self._lock = lock  # only now: shutdown() stops nothing of a stack it did not lock
+
+    def identity(self, role: str) -> dict[str, str]:
+        """What every child carries: how the next launcher on this data directory finds it, and
+        the parent whose death ends it (torchyard/lifeline.py)."""
+        return {lifeline.ENV_STACK_DIR: str(self.data_dir), lifeline.ENV_STACK_ROLE: role,
+                lifeline.ENV_STACK_GENERATION: self.generation, lifeline.ENV_LAUNCHER_PID: str(os.getpid())}
+
+    def check_stop(self) -> None:
+        if self.stopping:
+            raise StopRequested
+
+    def settle_previous(self) -> None:
+        """End the control plane an earlier run on this data directory left (it holds the port and
+        would consume our queues) and note the training it left running (re-attached later)."""
+        left = generations.control_plane_left(self.data_dir)
+        if left:
+            _say(f"ending what an earlier run on {self.data_dir} left running: "
+                 + ", ".join(f"{generations.role_of(p)} (pid {p.pid})" for p in left))
+            survivors = generations.end_control_plane(left)
+            if survivors:
+                raise RuntimeError(f"processes of an earlier run would not end: {survivors}")
+        self.previous = generations.live_nodes(self.data_dir)
+        if self.previous:
+            _say(f"found {len(self.previous)} node supervisor(s) of an earlier run still training")
 
     def prepare_env(self) -> None:
         self.lock_data_dir()
+        self.settle_previous()
+        self.check_stop()
         os.environ["TORCHYARD_DATA_DIR"] = str(self.data_dir)
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "torchyard_server.settings")
         if not os.environ.get("SECRET_KEY") and not os.environ.get("SECRET_KEY_FILE"):
@@ -96,10 +160,7 @@ class Stack:
                 key_file.chmod(0o600)
             os.environ["SECRET_KEY_FILE"] = str(key_file)
         if not os.environ.get("REDIS_URL"):
-            from .embedded_redis import start_redis
-
-            # A new password each start (the server keeps nothing on disk); agents get users of their own.
-            self.redis = start_redis(self.data_dir / "redis", password=secrets.token_urlsafe(32))
+            self.redis = self._start_redis()
             os.environ["REDIS_URL"] = self.redis.url
             os.environ.setdefault("TORCHYARD_REDIS_AGENT_ACL", "on")
             _say(f"started Redis on redis://127.0.0.1:{self.redis.port}/0 with a password "
@@ -109,6 +170,24 @@ class Stack:
             os.environ["ALLOWED_HOSTS"] = f"127.0.0.1,localhost,{self.host}"
         elif hosts is None and self.host == "0.0.0.0":
             os.environ["ALLOWED_HOSTS"] = "*"
+
+    def _start_redis(self) -> EmbeddedRedis:
+        """A new password each start (the server keeps nothing on disk); agents get users of their
+        own. On the port the earlier run's Redis had when its training still runs: its supervisors
+        reconnect there (generations.py), else on a free one."""
+        from .embedded_redis import start_redis
+
+        def start(port: int | None) -> EmbeddedRedis:
+            return start_redis(self.data_dir / "redis", port, password=secrets.token_urlsafe(32),
+                               wrapper=(*PARENT_DEATH, str(os.getpid())), env={**os.environ, **self.identity("redis")})
+
+        port = generations.redis_port(self.previous)
+        if port is not None:
+            try:
+                return start(port)
+            except RuntimeError as exc:  # the port went to someone else: those nodes are ended later
+                _say(f"cannot start Redis on port {port} again ({exc}); on another port")
+        return start(None)
 
     def prepare_database(self) -> list[tuple[str, str, str]]:
         """Migrate, make sure the admin exists, (re)issue the local agents' tokens and write the
@@ -122,7 +201,7 @@ class Stack:
 
         from .machines import redis_acl
         from .machines.models import Machine
-        from .machines.services import machine_create, machine_rotate_token
+        from .machines.services import machine_authenticate, machine_create, machine_rotate_token
 
         _say(f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]} "
              f"{settings.DATABASES['default']['NAME']}")
@@ -140,11 +219,17 @@ class Stack:
             else:
                 _say(f"created admin user {username!r} from TORCHYARD_ADMIN_PASSWORD")
         tokens = []
+        # The tokens an earlier run's supervisors still use (their launch.json, 0600 in the data dir).
+        kept = {node.agent: node.machine_token for node in self.previous if node.machine_token}
         for index in range(self.agents):
             name = f"local-{index}"
             machine = Machine.objects.filter(name=name).first()
             if machine is None:
                 machine, token = machine_create(name=name, host="127.0.0.1", labels={"local": "true"})
+            elif name in kept and machine_authenticate(token=kept[name]) == machine:
+                # Kept, so is the machine's Redis user (its password follows the token): the
+                # supervisors that still train reconnect with what they have (reattach()).
+                token = kept[name]
             else:
                 # Only hashes are stored: a fresh token per start hands the agent a usable one.
                 token = machine_rotate_token(machine=machine)
@@ -156,6 +241,28 @@ class Stack:
         connections.close_all()
         self._database_ready = True
         return tokens
+
+    def reattach(self, tokens: list[tuple[str, str, str]]) -> None:
+        """Re-attach the earlier run's supervisors that reach this stack (their Redis URL is their
+        agent's now), end the others, and resume the jobs of every node that did not survive."""
+        from django.db import connections
+
+        from .jobs.reattach import jobs_resume_lost_nodes, nodes_matching, nodes_reattach
+
+        urls = {name: url for name, _, url in tokens}
+        candidates = [node for node in self.previous if generations.reattachable(node, urls)]
+        keep = nodes_matching(nodes=[(node.node_id, node.job_id, node.attempt) for node in candidates])
+        interrupted, doomed = jobs_resume_lost_nodes(machine_names=list(urls), alive_node_ids=keep)
+        keep -= doomed
+        generations.end_nodes([node for node in self.previous if node.node_id not in keep])
+        nodes_reattach(node_ids=keep)
+        connections.close_all()
+        if self.previous:
+            _say(f"re-attached {len(keep)} and ended {len(self.previous) - len(keep)} node supervisor(s) "
+                 "of an earlier run")
+        if interrupted:
+            _say(f"interrupted job(s) {', '.join(map(str, interrupted))} of an earlier run: they resume "
+                 "from the last checkpoint")
 
     # --- processes ------------------------------------------------------------------------------
     @property
@@ -189,12 +296,16 @@ class Stack:
 
     def start_children(self) -> None:
         for child in self.children:
+            self.check_stop()
             self.start(child)
 
     def start(self, child: Child) -> None:
+        # From the main thread only: the parent-death signal fires when the thread that forked the
+        # child ends, not the process.
+        env = {**(os.environ if child.env is None else child.env), **self.identity(child.name)}
         child.proc = subprocess.Popen(
-            child.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, env=os.environ.copy() if child.env is None else child.env,
+            [*PARENT_DEATH, str(os.getpid()), *child.argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )
         child.started.append(time.monotonic())
         threading.Thread(target=_pump, args=(child.name, child.proc.stdout), daemon=True).start()
@@ -202,7 +313,7 @@ class Stack:
     def wait_ready(self, timeout: float = 60.0) -> bool:
         url = f"http://{'127.0.0.1' if self.host in ('0.0.0.0', '::') else self.host}:{self.port}/api/health"
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.stopping.is_set():
+        while time.monotonic() < deadline and not self.stopping:
             if any(c.proc and c.proc.poll() is not None for c in self.children):
                 return False
             try:
@@ -216,7 +327,10 @@ class Stack:
     def watch(self) -> int:
         """Block until a stop is asked for. A child that dies is started again (training goes on
         meanwhile: supervisors do not depend on their agent); one that keeps dying stops the stack."""
-        while not self.stopping.wait(0.5):
+        while not self.stopping:
+            time.sleep(0.5)
+            if self.stopping:
+                break
             for child in self.children:
                 if child.proc is None or child.proc.poll() is None:
                     continue
@@ -239,7 +353,7 @@ class Stack:
         return 0
 
     def shutdown(self) -> None:
-        self.stopping.set()
+        self.stopping = True
         if not hasattr(self, "_lock"):
             return  # nothing of ours started
         try:
@@ -302,6 +416,10 @@ class Stack:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["certs"]:  # the one-time TLS material of a production install (certs.py)
+        from .certs import main as certs_main
+        return certs_main(argv[1:])
     parser = argparse.ArgumentParser(prog="torchyard-server", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["run"], nargs="?", default="run")
@@ -318,14 +436,24 @@ def main(argv: list[str] | None = None) -> int:
     stack = Stack(host=args.host, port=args.port, agents=args.agents, data_dir=Path(args.data_dir).resolve())
 
     def on_signal(signum, frame):
-        stack.stopping.set()
+        stack.stopping = True
+        if stack.interruptible:
+            stack.interruptible = False
+            raise StopRequested
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     code = 1
     try:
         stack.prepare_env()
-        tokens = stack.prepare_database()
+        stack.interruptible = True
+        try:
+            tokens = stack.prepare_database()
+        finally:
+            stack.interruptible = False
+        stack.check_stop()
+        stack.reattach(tokens)
+        stack.check_stop()
         stack.plan_children(tokens)
         stack.start_children()
         if stack.wait_ready():
@@ -333,8 +461,15 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"ready: dashboard http://{shown}:{args.port}/  API http://{shown}:{args.port}/api/docs/ "
                  "(Ctrl-C stops everything)")
             code = stack.watch()
-        elif not stack.stopping.is_set():
+        elif not stack.stopping:
             _say("the web process did not come up; stopping")
+        else:
+            code = 0
+    except StopRequested:
+        code = 0
+    except DataDirLocked as exc:
+        _say(f"failed: {exc}")
+        return EXIT_LOCKED
     except Exception as exc:  # anything at start-up: say it plainly, then clean up what started
         _say(f"failed: {exc}")
         code = 1

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import dj_database_url
 from cryptography.fernet import Fernet
+from torchyard.tls import secure_redis_url
 
 from .env import ConfigError, env_bool, env_float, env_int, env_list, env_str
 
@@ -44,6 +45,7 @@ INSTALLED_APPS = [
     "torchyard_server.jobs",
     "torchyard_server.preferences",
     "torchyard_server.templates",
+    "torchyard_server.plugins",
     "torchyard_server.artifacts",
     "torchyard_server.checkpoints",
     "torchyard_server.streaming",
@@ -110,7 +112,9 @@ elif DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker, channel layer, event stream -------------------------------------------
-REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# A rediss:// URL gets ssl_cert_reqs=required unless it says otherwise: Celery's broker would
+# otherwise skip verifying the server's certificate (torchyard/tls.py).
+REDIS_URL = secure_redis_url(env_str("REDIS_URL", "redis://127.0.0.1:6379/0"))
 
 CHANNEL_LAYERS = {
     "default": {
@@ -147,6 +151,18 @@ STORAGE_URL = env_str("TORCHYARD_STORAGE_URL", (DATA_DIR / "checkpoints").as_uri
 S3_ENDPOINT_URL = env_str("S3_ENDPOINT_URL") or env_str("AWS_ENDPOINT_URL")
 # The Redis URL handed to agents that join with --server (their view of Redis may differ).
 AGENT_REDIS_URL = env_str("TORCHYARD_AGENT_REDIS_URL", REDIS_URL)
+# The authority (PEM) that signs the certificate of the Redis (and S3 store) agents reach over TLS,
+# handed to them with their Redis URL (/api/agent/config): `TORCHYARD_AGENT_CA_FILE=ca.pem`, as
+# `torchyard-server certs` writes it.
+AGENT_CA_PEM = env_str("TORCHYARD_AGENT_CA")
+if AGENT_CA_PEM and "-----BEGIN CERTIFICATE-----" not in AGENT_CA_PEM:
+    raise ConfigError("TORCHYARD_AGENT_CA(_FILE): not a PEM certificate (give the ca.pem `torchyard-server certs` wrote)")
+AGENT_CA_PEM = AGENT_CA_PEM and AGENT_CA_PEM.strip() + "\n"
+# The URL agents on other machines reach this server by, for the join command the dashboard and
+# the API show (`torchyard agent --server URL ...`); unset, the address the request came to.
+PUBLIC_URL = env_str("TORCHYARD_PUBLIC_URL").rstrip("/")
+if PUBLIC_URL and not re.match(r"^https?://[^/\s]+$", PUBLIC_URL):
+    raise ConfigError(f"TORCHYARD_PUBLIC_URL={PUBLIC_URL!r}: give scheme and host, e.g. https://ctl.example.com")
 # One Redis user per agent, allowed only its queue and streams (machines/redis_acl.py). On when
 # Torchyard starts Redis itself; for your own Redis, REDIS_URL's user must be allowed ACL SETUSER.
 REDIS_AGENT_ACL = env_bool("TORCHYARD_REDIS_AGENT_ACL", False)
@@ -162,6 +178,22 @@ PING_TIMEOUT = env_float("TORCHYARD_PING_TIMEOUT", 5.0)
 NODE_LAUNCH_TIMEOUT = env_float("TORCHYARD_NODE_LAUNCH_TIMEOUT", 90.0)
 # Seconds a job may stay "stopping" before its unanswered nodes are written off as lost.
 STOP_TIMEOUT = env_float("TORCHYARD_STOP_TIMEOUT", 30.0)
+# Seconds a job resumed after a preemption runs before the queue may preempt it again (jobs/queue.py):
+# each resume makes progress instead of thrashing. 0: no minimum.
+PREEMPTION_MIN_RUN = env_float("TORCHYARD_PREEMPTION_MIN_RUN", 120.0)
+# Seed 001's coordinator settings, under its own names: the defaults of a `POST /jobs` body
+# (jobs/seed001.py; a body's own fields win). Unset, the JobSpec's defaults.
+SEED001_DEFAULTS: dict[str, int | float | str] = {
+    name.lower(): read(name)
+    for name, read in (("CHECKPOINT_EVERY", lambda n: env_int(n, 0)), ("SLEEP_SEC", lambda n: env_float(n, 0.0)),
+                       ("DATASET_DIR", env_str), ("HEARTBEAT_TIMEOUT", lambda n: env_float(n, 0.0)),
+                       ("MAX_RESTARTS", lambda n: env_int(n, 0)))
+    if env_str(name).strip()
+}
+# Loopback requests without credentials from this server's own OS user act as the admin
+# (accounts/local_peer.py), on seed 001's routes: on by default in embedded mode (SQLite).
+LOCAL_PEER_AUTH = env_bool("TORCHYARD_LOCAL_PEER_AUTH", DATABASES["default"]["ENGINE"].endswith("sqlite3"))
+LOCAL_PEER_USER = env_str("TORCHYARD_ADMIN_USER", "admin")
 # The most bytes of files a code bundle may hold (and the most its archive may take).
 BUNDLE_MAX_BYTES = env_int("TORCHYARD_BUNDLE_MAX_BYTES", 200 * 1024 * 1024)
 # A function job's rank may return at most this much (pickled); a bigger value fails the rank with a

@@ -13,16 +13,19 @@ from .jobs import agent_api, cluster, policies_api, purge_api, queue_api, ray_pr
 from .jobs import api as jobs
 from .machines import api as machines
 from .network import urls as network_urls
+from .plugins import api as plugins
 from .preferences import api as preferences
 from .projects import api as projects
+from .seed001 import urls as seed001_urls
 from .streaming import api as streaming
 from .streaming import sse
 from .usage import api as usage
-from .web import metrics
+from .web import health, metrics
 from .web import views as web
 
 api = [
     path("api/health", web.health),
+    path("api/health/deep", health.DeepHealthView.as_view()),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema")),
     path("api/auth/csrf", accounts.CsrfView.as_view()),
@@ -52,6 +55,7 @@ api = [
     path("api/projects/<str:name>/members", projects.ProjectMembersView.as_view()),
     path("api/projects/<str:name>/members/<str:username>", projects.ProjectMemberView.as_view()),
     path("api/recipes", jobs.RecipeListView.as_view()),
+    path("api/plugins", plugins.PluginListView.as_view()),
     path("api/placement-policies", policies_api.PlacementPolicyListView.as_view()),
     path("api/jobs", jobs.JobListView.as_view()),
     path("api/queue", queue_api.QueueView.as_view()),
@@ -85,6 +89,8 @@ urlpatterns = [
     *api,
     # Seed 000's TransformerLab routes, as aliases over the same services.
     *network_urls.urlpatterns,
+    # Seed 001's routes at its root paths (/health, /jobs, ...), before the dashboard's catch-all.
+    *seed001_urls.urlpatterns,
     path("admin/", admin.site.urls),
     # Prometheus scrapes it (bearer token or a staff user: web/metrics.py).
     path("metrics", metrics.MetricsView.as_view()),

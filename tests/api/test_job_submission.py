@@ -155,7 +155,7 @@ def test_a_checkpoint_store_the_server_does_not_have_is_refused(api, two_machine
 def test_the_recipe_list_is_what_the_spec_accepts_with_each_summary(api, two_machines):
     recipes = api.get("/api/recipes").json()
     assert [r["entrypoint"] for r in recipes] == [
-        "examples/char_gpt.py", "examples/mlp_ddp.py", "examples/mlp_fsdp.py",
+        "examples/char_gpt.py", "examples/mlp_ddp.py", "examples/mlp_fsdp.py", "examples/seed001_worker.py",
     ]  # fmt: skip
     assert all(r["summary"] for r in recipes)
     assert recipes[2]["summary"].startswith("mlp_ddp's model and data trained with FSDP2 (fully_shard)")

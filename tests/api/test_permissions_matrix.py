@@ -36,6 +36,7 @@ USERS = ["staff", "admin", "member", "viewer", "outsider"]
 # Expectations: what each role gets.
 OK, DENIED, HIDDEN, UNAUTH, BAD = "ok", "403", "404", "unauthenticated", "400"
 ADMITTED = "admitted"  # past authentication; the object may still be none of its business (404)
+CHECKED = "checked"  # a health check's answer: 200 when every check passed, 503 naming the one that failed
 
 
 def everyone_signed_in(role: str) -> str:
@@ -44,6 +45,10 @@ def everyone_signed_in(role: str) -> str:
 
 def staff_only(role: str) -> str:
     return OK if role == "staff" else DENIED if role in USERS else UNAUTH
+
+
+def staff_health(role: str) -> str:
+    return CHECKED if role == "staff" else DENIED if role in USERS else UNAUTH
 
 
 def job_read(role: str) -> str:
@@ -105,6 +110,7 @@ READ_WRITE_STAFF = {"get": everyone_signed_in, "post": staff_only, "patch": staf
 
 POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/health": public,
+    "api/health/deep": staff_health,  # the server's own round trips (database, Redis, storage, controller, ingest)
     "api/schema/": everyone_signed_in,
     "api/docs/": everyone_signed_in,
     "api/auth/csrf": public,
@@ -129,6 +135,7 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/projects/<str:name>/members": {"get": project_read, "post": project_admin},
     "api/projects/<str:name>/members/<str:username>": project_admin,
     "api/recipes": everyone_signed_in,
+    "api/plugins": {"get": everyone_signed_in, "post": submit},
     "api/placement-policies": everyone_signed_in,
     "api/cluster/workers": everyone_signed_in,
     "api/cluster/resources": everyone_signed_in,
@@ -201,6 +208,7 @@ BODIES = {
     "api/network/distributed_jobs/dispatch": {"plugin_name": "mlp_ddp", "project": "lab", "resource_requirements": {"num_machines": 1}},
     "api/network/execute_job": {"job_data": SPEC},
     "api/tasks": {"plugin_name": "mlp_ddp", "project": "lab"},
+    "api/plugins": {"name": "matrix_plugin", "bundle": "a" * 64, "project": "lab"},
     "api/tasks/<int:task_id>": {"plugin_name": "mlp_ddp", "project": "lab", "config": {"lr": 0.1}},
     "api/projects": {"name": "new-one"},
     "api/projects/<str:name>": {"description": "the lab's"},
@@ -359,6 +367,8 @@ def test_each_role_gets_what_the_policy_says(world, monkeypatch, route, method, 
         assert got < 500 and got not in (401, 403, 404), detail
     elif want == ADMITTED:
         assert got < 500 and got not in (401, 403), detail
+    elif want == CHECKED:
+        assert got in (200, 503), detail
     elif want == UNAUTH:
         assert got in (401, 403), detail
     else:

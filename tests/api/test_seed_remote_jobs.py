@@ -137,7 +137,8 @@ def test_the_distributed_jobs_spellings_plan_dispatch_and_report_as_the_distribu
     seed = {**SEED_CONFIG, "resource_requirements": {"num_machines": 2}}
     plan = api.post("/api/network/distributed_jobs/plan", seed, format="json")
     assert plan.status_code == 200
-    assert set(plan.json()) == {"job_id", "execution_plan", "spec"} and plan.json()["job_id"] is None
+    # The planned job is kept as a task: its id is the plan's job_id (queue_distributed takes it).
+    assert set(plan.json()) == {"job_id", "task_id", "execution_plan", "spec"} and plan.json()["job_id"] == plan.json()["task_id"]
     assert plan.json()["execution_plan"]["world_size"] == 2 and not Job.objects.exists()
     dispatched = api.post("/api/network/distributed_jobs/dispatch", seed, format="json")
     assert dispatched.status_code == 201

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -240,6 +240,11 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://{self.address}:{self.port}/0"
 
+    @property
+    def agent_url(self) -> str:
+        """What the server hands agents (TORCHYARD_AGENT_REDIS_URL): the same server, as they see it."""
+        return self.url
+
     def start(self, timeout: float = 10.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or _free_port(self.address)
@@ -321,11 +326,13 @@ def _add_host(index: int, tag: str, subnet: str, bridge: str, server: str, data_
 
 @contextlib.contextmanager
 def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = None,
-                   volumes: list[dict[str, str]] | None = None) -> Iterator[Cluster]:
+                   volumes: list[dict[str, str]] | None = None,
+                   redis_factory: Callable[[str, Path], RedisServer] = RedisServer) -> Iterator[Cluster]:
     """A bridge, `hosts` namespaces with a registered machine and an online agent each, and a
     Torchyard stack (PostgreSQL database of its own, private Redis) that they reach over the
     bridge. `env` adds to the stack's environment; `volumes[i]` are host i's agent's --volume
-    declarations (name: path). Everything is removed on exit."""
+    declarations (name: path); `redis_factory(address, workdir)` makes the private Redis (a TLS
+    one: test_remote_agent_tls.py). Everything is removed on exit."""
     reason = netns_unavailable()
     if reason:
         raise RuntimeError(reason)
@@ -339,7 +346,7 @@ def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = No
         ip("addr", "add", f"{gateway}/24", "dev", bridge)
         ip("link", "set", bridge, "up")
 
-        redis_server = RedisServer(gateway, tmp / "redis")
+        redis_server = redis_factory(gateway, tmp / "redis")
         redis_server.start()
         cleanup.callback(redis_server.stop)  # the current process, also after restarts
         redis_url = redis_server.url
@@ -357,7 +364,7 @@ def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = No
             "DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{database}",
             "REDIS_URL": redis_url,
             # What /api/agent/config hands the agents (the same server, named for them).
-            "TORCHYARD_AGENT_REDIS_URL": redis_url,
+            "TORCHYARD_AGENT_REDIS_URL": redis_server.agent_url,
             **(env or {}),
         })
         cleanup.callback(stack.stop)

@@ -84,7 +84,8 @@ def main(out: Path, mode: str) -> None:
     for hook in ("fp16", "bf16", "powersgd"):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 2))
-        ddp = sdk.wrap_ddp(model, compression={"enabled": True, "hook": hook, "start_iter": 2})
+        settings = {"start_iter": 2} if hook == "powersgd" else {}  # each hook takes only its own settings
+        ddp = sdk.wrap_ddp(model, compression={"enabled": True, "hook": hook, **settings})
         for _ in range(4):  # PowerSGD starts compressing after start_iter plain steps
             ddp(torch.randn(8, 16) * (me + 1)).sum().backward()
         grads = [None, None]

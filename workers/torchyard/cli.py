@@ -8,6 +8,8 @@
     torchyard queue [--project P] [--json] | usage [--by project|user|machine] [--since 7d] [--bucket day] [--json]
     torchyard priority JOB low|normal|high|N        (run and submit take --priority and --time-limit too)
     torchyard login [--username U] | token create NAME [--expires-days N] | token list | token revoke ID
+    torchyard plugin push DIR [--name NAME] | plugin list   (TransformerLab-style plugins: seed 000's plugin_name)
+    torchyard validate [--json] [--keep] [--timeout 300]   (the installation checked end to end, seed 001's validate.py)
     torchyard agent --server http://HOST:8000 --token TOKEN
 
 `run` and `submit` pack the project directory, upload it unless the server already has it, submit
@@ -33,6 +35,7 @@ from torchyard.client.artifacts import show_or_download
 from torchyard.client.follow import JobRenderer, follow_job
 from torchyard.client.http import ApiClient
 from torchyard.client.monitor import monitor
+from torchyard.client.plugins import plugin_lines, push_plugin
 from torchyard.client.results import show_results
 from torchyard.client.sharing import apply_queue_options, set_priority, show_queue, show_usage
 from torchyard.client.specfile import (
@@ -59,7 +62,7 @@ from torchyard.client.upload import upload_project
 
 # --- agent ----------------------------------------------------------------------------------------
 def cmd_agent(args: argparse.Namespace) -> int:
-    from torchyard import protocol
+    from torchyard import protocol, tls
     from torchyard.agent.capabilities import check_declaration, parse_gpu_declaration
     from torchyard.agent.main import Agent, AgentError, fetch_config
     from torchyard.agent.volumes import parse_declaration as parse_volume_declaration
@@ -85,19 +88,31 @@ def cmd_agent(args: argparse.Namespace) -> int:
             check_declaration(gpus)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    work_dir = Path(args.work_dir or Path.home() / ".torchyard" / f"agent-{machine_id}").resolve()
+    # A private authority (`torchyard-server certs`) trusted beside the system's: for the server's
+    # HTTPS and a rediss:// Redis; exported so the node supervisors' bundle downloads trust it too.
+    ca_file = args.ca_file or os.environ.get("TORCHYARD_CA_FILE", "")
+    if ca_file:
+        if not os.path.isfile(ca_file):
+            raise CliError(f"--ca-file: {ca_file} is not a file")
+        ca_file = os.environ["TORCHYARD_CA_FILE"] = os.path.abspath(ca_file)
     if not redis_url:
         if not args.server:
             raise CliError("give --server URL (or --redis-url URL)")
         try:
-            redis_url = fetch_config(args.server, token)["redis_url"]
-        except AgentError as exc:
+            config = fetch_config(args.server, token, ca_file=ca_file or None)
+            redis_url = config["redis_url"]
+            # The authority the server's Redis certificate comes from, when the server names one.
+            if config.get("ca_pem"):
+                ca_file = str(tls.store_ca(work_dir, config["ca_pem"]))
+        except (AgentError, ValueError) as exc:
             raise CliError(str(exc)) from None
+    redis_url = tls.secure_redis_url(redis_url, ca_file or None)
     python = args.python or os.environ.get("TORCHYARD_PYTHON", "")
     if python:
         if not (os.path.isfile(python) and os.access(python, os.X_OK)):
             raise CliError(f"--python: {python} is not an executable file")
         python = os.path.abspath(python)
-    work_dir = Path(args.work_dir or Path.home() / ".torchyard" / f"agent-{machine_id}").resolve()
     volumes: dict[str, str] = {}
     for text in args.volume:
         try:
@@ -302,6 +317,17 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plugin_push(args: argparse.Namespace) -> int:
+    push_plugin(_client(args), Path(os.path.abspath(args.dir)), Console(), name=args.name, project=args.project)
+    return 0
+
+
+def cmd_plugin_list(args: argparse.Namespace) -> int:
+    for line in plugin_lines(_client(args).call("GET", "/api/plugins")):
+        print(line)
+    return 0
+
+
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     checkpoints = _client(args).call("GET", f"/api/jobs/{args.job}/checkpoints")
     if not checkpoints:
@@ -336,6 +362,14 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate(args: argparse.Namespace) -> int:
+    from torchyard.client.validate import validate
+
+    if not 1 <= args.timeout <= 86400:
+        raise CliError(f"--timeout {args.timeout:g}: seconds the validation job may take, 1 to 86400")
+    return validate(_client(args), Console(), as_json=args.json, keep=args.keep, timeout=args.timeout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="torchyard", description="Torchyard: distributed PyTorch on your machines.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -347,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--token-file", help="read the machine token from this file (or TORCHYARD_MACHINE_TOKEN_FILE)")
     agent.add_argument("--redis-url", help="connect to this Redis directly instead of asking the server "
                        "(or TORCHYARD_REDIS_URL)")
+    agent.add_argument("--ca-file", help="a certificate authority to trust beside the system's, for the server's "
+                       "HTTPS and a rediss:// Redis (`torchyard-server certs` writes ca.pem; or TORCHYARD_CA_FILE)")
     agent.add_argument("--work-dir", help="where run directories live (default ~/.torchyard/agent-<id>)")
     agent.add_argument("--concurrency", type=int, default=4)
     agent.add_argument("--python", help="the Python the ranks run with: the machine's training environment "
@@ -469,6 +505,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds between redraws (default 1)")
     watch.add_argument("--once", action="store_true", help="print the view once and exit")
     api_command("recipes", cmd_recipes, "list the built-in recipes a job can run")
+    plugins = sub.add_parser("plugin", help="plugins (TransformerLab's): push a plugin directory, list them")
+    plugin_sub = plugins.add_subparsers(dest="plugin_command", required=True)
+    plugin_push = api_command(
+        "push", cmd_plugin_push, "upload a plugin directory and register it", parent=plugin_sub,
+        description="Read DIR's torchyard-plugin.json (or TransformerLab's index.json), upload DIR as a bundle "
+                    "(nothing when the server has it) and register the plugin: the seed's routes then take it as "
+                    "plugin_name. A directory without a manifest needs --name; its entrypoint is main.py.")
+    plugin_push.add_argument("dir", metavar="DIR", help="the plugin's directory")
+    plugin_push.add_argument("--name", help="the plugin's name (instead of the manifest's)")
+    plugin_push.add_argument("--project", help="the project it belongs to (default: the server's default project)")
+    api_command("list", cmd_plugin_list, "list the plugins you can run: yours, your projects', the built-in ones",
+                parent=plugin_sub)
     checkpoints = api_command("checkpoints", cmd_checkpoints, "list a job's committed checkpoints, newest first")
     checkpoints.add_argument("job", type=int)
     logs = api_command("logs", cmd_logs, "print a job's logs")
@@ -483,6 +531,14 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--out", metavar="DIR", help="save each rank's pickled value as DIR/rank-<R>.pkl")
     stop = api_command("stop", cmd_stop, "stop a job")
     stop.add_argument("job", type=int)
+    check = api_command("validate", cmd_validate, "check the installation end to end: server, database, Redis, "
+                        "storage, every agent, and a 2-node job through a checkpoint, a killed rank and its "
+                        "recovery (exit 0 only when every check passed)")
+    check.add_argument("--json", action="store_true", help="the checks as JSON instead of a table")
+    check.add_argument("--keep", action="store_true", help="keep the validation job (its logs and checkpoints) "
+                       "when every check passed; a failed validation always keeps it")
+    check.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                       help="the most the validation job may take, from its submission (default 300)")
     return parser
 
 

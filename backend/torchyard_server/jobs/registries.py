@@ -63,3 +63,23 @@ def queue_changed(entries: list[dict[str, Any]]) -> None:
             listener(entries)
         except Exception:
             log.exception("queue listener %r failed", listener)
+
+
+# A bundle a user did not upload but may run: the code of a plugin registered in one of their
+# projects (the plugins app). (sha256, user) -> the Bundle, or None.
+SharedBundleLookup = Callable[[str, Any], Any]
+
+_shared_bundle_lookups: list[SharedBundleLookup] = []
+
+
+def register_shared_bundle_lookup(lookup: SharedBundleLookup) -> None:
+    if lookup not in _shared_bundle_lookups:
+        _shared_bundle_lookups.append(lookup)
+
+
+def shared_bundle_for(*, sha256: str, user: Any) -> Any:
+    for lookup in _shared_bundle_lookups:
+        bundle = lookup(sha256, user)
+        if bundle is not None:
+            return bundle
+    return None

@@ -4,6 +4,7 @@ import math
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from torchyard.sdk.choices import HOOKS
 
 from ..listing import StoredJsonOut
 from .models import Job, JobNode
@@ -69,7 +70,7 @@ class PlanOut(serializers.Serializer):
     master_port = serializers.IntegerField()
     backend = serializers.ChoiceField(choices=["gloo", "nccl"])
     # distributed.launcher (plans stored before launchers existed have none: torchrun).
-    launcher = serializers.ChoiceField(choices=["torchrun", "none", "command", "ray"], required=False)
+    launcher = serializers.ChoiceField(choices=["torchrun", "none", "command", "ray", "accelerate"], required=False)
     nodes = PlanNodeOut(many=True)
     # resources.spares: the machines held for the job (the job's plans without spares have none).
     spares = PlanSpareOut(many=True, required=False,
@@ -313,7 +314,7 @@ class JobPlacementOut(serializers.Serializer):
 
 class JobDistributedOut(serializers.Serializer):
     backend = serializers.ChoiceField(choices=["auto", "gloo", "nccl"])
-    launcher = serializers.ChoiceField(choices=["torchrun", "none", "command", "ray"])
+    launcher = serializers.ChoiceField(choices=["torchrun", "none", "command", "ray", "accelerate"])
     command = serializers.ListField(child=serializers.CharField(), required=False,
                                     help_text="launcher command: the argv run once per node")
     strategy = serializers.ChoiceField(choices=["data_parallel"])
@@ -349,7 +350,13 @@ class JobFaultToleranceOut(serializers.Serializer):
 
 class JobCompressionOut(serializers.Serializer):
     enabled = serializers.BooleanField()
-    hook = serializers.ChoiceField(choices=["fp16", "bf16", "powersgd"])
+    hook = serializers.ChoiceField(choices=list(HOOKS))
+    rank = serializers.IntegerField(help_text="powersgd only")
+    start_iter = serializers.IntegerField(help_text="powersgd only")
+    ratio = serializers.FloatField(help_text="topk only")
+
+    class Meta:
+        optional_fields = ("rank", "start_iter", "ratio")
 
 
 class JobFunctionOut(serializers.Serializer):

@@ -322,7 +322,7 @@ def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manife
         secret_env=_open_secrets(spec),
         config={key: spec.get(key) for key in (
             "hyperparameters", "scaling", "distributed", "checkpointing", "compression", "resources")}
-        | {"backend": plan["backend"], "job_name": job.name},
+        | {"backend": plan["backend"], "job_name": job.name, "dataset": spec.get("dataset")},
         checkpoint_url=_checkpoint_url(job, volumes),
         resume_manifest=resume_manifest,
         backend=plan["backend"],

@@ -15,6 +15,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from torchyard import protocol
+from torchyard.sdk.choices import DATASETS, HOOK_SETTINGS, HOOKS, MIN_START_ITER
 from torchyard.sdk.scaling import adjust_hyperparameters
 
 from .. import secretbox
@@ -23,6 +24,7 @@ from ..projects.models import DEFAULT_PROJECT
 from ..projects.permissions import projects_visible_to, require_submit
 from ..projects.selectors import project_by_name
 from . import policies as placement_policies
+from .registries import shared_bundle_for
 from .spec_queue import PreemptionSerializer, PriorityField, TimeLimitField, check_priority_ceiling
 
 RECIPES_DIR = Path(torchyard.__file__).resolve().parent / "examples"
@@ -30,6 +32,10 @@ RECIPES_DIR = Path(torchyard.__file__).resolve().parent / "examples"
 FUNCTION_PAYLOAD_FILE = "function.pkl"
 # DistroML's `model` names, mapped to the built-in recipe that trains them.
 MODEL_RECIPES = {"mlp": "examples/mlp_ddp.py", "char_gpt": "examples/char_gpt.py", "transformer": "examples/char_gpt.py"}
+# DistroML's `dataset` names (torchyard.sdk.datasets), each with the built-in recipes that train on
+# it; the first is the one a spec without a model or entrypoint runs.
+DATASET_RECIPES = {"synthetic": ("examples/mlp_ddp.py", "examples/mlp_fsdp.py"), "digits": ("examples/mlp_ddp.py",),
+                   "python-source": ("examples/char_gpt.py",)}
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by torchrun and Torchyard for every rank; a user value would silently break the launch.
 # NODE_RANK and NNODES: every launcher's node identity (distributed.launcher none and command).
@@ -264,11 +270,13 @@ class ArgvItemField(serializers.CharField):
 class DistributedSerializer(serializers.Serializer):
     backend = serializers.ChoiceField(choices=["auto", "gloo", "nccl"], default="auto")
     launcher = serializers.ChoiceField(
-        choices=["torchrun", "none", "command", "ray"], default="torchrun",
+        choices=["torchrun", "none", "command", "ray", "accelerate"], default="torchrun",
         help_text="torchrun: the entrypoint under torchrun, procs_per_node ranks per node; none: the entrypoint once "
                   "per node as a plain process; command: `command` once per node; ray (what framework ray "
                   "chooses): a Ray head on node 0, Ray workers on the others, the entrypoint as the driver on the "
-                  "head. Every one gets NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT and TORCHYARD_PEERS")
+                  "head; accelerate (what a registered plugin runs with): `accelerate launch` per node running the "
+                  "entrypoint through the plugin harness (torchyard.harness), an `accelerator` in its __main__. Every "
+                  "one gets NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT and TORCHYARD_PEERS")
     command = serializers.ListField(
         child=ArgvItemField(max_length=4096, allow_blank=True, trim_whitespace=False),
         min_length=1, max_length=256, required=False,
@@ -381,8 +389,44 @@ class FunctionSerializer(serializers.Serializer):
 
 
 class CompressionSerializer(serializers.Serializer):
-    enabled = serializers.BooleanField(default=False)
-    hook = serializers.ChoiceField(choices=["fp16", "bf16", "powersgd"], default="fp16")
+    """A DDP communication hook (torchyard.sdk.compression) and its settings, which no other hook takes."""
+
+    enabled = serializers.BooleanField(required=False, help_text="default: true when a hook is named, else false")
+    hook = serializers.ChoiceField(choices=list(HOOKS), default="fp16", help_text=(
+        "none: plain all-reduce (its bytes counted, to compare with); fp16, bf16: gradients cast for the "
+        "all-reduce; powersgd: low-rank PowerSGD (rank, start_iter); topk: the ratio largest entries, with error "
+        "feedback (ratio)"))
+    rank = serializers.IntegerField(min_value=1, max_value=1024, required=False, help_text=(
+        f"powersgd: the rank of its low-rank approximation (default {HOOK_SETTINGS['powersgd']['rank']})"))
+    start_iter = serializers.IntegerField(min_value=MIN_START_ITER, max_value=10**9, required=False, help_text=(
+        f"powersgd: plain all-reduce steps before compressing (default {HOOK_SETTINGS['powersgd']['start_iter']}; "
+        f"at least {MIN_START_ITER}, while DDP settles its buckets)"))
+    ratio = serializers.FloatField(min_value=0, max_value=1, required=False, help_text=(
+        f"topk: the share of gradient entries each rank sends, above 0, at most 1 "
+        f"(default {HOOK_SETTINGS['topk']['ratio']})"))
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        value = super().to_internal_value(data)
+        if isinstance(data.get("ratio"), bool):  # FloatField takes true for 1.0
+            raise serializers.ValidationError({"ratio": ["A valid number is required."]})
+        # Naming a hook asks for it: {"hook": "topk", "ratio": 0.01} alone must not be silently off.
+        value.setdefault("enabled", "hook" in data)
+        return value
+
+    def validate_ratio(self, value: float) -> float:
+        if value <= 0:
+            raise serializers.ValidationError("must be above 0 (a share of the gradient's entries, at most 1).")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        hook = attrs["hook"]
+        given = {key for key in ("rank", "start_iter", "ratio") if key in attrs}
+        foreign = sorted(given - set(HOOK_SETTINGS.get(hook, {})))
+        if foreign:
+            raise serializers.ValidationError({key: [
+                f"a setting of the {next(h for h, s in HOOK_SETTINGS.items() if key in s)} hook; hook is {hook}."]
+                for key in foreign})
+        return {**attrs, **{key: value for key, value in HOOK_SETTINGS.get(hook, {}).items() if key not in attrs}}
 
 
 class JobSpecSerializer(serializers.Serializer):
@@ -434,7 +478,10 @@ class JobSpecSerializer(serializers.Serializer):
         "checkpoints, yields and resumes later, losing nothing). false: never preempted, and it never borrows "
         "beyond its project's quota (it waits for room within it)"))
     preemption = PreemptionSerializer(required=False, help_text="how the job is preempted: its grace")
-    dataset = serializers.CharField(max_length=100, required=False)
+    dataset = serializers.CharField(max_length=100, required=False, help_text=(
+        "what a built-in recipe trains on: " + "; ".join(f"{name}: {about}" for name, about in DATASETS.items())
+        + ". Without a model or entrypoint it picks the recipe; a script of your own reads it from its config "
+          "(sdk.datasets.selected)"))
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if isinstance(data, dict):
@@ -493,6 +540,7 @@ class JobSpecSerializer(serializers.Serializer):
                 raise serializers.ValidationError({"model": ["give either model or entrypoint, not both."]})
             attrs["entrypoint"] = recipe
             attrs["model"] = model
+        self._validate_dataset(attrs)
         both = sorted(set(attrs.get("secret_env") or {}) & set(attrs["env"]))
         if both:
             raise serializers.ValidationError({"secret_env": [f"{', '.join(both)}: also in env; give it once."]})
@@ -534,6 +582,27 @@ class JobSpecSerializer(serializers.Serializer):
         return attrs
 
 
+    def _validate_dataset(self, attrs: dict[str, Any]) -> None:
+        """A known dataset; a built-in recipe must train on it, and picks the first recipe that does when
+        the spec names no code to run. A job's own code gets the name in its config."""
+        name = attrs.get("dataset")
+        if name is None:
+            return
+        if name not in DATASETS:
+            raise serializers.ValidationError({"dataset": [
+                f"unknown dataset {name!r}; built-in datasets: {', '.join(DATASETS)}."]})
+        if attrs.get("code") or attrs.get("module") or "function" in attrs:
+            return
+        recipes = DATASET_RECIPES[name]
+        entrypoint = attrs.get("entrypoint")
+        if entrypoint is None and attrs["distributed"].get("launcher") != "command":
+            attrs["entrypoint"] = recipes[0]
+        elif entrypoint in builtin_recipes() and entrypoint not in recipes:
+            trains_on = [other for other, where in DATASET_RECIPES.items() if entrypoint in where]
+            what = f"trains on {' or '.join(trains_on)}, not {name}" if trains_on else "takes no dataset"
+            raise serializers.ValidationError({"dataset": [
+                f"{entrypoint} {what}; {name} is trained by {', '.join(recipes)}."]})
+
     def _validate_launcher(self, attrs: dict[str, Any]) -> None:
         """launcher none runs one process per node; launcher command runs its command, nothing else;
         framework ray is launcher ray (and the other way round), no other."""
@@ -543,6 +612,12 @@ class JobSpecSerializer(serializers.Serializer):
             raise serializers.ValidationError({"resources": {"procs_per_node": [
                 f"launcher none runs one process per node: procs_per_node must be 1 (is {resources['procs_per_node']}); "
                 "use launcher torchrun or command for more."]}})
+        if launcher == "accelerate":
+            for key in ("module", "function"):
+                if attrs.get(key):
+                    raise serializers.ValidationError({key: [
+                        "launcher accelerate runs an entrypoint script through the plugin harness; give entrypoint, "
+                        f"not {key}."]})
         if launcher == "command":
             for key in ("entrypoint", "module", "model"):
                 if attrs.get(key):
@@ -587,7 +662,10 @@ class JobSpecSerializer(serializers.Serializer):
             return
         request = self.context.get("request")
         user = getattr(request, "user", None)
-        bundle = bundle_for_user(sha256=code["bundle"], user=user) if user is not None else None
+        bundle = None
+        if user is not None:
+            # Uploaded by this user, or the code of a plugin of one of their projects.
+            bundle = bundle_for_user(sha256=code["bundle"], user=user) or shared_bundle_for(sha256=code["bundle"], user=user)
         if bundle is None:
             raise serializers.ValidationError({"code": {"bundle": [
                 "no such bundle for this user; upload it first (PUT /api/bundles/{sha256}, or `torchyard run`)."]}})

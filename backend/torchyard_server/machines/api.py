@@ -25,6 +25,13 @@ from .services import (
 )
 
 
+def agent_command(request, token: str) -> str:
+    """The join command for a new machine: the server as agents reach it (TORCHYARD_PUBLIC_URL,
+    else the address this request came to)."""
+    server = settings.PUBLIC_URL or request.build_absolute_uri("/").rstrip("/")
+    return f"torchyard agent --server {server} --token {token}"
+
+
 def force_requested(request) -> bool:
     return request.query_params.get("force", "").lower() in ("1", "true", "yes")
 
@@ -45,7 +52,7 @@ class MachineListView(APIView):
         machine, token = machine_create(**data.validated_data)
         body = MachineOut(machine).data | {
             "token": token,
-            "agent_command": f"torchyard agent --server {request.build_absolute_uri('/').rstrip('/')} --token {token}",
+            "agent_command": agent_command(request, token),
         }
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -91,7 +98,7 @@ class MachineRotateTokenView(APIView):
         machine.refresh_from_db()
         body = MachineOut(machine).data | {
             "token": token,
-            "agent_command": f"torchyard agent --server {request.build_absolute_uri('/').rstrip('/')} --token {token}",
+            "agent_command": agent_command(request, token),
         }
         return Response(body)
 
@@ -117,5 +124,6 @@ class AgentConfigView(APIView):
                 "machine": {"id": machine.pk, "name": machine.name, "host": machine.host},
                 "redis_url": redis_acl.agent_url(machine),
                 "storage_url": settings.STORAGE_URL,
+                "ca_pem": settings.AGENT_CA_PEM,
             }
         )

@@ -188,3 +188,5 @@ class AgentConfigOut(serializers.Serializer):
     machine = AgentMachineOut()
     redis_url = serializers.CharField(help_text="the broker and event stream the agent connects to")
     storage_url = serializers.CharField(help_text="where checkpoints and artifacts are kept")
+    ca_pem = serializers.CharField(allow_blank=True, help_text="the authority (PEM) that signs the TLS "
+                                   "certificate of a rediss:// redis_url; empty when the system's authorities do")

@@ -39,6 +39,7 @@ from ..projects.permissions import CanSubmitSomewhere, IsStaff, require_job_cont
 from ..renderers import DOWNLOAD_RENDERERS
 from ..templates.services import on_one_machine
 from .dispatch import RankDispatchIn, dispatch_rank, is_rank_dispatch, machine_called, seed_job_status
+from .plans import is_planned_dispatch, plan_keep, planned_job_submit
 from .seed import DistributedTrainingConfig, job_status, seed_body
 from .serializers import (
     CapabilitiesOut,
@@ -155,15 +156,21 @@ class NetworkCapabilitiesView(APIView):
 
 
 class DistributedPlanView(APIView):
+    """The dry run: the execution plan, nothing launched. The planned job is kept as a task, whose id
+    is the plan's `job_id` (the seed's UI flow queues it next: /api/tasks/{job_id}/queue_distributed)."""
+
     @extend_schema(request=DistributedTrainingConfig, responses=DistributedPlanOut)
     def post(self, request):
         spec = seed_body(request)
-        return Response({"job_id": None, "execution_plan": job_preview_plan(spec=spec), "spec": spec})
+        execution_plan = job_preview_plan(spec=spec)
+        task = plan_keep(spec=spec, owner=request.user)
+        return Response({"job_id": task.pk, "task_id": task.pk, "execution_plan": execution_plan, "spec": spec})
 
 
 class DistributedDispatchView(APIView):
-    """The whole job (a DistributedTrainingConfig), or one rank of it to one machine (the seed's
-    dispatch body: `job_id`, `target_machine`, `rank`, `world_size` ...)."""
+    """The whole job (a DistributedTrainingConfig, or `{"job_id": N}` of a plan), or one rank of it to
+    one machine (the seed's dispatch body: `job_id`, `target_machine`, `rank`, `world_size` ...; a
+    plan's `job_id` stands for its plugin_name, config and requirements)."""
 
     @extend_schema(
         request=PolymorphicProxySerializer("SeedDispatchIn", serializers=[DistributedTrainingConfig, RankDispatchIn],
@@ -175,6 +182,9 @@ class DistributedDispatchView(APIView):
             body.is_valid(raise_exception=True)
             answer, code = dispatch_rank(request=request, body=body.validated_data)
             return Response(DistributedJobStatusOut(answer).data, status=code)
+        if is_planned_dispatch(request.data):
+            job = planned_job_submit(user=request.user, job_id=request.data["job_id"])
+            return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)
         job = job_submit(spec=seed_body(request), owner=request.user)
         return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)
 

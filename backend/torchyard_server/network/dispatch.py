@@ -18,6 +18,7 @@ from ..jobs.selectors import job_visible_or_404
 from ..jobs.services import job_submit
 from ..machines.models import Machine
 from .models import RankDispatch
+from .plans import planned_rank_fields
 from .seed import DistributedTrainingConfig, ResourceRequirements, job_status, spec_from_seed
 
 # Ranks of a job whose other ranks never came are forgotten after this long.
@@ -30,8 +31,11 @@ class RankRequirements(ResourceRequirements):
 
 class RankDispatchIn(DistributedTrainingConfig):
     """The seed's dispatch body: one rank of a job to one machine. Every rank of one `job_id` sends
-    the same world_size, plugin_name, config, args, resource_requirements and project."""
+    the same world_size, plugin_name, config, args, resource_requirements and project; without
+    plugin_name, `job_id` is a plan's (distributed/plan), which stands for those fields."""
 
+    plugin_name = serializers.CharField(max_length=200, required=False,
+                                        help_text="absent: the plan whose job_id this is says which plugin and config")
     job_id = serializers.CharField(max_length=100, help_text="the caller's name for the job, shared by its ranks")
     target_machine = serializers.CharField(max_length=255, help_text="the machine's name, id or host")
     rank = serializers.IntegerField(min_value=0, help_text="the machine's rank, 0 to world_size - 1")
@@ -100,6 +104,8 @@ def dispatch_rank(*, request, body: dict[str, Any]) -> tuple[dict[str, Any], int
     status: 202 while ranks are missing, 201 when this rank completed the job, 200 when the job
     was submitted already and this rank says again what it said."""
     user, key, rank, world_size = request.user, body["job_id"], body["rank"], body["world_size"]
+    if "plugin_name" not in body:
+        body = {**body, **planned_rank_fields(user=user, job_id=key)}
     machine = machine_called(body["target_machine"], field="target_machine")
     # Absent, or given with its defaults: the same requirements (the ranks' bodies are compared).
     defaults = RankRequirements(data={})

@@ -8,7 +8,8 @@ from typing import Any
 from rest_framework import serializers
 
 from ..jobs.models import Job
-from ..jobs.spec import JobSpecSerializer, builtin_recipes
+from ..jobs.spec import JobSpecSerializer
+from ..plugins.services import plugin_job_parts, plugin_of_spec
 
 
 class ResourceRequirements(serializers.Serializer):
@@ -19,9 +20,10 @@ class ResourceRequirements(serializers.Serializer):
 
 
 class DistributedTrainingConfig(serializers.Serializer):
-    """The seed's DistributedTrainingConfig; `plugin_name` is a recipe (`mlp_ddp` or its path)."""
+    """The seed's DistributedTrainingConfig; `plugin_name` is a registered plugin (`GET /api/plugins`)
+    or a built-in recipe (`mlp_ddp` or its path)."""
 
-    plugin_name = serializers.CharField(max_length=200)
+    plugin_name = serializers.CharField(max_length=200, help_text="a plugin of GET /api/plugins (registered or built-in)")
     config = serializers.DictField(default=dict, help_text="the hyperparameters")
     resource_requirements = ResourceRequirements(default=dict)
     machine_selection = serializers.ChoiceField(choices=["auto", "manual"], default="auto")
@@ -42,23 +44,24 @@ def default_requirements() -> dict[str, Any]:
 
 
 def spec_from_seed(data: dict[str, Any], request, *, name: str | None = None) -> dict[str, Any]:
-    """Translate a validated DistributedTrainingConfig into a JobSpec and validate it like any other."""
+    """Translate a validated DistributedTrainingConfig into a JobSpec and validate it like any other.
+    A registered plugin runs its bundle's entrypoint through the harness (launcher accelerate), its
+    default config under the request's `config`."""
     plugin = data["plugin_name"]
-    entrypoint = plugin if plugin.endswith(".py") else f"examples/{plugin}.py"
+    parts = plugin_job_parts(name=plugin, project=data["project"], user=request.user)
     # A nested serializer's default ({}) is not validated: its own defaults fill an absent section.
     req = data["resource_requirements"] or default_requirements()
-    spec = {
+    spec: dict[str, Any] = {
         "name": name or plugin.rsplit("/", 1)[-1].removesuffix(".py"),
         "project": data["project"],
-        "entrypoint": entrypoint,
+        "entrypoint": parts["entrypoint"],
+        **{key: parts[key] for key in ("code", "distributed") if key in parts},
         "args": data["args"],
-        "hyperparameters": data["config"],
+        "hyperparameters": {**parts["default_config"], **data["config"]},
         "resources": {"nodes": req["num_machines"], "procs_per_node": req["procs_per_machine"],
                       "gpus_per_node": req["gpus_per_machine"], "min_gpu_memory": req["min_gpu_memory"]},
         "placement": {"policy": "spread", "machines": data["selected_machines"] if data["machine_selection"] == "manual" else []},
     }
-    if entrypoint not in builtin_recipes():
-        raise serializers.ValidationError({"plugin_name": [f"unknown plugin {plugin!r}; built-in: {', '.join(builtin_recipes())}."]})
     validated = JobSpecSerializer(data=spec, context={"request": request})
     validated.is_valid(raise_exception=True)
     return validated.validated_data
@@ -73,13 +76,15 @@ def seed_body(request) -> dict[str, Any]:
 
 def seed_config_of(spec: dict[str, Any]) -> dict[str, Any]:
     """A JobSpec seen as the seed's DistributedTrainingConfig (what a task shows). `plugin_name` is
-    a built-in recipe's short name, else the entrypoint (or module) in the job's code; a DistroML
-    spec (`resources.workers`) has no fixed machine count until it is planned (null)."""
+    a built-in recipe's short name, a registered plugin's name, else the entrypoint (or module) in the
+    job's code; a DistroML spec (`resources.workers`) has no fixed machine count until it is planned (null)."""
     entrypoint = spec.get("entrypoint") or spec.get("module") or ""
     builtin = not spec.get("code") and entrypoint.startswith("examples/")
+    plugin = None if builtin else plugin_of_spec(spec)
     resources, machines = spec["resources"], spec["placement"]["machines"]
     return {
-        "plugin_name": entrypoint.removeprefix("examples/").removesuffix(".py") if builtin else entrypoint,
+        "plugin_name": (entrypoint.removeprefix("examples/").removesuffix(".py") if builtin
+                        else plugin.name if plugin is not None else entrypoint),
         "config": spec.get("hyperparameters") or {},
         "resource_requirements": {
             "num_machines": resources.get("nodes"),

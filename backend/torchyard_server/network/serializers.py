@@ -59,7 +59,10 @@ class CapabilitiesOut(serializers.Serializer):
 
 
 class DistributedPlanOut(serializers.Serializer):
-    job_id = serializers.IntegerField(allow_null=True, help_text="always null: a plan launches nothing")
+    job_id = serializers.IntegerField(help_text=(
+        "the planned job, kept as a task (the same plan again is the same task): queue it with "
+        "/api/tasks/{job_id}/queue_distributed, or dispatch it with {\"job_id\": ...} (whole, or rank by rank)"))
+    task_id = serializers.IntegerField(help_text="the same id: the task the plan was kept as")
     execution_plan = PlanOut()
     spec = serializers.DictField(help_text="the JobSpec the request became")
 

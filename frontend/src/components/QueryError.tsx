@@ -1,8 +1,18 @@
-/** The one way a failed load is shown inline. */
-export function QueryError({ error, what }: { error: Error; what: string }) {
+import { ErrorWithRetry } from './ErrorWithRetry'
+
+interface QueryErrorProps {
+  error: Error
+  what: string
+  /** The query's refetch. */
+  onRetry: () => void
+  retrying?: boolean
+}
+
+/** The one way a failed load is shown inline, with Retry where loading again may work. */
+export function QueryError({ error, what, onRetry, retrying }: QueryErrorProps) {
   return (
-    <div className="inline-error" role="alert">
-      Could not load {what}: {error.message}
-    </div>
+    <ErrorWithRetry error={error} onRetry={onRetry} retrying={retrying}>
+      Could not load {what}:{' '}
+    </ErrorWithRetry>
   )
 }

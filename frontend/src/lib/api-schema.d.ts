@@ -332,6 +332,22 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/health/deep": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["health_deep_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/jobs": {
         parameters: {
             query?: never;
@@ -748,8 +764,9 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * @description The whole job (a DistributedTrainingConfig), or one rank of it to one machine (the seed's
-         *     dispatch body: `job_id`, `target_machine`, `rank`, `world_size` ...).
+         * @description The whole job (a DistributedTrainingConfig, or `{"job_id": N}` of a plan), or one rank of it to
+         *     one machine (the seed's dispatch body: `job_id`, `target_machine`, `rank`, `world_size` ...; a
+         *     plan's `job_id` stands for its plugin_name, config and requirements).
          */
         post: operations["network_distributed_dispatch_create"];
         delete?: never;
@@ -767,6 +784,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
+        /**
+         * @description The dry run: the execution plan, nothing launched. The planned job is kept as a task, whose id
+         *     is the plan's `job_id` (the seed's UI flow queues it next: /api/tasks/{job_id}/queue_distributed).
+         */
         post: operations["network_distributed_plan_create"];
         delete?: never;
         options?: never;
@@ -834,8 +855,9 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * @description The whole job (a DistributedTrainingConfig), or one rank of it to one machine (the seed's
-         *     dispatch body: `job_id`, `target_machine`, `rank`, `world_size` ...).
+         * @description The whole job (a DistributedTrainingConfig, or `{"job_id": N}` of a plan), or one rank of it to
+         *     one machine (the seed's dispatch body: `job_id`, `target_machine`, `rank`, `world_size` ...; a
+         *     plan's `job_id` stands for its plugin_name, config and requirements).
          */
         post: operations["network_distributed_jobs_dispatch_create"];
         delete?: never;
@@ -853,6 +875,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
+        /**
+         * @description The dry run: the execution plan, nothing launched. The planned job is kept as a task, whose id
+         *     is the plan's `job_id` (the seed's UI flow queues it next: /api/tasks/{job_id}/queue_distributed).
+         */
         post: operations["network_distributed_jobs_plan_create"];
         delete?: never;
         options?: never;
@@ -1128,6 +1154,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/plugins": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["plugins_list"];
+        put?: never;
+        /**
+         * @description Register a plugin whose directory was uploaded as a bundle; 200 when it replaced the
+         *     plugin of that name in the project (a new version).
+         */
+        post: operations["plugins_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/preferences/distributed": {
         parameters: {
             query?: never;
@@ -1391,6 +1437,8 @@ export interface components {
             redis_url: string;
             /** @description where checkpoints and artifacts are kept */
             storage_url: string;
+            /** @description the authority (PEM) that signs the TLS certificate of a rediss:// redis_url; empty when the system's authorities do */
+            ca_pem: string;
         };
         AgentMachineOut: {
             id: number;
@@ -1638,11 +1686,30 @@ export interface components {
              */
             best: number | null;
         };
+        /** @description A DDP communication hook (torchyard.sdk.compression) and its settings, which no other hook takes. */
         Compression: {
-            /** @default false */
+            /** @description default: true when a hook is named, else false */
             enabled?: boolean;
-            /** @default fp16 */
+            /**
+             * @description none: plain all-reduce (its bytes counted, to compare with); fp16, bf16: gradients cast for the all-reduce; powersgd: low-rank PowerSGD (rank, start_iter); topk: the ratio largest entries, with error feedback (ratio)
+             *
+             *     * `none` - none
+             *     * `fp16` - fp16
+             *     * `bf16` - bf16
+             *     * `powersgd` - powersgd
+             *     * `topk` - topk
+             * @default fp16
+             */
             hook?: components["schemas"]["HookEnum"];
+            /** @description powersgd: the rank of its low-rank approximation (default 1) */
+            rank?: number;
+            /** @description powersgd: plain all-reduce steps before compressing (default 10; at least 2, while DDP settles its buckets) */
+            start_iter?: number;
+            /**
+             * Format: double
+             * @description topk: the share of gradient entries each rank sends, above 0, at most 1 (default 0.01)
+             */
+            ratio?: number;
         };
         CpuOut: {
             /** @description Of the machines whose agents report. */
@@ -1659,16 +1726,38 @@ export interface components {
             /** @description send it back as the X-CSRFToken header */
             csrftoken: string;
         };
+        DeepHealthCheckOut: {
+            name: components["schemas"]["NameEnum"];
+            ok: boolean;
+            /** @description what was done, or why it failed */
+            detail: string;
+            /**
+             * Format: double
+             * @description how long the check took
+             */
+            ms: number;
+        };
+        DeepHealthOut: {
+            status: components["schemas"]["DeepHealthOutStatusEnum"];
+            checks: components["schemas"]["DeepHealthCheckOut"][];
+        };
+        /**
+         * @description * `ok` - ok
+         *     * `failing` - failing
+         * @enum {string}
+         */
+        DeepHealthOutStatusEnum: "ok" | "failing";
         Distributed: {
             /** @default auto */
             backend?: components["schemas"]["DistributedBackendEnum"];
             /**
-             * @description torchrun: the entrypoint under torchrun, procs_per_node ranks per node; none: the entrypoint once per node as a plain process; command: `command` once per node; ray (what framework ray chooses): a Ray head on node 0, Ray workers on the others, the entrypoint as the driver on the head. Every one gets NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT and TORCHYARD_PEERS
+             * @description torchrun: the entrypoint under torchrun, procs_per_node ranks per node; none: the entrypoint once per node as a plain process; command: `command` once per node; ray (what framework ray chooses): a Ray head on node 0, Ray workers on the others, the entrypoint as the driver on the head; accelerate (what a registered plugin runs with): `accelerate launch` per node running the entrypoint through the plugin harness (torchyard.harness), an `accelerator` in its __main__. Every one gets NODE_RANK, NNODES, MASTER_ADDR, MASTER_PORT and TORCHYARD_PEERS
              *
              *     * `torchrun` - torchrun
              *     * `none` - none
              *     * `command` - command
              *     * `ray` - ray
+             *     * `accelerate` - accelerate
              * @default torchrun
              */
             launcher?: components["schemas"]["LauncherEnum"];
@@ -1725,8 +1814,10 @@ export interface components {
             progress: number | null;
         };
         DistributedPlanOut: {
-            /** @description always null: a plan launches nothing */
-            job_id: number | null;
+            /** @description the planned job, kept as a task (the same plan again is the same task): queue it with /api/tasks/{job_id}/queue_distributed, or dispatch it with {"job_id": ...} (whole, or rank by rank) */
+            job_id: number;
+            /** @description the same id: the task the plan was kept as */
+            task_id: number;
             execution_plan: components["schemas"]["PlanOut"];
             /** @description the JobSpec the request became */
             spec: {
@@ -1758,8 +1849,12 @@ export interface components {
              */
             updated_at: string | null;
         };
-        /** @description The seed's DistributedTrainingConfig; `plugin_name` is a recipe (`mlp_ddp` or its path). */
+        /**
+         * @description The seed's DistributedTrainingConfig; `plugin_name` is a registered plugin (`GET /api/plugins`)
+         *     or a built-in recipe (`mlp_ddp` or its path).
+         */
         DistributedTrainingConfig: {
+            /** @description a plugin of GET /api/plugins (registered or built-in) */
             plugin_name: string;
             /** @description the hyperparameters */
             config?: {
@@ -1998,12 +2093,14 @@ export interface components {
             status: components["schemas"]["MachineStatusEnum"];
         };
         /**
-         * @description * `fp16` - fp16
+         * @description * `none` - none
+         *     * `fp16` - fp16
          *     * `bf16` - bf16
          *     * `powersgd` - powersgd
+         *     * `topk` - topk
          * @enum {string}
          */
-        HookEnum: "fp16" | "bf16" | "powersgd";
+        HookEnum: "none" | "fp16" | "bf16" | "powersgd" | "topk";
         HyperparameterRowOut: {
             /** @description Nested hyperparameters are dotted: optimizer.lr. */
             name: string;
@@ -2026,6 +2123,15 @@ export interface components {
         JobCompressionOut: {
             enabled: boolean;
             hook: components["schemas"]["HookEnum"];
+            /** @description powersgd only */
+            rank?: number;
+            /** @description powersgd only */
+            start_iter?: number;
+            /**
+             * Format: double
+             * @description topk only
+             */
+            ratio?: number;
         };
         JobDetailOut: {
             readonly id: number;
@@ -2360,6 +2466,7 @@ export interface components {
             preemptible?: boolean;
             /** @description how the job is preempted: its grace */
             preemption?: components["schemas"]["Preemption"];
+            /** @description what a built-in recipe trains on: synthetic: random inputs labelled by a fixed random teacher network: endless, generated on every rank; digits: handwritten digits 0-9, 1,797 8x8 grey images (UCI optical recognition set), read from the scikit-learn wheel: nothing is downloaded (needs pip install 'torchyard[datasets]' on the nodes); python-source: the source text of a fixed list of Python standard-library modules (about 450 KB), read from the node's own Python. Without a model or entrypoint it picks the recipe; a script of your own reads it from its config (sdk.datasets.selected) */
             dataset?: string;
         };
         /**
@@ -2472,9 +2579,10 @@ export interface components {
          *     * `none` - none
          *     * `command` - command
          *     * `ray` - ray
+         *     * `accelerate` - accelerate
          * @enum {string}
          */
-        LauncherEnum: "torchrun" | "none" | "command" | "ray";
+        LauncherEnum: "torchrun" | "none" | "command" | "ray" | "accelerate";
         LocalJobOutputOut: {
             job_id: number;
             status: components["schemas"]["JobStatusEnum"];
@@ -2765,6 +2873,15 @@ export interface components {
          * @enum {string}
          */
         ModeEnum: "keep_global_batch" | "scale_global_batch" | "none";
+        /**
+         * @description * `database` - database
+         *     * `redis` - redis
+         *     * `storage` - storage
+         *     * `controller` - controller
+         *     * `ingest` - ingest
+         * @enum {string}
+         */
+        NameEnum: "database" | "redis" | "storage" | "controller" | "ingest";
         NetworkStatusOut: {
             total_machines: number;
             /** @description machines in each status */
@@ -2920,10 +3037,7 @@ export interface components {
             last_heartbeat: string | null;
         };
         Placement: {
-            /**
-             * @description pack: least waste, the machines a node fits most tightly; spread: the least loaded first; simple (seed 004): fewest free GPUs of at least min_gpu_memory left after placing, then least GPU memory beyond the asked; balanced (seed 004): fewest active tasks and most free GPUs; or a policy installed by the entry point group torchyard.placement_policies
-             * @default pack
-             */
+            /** @description the server's default policy (pack unless TORCHYARD_PLACEMENT_POLICY says otherwise); pack: least waste, the machines a node fits most tightly; spread: the least loaded first; simple (seed 004): fewest free GPUs of at least min_gpu_memory left after placing, then least GPU memory beyond the asked; balanced (seed 004): fewest active tasks and most free GPUs; or a policy installed by the entry point group torchyard.placement_policies */
             policy?: string;
             /** @description manual placement: these machines, in this order (the first is the master) */
             machines?: string[];
@@ -3014,6 +3128,50 @@ export interface components {
          * @enum {string}
          */
         PlannedBackendEnum: "gloo" | "nccl";
+        /** @description A plugin's manifest (torchyard-plugin.json's fields) and the bundle its directory was uploaded as. */
+        PluginIn: {
+            name: string;
+            /** @default 0.0.0 */
+            version?: string;
+            /** @default  */
+            description?: string;
+            /**
+             * @description its script, a path in the bundle
+             * @default main.py
+             */
+            entrypoint?: string;
+            /** @description settings a run's config overrides */
+            default_config?: {
+                [key: string]: unknown;
+            };
+            /** @description sha256 of the uploaded plugin directory */
+            bundle: string;
+            /** @default default */
+            project?: string;
+        };
+        PluginOut: {
+            /** @description what the seed's routes take as plugin_name */
+            name: string;
+            version: string;
+            description: string;
+            /** @description its script: a path in its bundle, or a built-in recipe */
+            entrypoint: string;
+            /** @description settings a run's config overrides */
+            default_config: {
+                [key: string]: unknown;
+            };
+            /** @description a recipe shipped with Torchyard */
+            builtin: boolean;
+            /** @description sha256 of its code; null for a built-in one */
+            bundle: string | null;
+            /**
+             * Format: date-time
+             * @description when this version was pushed; null for a built-in one
+             */
+            created_at: string | null;
+            /** @description the project it belongs to; null for a built-in one */
+            project: string | null;
+        };
         Preemption: {
             /**
              * Format: double
@@ -3159,10 +3317,12 @@ export interface components {
         };
         /**
          * @description The seed's dispatch body: one rank of a job to one machine. Every rank of one `job_id` sends
-         *     the same world_size, plugin_name, config, args, resource_requirements and project.
+         *     the same world_size, plugin_name, config, args, resource_requirements and project; without
+         *     plugin_name, `job_id` is a plan's (distributed/plan), which stands for those fields.
          */
         RankDispatchIn: {
-            plugin_name: string;
+            /** @description absent: the plan whose job_id this is says which plugin and config */
+            plugin_name?: string;
             /** @description the hyperparameters */
             config?: {
                 [key: string]: unknown;
@@ -4685,6 +4845,60 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    health_deep_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeepHealthOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeepHealthOut"];
                 };
             };
         };
@@ -7914,6 +8128,121 @@ export interface operations {
             };
             /** @description Signed in, but not allowed to do this. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    plugins_list: {
+        parameters: {
+            query?: {
+                /** @description only this project's registered plugins */
+                project?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PluginOut"][];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    plugins_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PluginIn"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PluginOut"];
+                };
+            };
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PluginOut"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The body is not of a media type this route takes. */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };

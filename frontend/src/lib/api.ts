@@ -24,6 +24,24 @@ export function isApiError(error: unknown): error is ApiError {
   return error instanceof ApiError
 }
 
+/** The request never got an answer: the server or the network between is down (fetch rejected). */
+export class NetworkError extends Error {
+  constructor(cause: unknown) {
+    super(`could not reach the server (${cause instanceof Error ? cause.message : String(cause)})`, { cause })
+    this.name = 'NetworkError'
+  }
+}
+
+/**
+ * Whether sending the same request again may succeed: no answer at all, a server error, a timeout
+ * or a rate limit. A refusal (400, 403, 404, ...) would only be refused again: it is fixed in the
+ * input, not by retrying.
+ */
+export function isRetryable(error: unknown): boolean {
+  if (error instanceof NetworkError) return true
+  return isApiError(error) && (error.status >= 500 || error.status === 408 || error.status === 429)
+}
+
 const CSRF_COOKIE = 'csrftoken'
 const UNSAFE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
 
@@ -89,7 +107,19 @@ function withToken(request: Request, token: string | null): Request {
  * with a fresh cookie when Django rejects the token (it rotates on login and logout), and an
  * ApiError for any answer that is not a 2xx.
  */
-async function sendInSession(request: Request, send: (request: Request) => Promise<Response>): Promise<Response> {
+/** fetch, its rejections as a NetworkError; a cancelled request (a query no longer wanted) stays an AbortError. */
+async function reach(send: (request: Request) => Promise<Response>, request: Request): Promise<Response> {
+  try {
+    return await send(request)
+  } catch (error) {
+    // A DOMException, which is not an Error in every environment: its name tells.
+    if (typeof error === 'object' && error !== null && 'name' in error && error.name === 'AbortError') throw error
+    throw new NetworkError(error)
+  }
+}
+
+async function sendInSession(request: Request, fetchRequest: (request: Request) => Promise<Response>): Promise<Response> {
+  const send = (request: Request) => reach(fetchRequest, request)
   if (!UNSAFE_METHODS.has(request.method)) return throwUnlessOk(await send(request))
   // The body can be read once: the retry sends a copy taken before the first try.
   const retry = request.clone()

@@ -20,7 +20,7 @@ import redis
 from celery import Celery
 
 import torchyard
-from torchyard import protocol
+from torchyard import lifeline, protocol, tls
 from torchyard.protocol import NodeLaunch
 from torchyard.supervisor.preflight import PreflightError, training_versions
 from torchyard.supervisor.prepare import BundleSource
@@ -37,13 +37,14 @@ class AgentError(RuntimeError):
     """A problem the user must fix (bad token, unreachable server); printed without a traceback."""
 
 
-def fetch_config(server: str, token: str, timeout: float = 10.0) -> dict[str, Any]:
-    """Ask the server for this machine's id and the Redis URL, authenticated by the token."""
+def fetch_config(server: str, token: str, timeout: float = 10.0, ca_file: str | None = None) -> dict[str, Any]:
+    """Ask the server for this machine's id and the Redis URL, authenticated by the token (over
+    HTTPS, `ca_file` is trusted beside the system's authorities)."""
     request = urllib.request.Request(
         server.rstrip("/") + "/api/agent/config", headers={"Authorization": f"Machine {token}"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=tls.https_context(ca_file)) as response:
             return json.load(response)
     except urllib.error.HTTPError as exc:
         if exc.code == 401:
@@ -57,6 +58,10 @@ class Agent:
     def __init__(self, *, token: str, redis_url: str, work_dir: Path, concurrency: int = 4,
                  server_url: str = "", python: str = "", volumes: dict[str, str] | None = None,
                  gpus: capabilities.GpuDeclaration | None = None):
+        # Started by `torchyard-server run`: end with it; and before the warm pools copy the
+        # environment, drop what marks a control-plane process (what it starts is training).
+        lifeline.watch_launcher()
+        lifeline.forget_control_plane_identity()
         self.machine_id, _ = protocol.parse_machine_token(token)
         # The GPUs jobs may use when the agent declares them (--gpus, --models, --memories): they
         # replace NVML's in every heartbeat.

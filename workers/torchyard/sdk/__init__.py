@@ -7,9 +7,10 @@ torchrun job would: ranks come from the environment, report() prints, checkpoint
 ./checkpoints (or TORCHYARD_CHECKPOINT_URL).
 """
 
-from torchyard.sdk import checkpoint, preemption
+from torchyard.sdk import checkpoint, compression, data, datasets, preemption
 from torchyard.sdk.accelerate import get_accelerator
 from torchyard.sdk.args import add_training_arguments
+from torchyard.sdk.compression import metrics as comm_metrics
 from torchyard.sdk.config import config, job_config
 from torchyard.sdk.context import (
     attempt,
@@ -48,7 +49,11 @@ __all__ = [
     "attempt",
     "barrier",
     "checkpoint",
+    "comm_metrics",
+    "compression",
     "config",
+    "data",
+    "datasets",
     "device",
     "get_accelerator",
     "init_process_group",

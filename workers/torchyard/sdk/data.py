@@ -13,6 +13,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from torchyard.sdk import context
+from torchyard.sdk.line_shards import LineShards, ShardPosition, line_shards
+
+__all__ = ["GlobalSampler", "LineShards", "ShardPosition", "line_shards", "shard"]
 
 T = TypeVar("T")
 

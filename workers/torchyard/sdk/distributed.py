@@ -13,9 +13,8 @@ from typing import Any
 
 from torchyard import protocol
 from torchyard.sdk import context
+from torchyard.sdk.compression import register as register_compression
 from torchyard.sdk.config import job_config
-
-COMPRESSION_HOOKS = ("fp16", "bf16", "powersgd")
 
 
 def planned_backend() -> str:
@@ -113,40 +112,14 @@ def _wait_for_checkpoints() -> None:
         checkpoint.wait()
 
 
-def _compression_hook(settings: dict[str, Any]):
-    """(hook, state) for DDP.register_comm_hook, or None when compression is off."""
-    if not settings or not settings.get("enabled"):
-        return None
-    name = str(settings.get("hook") or "fp16").lower()
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-
-    if name == "fp16":
-        return default_hooks.fp16_compress_hook, None
-    if name == "bf16":
-        import torch.distributed as dist
-
-        if dist.get_backend() != "nccl":
-            # DDP refuses the bf16 hook outside NCCL (and XCCL); fp16 halves the bytes just the same.
-            print("[torchyard] warning: bf16 gradient compression needs nccl; using fp16", file=sys.stderr)
-            return default_hooks.fp16_compress_hook, None
-        return default_hooks.bf16_compress_hook, None
-    if name == "powersgd":
-        state = powerSGD_hook.PowerSGDState(
-            process_group=None,
-            matrix_approximation_rank=int(settings.get("matrix_approximation_rank", 1)),
-            # PowerSGD needs a couple of plain all-reduce steps first while DDP settles its buckets.
-            start_powerSGD_iter=max(2, int(settings.get("start_iter", 10))),
-        )
-        return powerSGD_hook.powerSGD_hook, state
-    raise ValueError(f"unknown compression hook {name!r}; expected one of {', '.join(COMPRESSION_HOOKS)}")
-
-
 def wrap_ddp(model, compression: dict[str, Any] | None = None, **ddp_kwargs: Any):
     """Wrap ``model`` in DistributedDataParallel, applying the job's gradient compression.
 
     ``compression`` defaults to the job config's ``compression`` section ({enabled, hook:
-    fp16|bf16|powersgd}). Without a process group the model is returned unchanged, so single-process
-    runs need no special case. Move the model to ``sdk.device()`` before wrapping.
+    none|fp16|bf16|powersgd|topk, and the hook's settings: see torchyard.sdk.compression}); the
+    hook counts the bytes it sends, and ``sdk.comm_metrics(model)`` reads them for ``sdk.report``.
+    Without a process group the model is returned unchanged, so single-process runs need no
+    special case. Move the model to ``sdk.device()`` before wrapping.
     """
     if not is_initialized():
         return model
@@ -156,10 +129,7 @@ def wrap_ddp(model, compression: dict[str, Any] | None = None, **ddp_kwargs: Any
         ddp_kwargs["device_ids"] = [context.local_rank()]
     ddp = DistributedDataParallel(model, **ddp_kwargs)
     settings = job_config()["compression"] if compression is None else compression
-    hook = _compression_hook(settings)
-    if hook is not None:
-        fn, state = hook
-        ddp.register_comm_hook(state, fn)
+    register_compression(ddp, settings, warn=lambda message: print(f"[torchyard] warning: {message}", file=sys.stderr))
     return ddp
 
 

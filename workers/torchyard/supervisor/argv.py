@@ -197,12 +197,19 @@ def build_env(launch: NodeLaunch, run_dir: Path, base_env: Mapping[str, str],
 LAUNCHER_TORCHRUN = "torchrun"
 LAUNCHER_NONE = "none"
 LAUNCHER_COMMAND = "command"
+LAUNCHER_ACCELERATE = "accelerate"  # accelerate_launch.py
 # Where a plain process's (or a command's) stdout and stderr go: laid out as torchrun's --log-dir,
 # local rank 0, so the same RankLogTailer reads them.
 PLAIN_LOG_FOLDER = "attempt_0/0"
 # The names a command may use in its argv; replaced as plain text, nothing else is expanded.
 COMMAND_PLACEHOLDERS = ("NODE_RANK", "NNODES", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "WORLD_SIZE")
 PYTHON_NAMES = ("python", "python3")
+
+
+def runs_torchrun(launch: NodeLaunch) -> bool:
+    """Whether the node's launcher runs torchrun's elastic agent over procs_per_node ranks (accelerate
+    does for more than one process in all): per-rank files, the ranks its children, its failure lines."""
+    return launch.launcher == LAUNCHER_TORCHRUN or (launch.launcher == LAUNCHER_ACCELERATE and launch.world_size > 1)
 
 
 def plain_log_dir(run_dir: Path, launch: NodeLaunch) -> Path:
@@ -263,7 +270,7 @@ def build_launcher_env(launch: NodeLaunch, env: Mapping[str, str]) -> dict[str, 
     node stands for: RANK = node rank, WORLD_SIZE = node count, LOCAL_RANK 0 (a command's own
     launcher sets its workers' over these)."""
     out = {**env, **peers_env(launch)}
-    if launch.launcher != LAUNCHER_TORCHRUN:
+    if not runs_torchrun(launch):
         out.update({"RANK": str(launch.node_rank), "WORLD_SIZE": str(launch.nnodes), "LOCAL_RANK": "0",
                     "LOCAL_WORLD_SIZE": "1"})
     return out

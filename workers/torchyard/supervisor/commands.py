@@ -15,25 +15,29 @@ import psutil
 from torchyard.bundles import size_text
 from torchyard.protocol import NodeLaunch
 
-from . import ray_launch, warm_launch
+from . import accelerate_launch, ray_launch, warm_launch
 from .argv import (
+    LAUNCHER_ACCELERATE,
     LAUNCHER_COMMAND,
     LAUNCHER_NONE,
     LAUNCHER_TORCHRUN,
     TORCHRUN_LOG_FILE,
+    EntrypointError,
     build_command_argv,
     build_env,
     build_launcher_env,
     build_plain_argv,
     build_torchrun_argv,
     plain_log_dir,
+    runs_torchrun,
 )
 from .output_pump import OutputPump
 from .states import write_json_atomic
 from .volumes import volume_env
 
 # What the node runs, as its reasons name it.
-WHAT = {LAUNCHER_NONE: "python", LAUNCHER_COMMAND: "the command", ray_launch.LAUNCHER_RAY: "Ray"}
+WHAT = {LAUNCHER_NONE: "python", LAUNCHER_COMMAND: "the command", ray_launch.LAUNCHER_RAY: "Ray",
+        LAUNCHER_ACCELERATE: "accelerate"}
 
 
 def what_runs(launch: NodeLaunch) -> str:
@@ -84,6 +88,16 @@ def node_command(launch: NodeLaunch, run_dir: Path, workdir: Path, pump: OutputP
                              f"of {python} (torch already imported)")
         return Command(warm_launch.launcher_argv(plan_file), env, log_file, None, "the warm launcher",
                        warm_pids_file=Path(plan["log_dir"]) / "pids.json")
+    if launch.launcher == LAUNCHER_ACCELERATE:
+        if script is None:
+            raise EntrypointError("launcher accelerate runs an entrypoint script through the plugin harness, not a module")
+        env.update(accelerate_launch.accelerate_env(launch))
+        argv = accelerate_launch.build_accelerate_argv(launch, run_dir, workdir, script, python=python)
+        if runs_torchrun(launch):
+            return Command(argv, env, run_dir / TORCHRUN_LOG_FILE, None, "accelerate")
+        log_dir = plain_log_dir(run_dir, launch)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        return Command(argv, env, log_dir / "stdout.log", log_dir / "stderr.log", "accelerate")
     # One process per node: its stdout and stderr go where torchrun would put local rank 0's, so
     # tailing, masking and the failure's last lines work as they do for torchrun.
     log_dir = plain_log_dir(run_dir, launch)

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote, urlparse
 
-from torchyard import bundles
+from torchyard import bundles, tls
 from torchyard.protocol import NodeLaunch
 
 from . import workdir as workdirs
@@ -140,7 +140,9 @@ def _openers(source: BundleSource) -> list[tuple[str, Callable[[], Any]]]:
                 headers["X-Torchyard-Grant"] = str(source.code["grant"])
             request = urllib.request.Request(f"{source.server_url.rstrip('/')}/api/agent/bundles/{sha256}",
                                              headers=headers)
-            return urllib.request.urlopen(request, timeout=60)
+            # TORCHYARD_CA_FILE: the agent's --ca-file, for a server whose HTTPS a private authority signs.
+            return urllib.request.urlopen(request, timeout=60,
+                                          context=tls.https_context(os.environ.get("TORCHYARD_CA_FILE")))
 
         ways.append((source.server_url, from_server))
     elif parsed.scheme == "file" and Path(unquote(parsed.path)).is_file():

@@ -32,9 +32,10 @@ from typing import Any
 from torchyard import protocol
 from torchyard.protocol import NodeLaunch
 
-from . import ray_launch, warm_launch
+from . import accelerate_launch, ray_launch, warm_launch
 from .argv import (
     CONFIG_FILE,
+    LAUNCHER_ACCELERATE,
     LAUNCHER_COMMAND,
     LAUNCHER_NONE,
     LAUNCHER_TORCHRUN,
@@ -48,6 +49,7 @@ from .argv import (
     event_socket_path,
     link_sdk,
     resolve_entrypoint,
+    runs_torchrun,
 )
 from .commands import node_command, what_runs
 from .event_socket import EventSocket
@@ -210,6 +212,8 @@ class NodeSupervisor:
                 resolve_entrypoint(launch.entrypoint, self.code_root)
             if launch.launcher == ray_launch.LAUNCHER_RAY and ray_launch.ray_missing(self.python):
                 raise EntrypointError(ray_launch.MISSING_RAY)
+            if launch.launcher == LAUNCHER_ACCELERATE and accelerate_launch.accelerate_missing(self.python):
+                raise EntrypointError(accelerate_launch.MISSING_ACCELERATE)
             if launch.launcher == LAUNCHER_TORCHRUN:
                 self._warm_pool, self._cold_because = warm_launch.choose(
                     launch, self.python, build_env(launch, self.run_dir, os.environ, workdir=self.workdir))
@@ -277,7 +281,7 @@ class NodeSupervisor:
         write_json_atomic(self.run_dir / CONFIG_FILE, self.launch.config)
         (self.workdir / OUTPUT_DIR).mkdir(parents=True, exist_ok=True)
         link_sdk(self.run_dir, function=bool(self.launch.function))
-        torchrun = self.launch.launcher == LAUNCHER_TORCHRUN
+        torchrun = runs_torchrun(self.launch)
         # Created before any folder of this launch exists: it ignores what an earlier one left.
         tailer = RankLogTailer(self.run_dir / TORCHRUN_LOG_DIR, self.launch.nproc_per_node if torchrun else 1)
         command = node_command(self.launch, self.run_dir, self.workdir, self.pump, python=self.python, script=script,
@@ -379,7 +383,7 @@ class NodeSupervisor:
         failed worker means torchrun exits non-zero, and a stop means it ends: once its workers are
         gone (and it has named the first failure, or had half a second to), nothing is lost."""
         assert self._ranks is not None
-        if self._torchrun_cut or self.launch.launcher != LAUNCHER_TORCHRUN:
+        if self._torchrun_cut or not runs_torchrun(self.launch):
             return  # another launcher's process is the worker (or its parent): it ends by itself
         failed = self._worker_failed_at is not None and (
             self._first_failure is not None or now - self._worker_failed_at > 0.5)
@@ -415,7 +419,7 @@ class NodeSupervisor:
         `on_stall: recover` end the node as failed so the job recovers from its last checkpoint."""
         assert self._ranks is not None
         ranks = self._ranks
-        rank_pid = lambda rank: ranks.rank_pid(rank, launcher_may_be_rank=self.launch.launcher != LAUNCHER_TORCHRUN)  # noqa: E731
+        rank_pid = lambda rank: ranks.rank_pid(rank, launcher_may_be_rank=not runs_torchrun(self.launch))  # noqa: E731
         for seen in examine(self._stalls.stalled(now), rank_pid, self.pump.mask):
             stall, pid, status, stack = seen.stall, seen.pid, seen.process_state, seen.stack
             summary = (f"global rank {stall.rank} stalled: no new step for {stall.stalled_for:g} s after step "

@@ -168,8 +168,9 @@ def _run_main(module: str, argv: list[str]) -> int:
 
 # --- the server ------------------------------------------------------------------------------------
 class Server:
-    def __init__(self, path: Path, hello: dict[str, Any]) -> None:
+    def __init__(self, path: Path, hello: dict[str, Any], agent_pid: int) -> None:
         self.path = Path(path)
+        self.agent_pid = agent_pid
         self.hello = hello
         self.selector = selectors.DefaultSelector()
         with contextlib.suppress(FileNotFoundError):
@@ -216,8 +217,8 @@ class Server:
                         if child is not None:
                             return child
             self._reap()
-            if os.getppid() == 1 or self.closing:
-                # The agent is gone or asks the pool to end: no new rank, and once the ranks it
+            if os.getppid() != self.agent_pid or self.closing:
+                # The agent is gone (this was reparented, to init or a subreaper) or asks the pool to end: no new rank, and once the ranks it
                 # forked have ended (their launchers wait for their exit codes), no pool.
                 self._stop_listening()
                 if not self.children:
@@ -344,6 +345,7 @@ def _invalid(request: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     path = Path(args[0])
+    agent_pid = os.getppid()  # before the imports: the agent may die while they run
     hello = preload()
     hello.update(python=sys.executable, version=sys.version.split()[0],
                  env={k: v for k, v in os.environ.items() if k.startswith(IMPORT_TIME_PREFIXES)})
@@ -355,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     if refusal:
         print(f"[torchyard warm] not serving {sys.executable}: {refusal}", file=sys.stderr, flush=True)
         return 3
-    server = Server(path, hello)
+    if os.getppid() != agent_pid:
+        return 0  # the agent died while the imports ran: serve nothing, and leave its successor's socket be
+    server = Server(path, hello, agent_pid)
     print(f"[torchyard warm] {sys.executable} ready on {path} ({hello['import_s']:.2f} s of imports)", flush=True)
     request = server.serve()
     if request is None:

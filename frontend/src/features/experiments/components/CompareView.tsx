@@ -113,7 +113,7 @@ export function CompareView({ runIds }: { runIds: string[] }) {
         )}
       </header>
       {comparison.error ? (
-        <QueryError error={comparison.error} what="the comparison" />
+        <QueryError error={comparison.error} what="the comparison" onRetry={() => void comparison.refetch()} retrying={comparison.isFetching} />
       ) : !data ? (
         <p className="empty">Loading the comparison…</p>
       ) : (

@@ -48,7 +48,7 @@ export function ExperimentsPage() {
         </header>
         {unlisted.length > 0 && <p className="muted small">Also selected, older than the runs listed: {unlisted.join(', ')}</p>}
         {runs.error ? (
-          <QueryError error={runs.error} what="runs" />
+          <QueryError error={runs.error} what="runs" onRetry={() => void runs.refetch()} retrying={runs.isFetching} />
         ) : !listed ? (
           <p className="empty">Loading runs…</p>
         ) : (

@@ -2,7 +2,7 @@ import { queryOptions, useMutation, useQuery, useQueryClient } from '@tanstack/r
 import { api, dataOf } from '../../../lib/api'
 import type { components } from '../../../lib/api-schema'
 import { machinesQueryOptions } from '../../machines/api/get-machines'
-import { preferencesOf, type NewJobFormState } from '../new-job-spec'
+import { preferencesOf, preferredNamesOf, type NewJobFormState } from '../new-job-spec'
 
 /** Seed 000's DistributedPreferences as the server keeps them for the signed-in user. */
 export type DistributedPreferences = components['schemas']['DistributedPreferencesOut']
@@ -34,7 +34,7 @@ export const useSaveDistributedPreferences = () => {
   const queryClient = useQueryClient()
   return useMutation({
     mutationFn: async (form: NewJobFormState) => {
-      const machines = form.machines.length ? await queryClient.ensureQueryData(machinesQueryOptions()) : []
+      const machines = preferredNamesOf(form).length ? await queryClient.ensureQueryData(machinesQueryOptions()) : []
       return saveDistributedPreferences(preferencesOf(form, machines))
     },
     onSuccess: (saved) => queryClient.setQueryData(distributedPreferencesQueryKey, saved),

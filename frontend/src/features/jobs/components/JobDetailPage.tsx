@@ -41,7 +41,7 @@ function JobDetail({ jobId }: { jobId: number }) {
   if (job.isPending) return <p className="muted">Loading job…</p>
   if (job.isError) {
     if (isApiError(job.error) && job.error.status === 404) return <NotAJob />
-    return <QueryError error={job.error} what={`job ${jobId}`} />
+    return <QueryError error={job.error} what={`job ${jobId}`} onRetry={() => void job.refetch()} retrying={job.isFetching} />
   }
 
   return (

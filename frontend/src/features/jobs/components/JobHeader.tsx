@@ -1,3 +1,4 @@
+import { ErrorWithRetry } from '../../../components/ErrorWithRetry'
 import { PriorityBadge } from '../../../components/PriorityBadge'
 import { ProgressBar } from '../../../components/ProgressBar'
 import { StatusBadge } from '../../../components/StatusBadge'
@@ -78,9 +79,9 @@ export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus:
         </p>
       )}
       {stop.isError && (
-        <p className="inline-error" role="alert">
-          Could not stop the job: {stop.error.message}
-        </p>
+        <ErrorWithRetry error={stop.error} onRetry={() => stop.mutate(job.id)} retrying={stop.isPending}>
+          Could not stop the job:{' '}
+        </ErrorWithRetry>
       )}
       <dl className="facts">
         <div>

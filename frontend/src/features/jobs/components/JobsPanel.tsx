@@ -26,7 +26,7 @@ export function JobsPanel() {
         <NewJobForm onCancel={() => setCreating(false)} onCreated={(job) => navigate(`/jobs/${job.id}`)} />
       )}
       {jobs.isPending && <p className="muted">Loading…</p>}
-      {jobs.isError && <QueryError error={jobs.error} what="jobs" />}
+      {jobs.isError && <QueryError error={jobs.error} what="jobs" onRetry={() => void jobs.refetch()} retrying={jobs.isFetching} />}
       {jobs.data && <JobsTable jobs={jobs.data} />}
     </section>
   )

@@ -1,5 +1,6 @@
 import { Field } from '../../../components/Field'
 import { FieldErrors } from '../../../components/FieldErrors'
+import { QueryError } from '../../../components/QueryError'
 import { useMachines } from '../../machines/api/get-machines'
 import { freeGpus, isPlaceable, type NewJobFormState } from '../new-job-spec'
 import { SaveDefaultsButton } from './SaveDefaultsButton'
@@ -24,6 +25,9 @@ function MachinePicker({ form, errors, onChange }: Props) {
     <fieldset className="machine-picker">
       <legend>Pick machines (the first is the master)</legend>
       {machines.isPending && <p className="muted">Loading machines…</p>}
+      {machines.isError && (
+        <QueryError error={machines.error} what="machines" onRetry={() => void machines.refetch()} retrying={machines.isFetching} />
+      )}
       {machines.data && online.length === 0 && <p className="muted">No machine is online.</p>}
       {online.map((m) => {
         const order = form.machines.indexOf(m.name)
@@ -48,7 +52,38 @@ function MachinePicker({ form, errors, onChange }: Props) {
   )
 }
 
-/** Seed 000's distributed options: how many machines, what each needs, and which ones. */
+/**
+ * Seed 000's remote job dispatch: the whole job on one machine picked here, or on whichever the
+ * planner picks. A picked machine that stopped reporting stays listed, so the choice is not lost.
+ */
+function SingleMachinePicker({ form, errors, onChange }: Props) {
+  const machines = useMachines()
+  const online = (machines.data ?? []).filter(isPlaceable)
+  const gone = form.machine && !online.some((m) => m.name === form.machine)
+  return (
+    <>
+      <Field label="Machine" errors={errors.machines}>
+        <select name="machine" value={form.machine} onChange={(e) => onChange({ machine: e.target.value })}>
+          <option value="">Any machine (the planner picks)</option>
+          {online.map((m) => (
+            <option key={m.id} value={m.name}>
+              {m.name} · {freeGpus(m)} of {m.capabilities.gpu_count ?? 0} GPUs free · {m.status}
+            </option>
+          ))}
+          {gone && <option value={form.machine}>{form.machine} (not online)</option>}
+        </select>
+      </Field>
+      {machines.isError && (
+        <QueryError error={machines.error} what="machines" onRetry={() => void machines.refetch()} retrying={machines.isFetching} />
+      )}
+    </>
+  )
+}
+
+/**
+ * Where the job runs. Without distributed training: one machine, picked or any. With it (seed 000's
+ * toggle): how many machines, what each needs, and which ones.
+ */
 export function NewJobDistributedFields({ form, errors, onChange }: Props) {
   const numberField = (key: NumberKey, label: string, min: number, step = 1) => (
     <Field label={label} errors={errors[key]} narrow>
@@ -65,40 +100,58 @@ export function NewJobDistributedFields({ form, errors, onChange }: Props) {
   )
   return (
     <fieldset className="new-job-section">
-      <legend>Distributed training</legend>
-      {numberField('nodes', 'Machines', 1)}
+      <legend>Machines</legend>
+      <label className="distributed-toggle">
+        <input
+          type="checkbox"
+          role="switch"
+          name="distributed"
+          checked={form.distributed}
+          onChange={(e) => onChange({ distributed: e.target.checked })}
+        />
+        <span>Distributed training</span>
+        <span className="muted">
+          {form.distributed ? 'the job spans several machines' : 'off: the whole job runs on one machine'}
+        </span>
+      </label>
+      {form.distributed && numberField('nodes', 'Machines', 1)}
       {numberField('procs_per_node', 'Processes/machine', 1)}
       {numberField('gpus_per_node', 'GPUs/machine', 0)}
       {numberField('min_gpu_memory_gb', 'Min GPU memory (GB)', 0, 0.5)}
       {numberField('max_restarts', 'Max restarts', 0)}
-      <Field label="Placement" errors={errors.policy}>
-        <select
-          name="policy"
-          value={form.policy}
-          onChange={(e) => onChange({ policy: e.target.value as NewJobFormState['policy'] })}
-        >
-          <option value="pack">pack (fewest, fullest machines)</option>
-          <option value="spread">spread (least loaded first)</option>
-          <option value="simple">simple (seed 004: least GPU waste)</option>
-          <option value="balanced">balanced (seed 004: fewest tasks, most free GPUs)</option>
-        </select>
-      </Field>
-      <fieldset className="radio-row">
-        <legend>Machine selection</legend>
-        {(['auto', 'manual'] as const).map((selection) => (
-          <label key={selection}>
-            <input
-              type="radio"
-              name="selection"
-              value={selection}
-              checked={form.selection === selection}
-              onChange={() => onChange({ selection })}
-            />
-            {selection === 'auto' ? 'Automatic' : 'Manual'}
-          </label>
-        ))}
-      </fieldset>
-      {form.selection === 'manual' && <MachinePicker form={form} errors={errors} onChange={onChange} />}
+      {!form.distributed && <SingleMachinePicker form={form} errors={errors} onChange={onChange} />}
+      {(form.distributed || !form.machine) && (
+        <Field label="Placement" errors={errors.policy}>
+          <select
+            name="policy"
+            value={form.policy}
+            onChange={(e) => onChange({ policy: e.target.value as NewJobFormState['policy'] })}
+          >
+            <option value="pack">pack (fewest, fullest machines)</option>
+            <option value="spread">spread (least loaded first)</option>
+            <option value="simple">simple (seed 004: least GPU waste)</option>
+            <option value="balanced">balanced (seed 004: fewest tasks, most free GPUs)</option>
+          </select>
+        </Field>
+      )}
+      {form.distributed && (
+        <fieldset className="radio-row">
+          <legend>Machine selection</legend>
+          {(['auto', 'manual'] as const).map((selection) => (
+            <label key={selection}>
+              <input
+                type="radio"
+                name="selection"
+                value={selection}
+                checked={form.selection === selection}
+                onChange={() => onChange({ selection })}
+              />
+              {selection === 'auto' ? 'Automatic' : 'Manual'}
+            </label>
+          ))}
+        </fieldset>
+      )}
+      {form.distributed && form.selection === 'manual' && <MachinePicker form={form} errors={errors} onChange={onChange} />}
       <SaveDefaultsButton form={form} />
     </fieldset>
   )

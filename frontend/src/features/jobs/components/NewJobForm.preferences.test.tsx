@@ -32,7 +32,20 @@ const machines = [
 ]
 const routes = {
   ...csrfRoute(),
-  'GET /api/recipes': () => json([{ entrypoint: 'examples/mlp_ddp.py', summary: 'An MLP with DDP.' }]),
+  'GET /api/plugins': () =>
+    json([
+      {
+        name: 'mlp_ddp',
+        version: '0.1.0',
+        description: 'An MLP with DDP.',
+        entrypoint: 'examples/mlp_ddp.py',
+        default_config: {},
+        builtin: true,
+        bundle: null,
+        created_at: null,
+        project: null,
+      },
+    ]),
   'GET /api/machines': () => json(machines),
 }
 
@@ -44,7 +57,9 @@ describe('new job form: the distributed defaults saved on the server', () => {
   it('starts from the saved defaults: counts, manual selection and the preferred machines in order', async () => {
     mockFetch({ ...routes, 'GET /api/preferences/distributed': () => json(saved) })
     renderForm()
+    // Three machines turn distributed training on.
     await vi.waitFor(() => expect(screen.getByLabelText('Machines')).toHaveValue(3))
+    expect(screen.getByRole('switch', { name: /Distributed training/ })).toBeChecked()
     expect(screen.getByLabelText('Processes/machine')).toHaveValue(4)
     expect(screen.getByLabelText('GPUs/machine')).toHaveValue(1)
     expect(screen.getByRole('radio', { name: 'Manual' })).toBeChecked()
@@ -54,10 +69,23 @@ describe('new job form: the distributed defaults saved on the server', () => {
     expect(within(screen.getByText('alpha').closest('label')!).getByRole('checkbox')).toBeChecked()
   })
 
+  it('starts from one machine, any, with its saved single machine picked', async () => {
+    const one = { ...saved, default_num_machines: 1, preferred_machines: [2], preferred_machine_names: ['beta'] }
+    mockFetch({ ...routes, 'GET /api/preferences/distributed': () => json(one) })
+    renderForm()
+    await vi.waitFor(() => expect(screen.getByLabelText('Machine')).toHaveValue('beta'))
+    expect(screen.getByRole('switch', { name: /Distributed training/ })).not.toBeChecked()
+    expect(screen.queryByLabelText('Machines')).not.toBeInTheDocument()
+  })
+
   it('keeps the built-in defaults for someone who never saved any', async () => {
     const requests = mockFetch({ ...routes, 'GET /api/preferences/distributed': () => json(never) })
     renderForm()
     await vi.waitFor(() => expect(requests.some((r) => r.path === '/api/preferences/distributed')).toBe(true))
+    // One machine, any; distributed training brings back two.
+    expect(screen.getByRole('switch', { name: /Distributed training/ })).not.toBeChecked()
+    expect(screen.getByLabelText('Machine')).toHaveValue('')
+    await userEvent.setup().click(screen.getByRole('switch', { name: /Distributed training/ }))
     expect(screen.getByLabelText('Machines')).toHaveValue(2)
     expect(screen.getByRole('radio', { name: 'Automatic' })).toBeChecked()
   })
@@ -71,6 +99,7 @@ describe('new job form: the distributed defaults saved on the server', () => {
     renderForm()
     const user = userEvent.setup()
     await vi.waitFor(() => expect(requests.some((r) => r.path === '/api/preferences/distributed')).toBe(true))
+    await user.click(screen.getByRole('switch', { name: /Distributed training/ }))
     await user.clear(screen.getByLabelText('Machines'))
     await user.type(screen.getByLabelText('Machines'), '4')
     await user.clear(screen.getByLabelText('GPUs/machine'))
@@ -101,6 +130,7 @@ describe('new job form: the distributed defaults saved on the server', () => {
     })
     renderForm()
     const user = userEvent.setup()
+    await user.click(screen.getByRole('switch', { name: /Distributed training/ }))
     await user.clear(screen.getByLabelText('Machines'))
     await user.click(screen.getByRole('button', { name: 'Save as my defaults' }))
     expect(await screen.findByText('Machines: Ensure this value is greater than or equal to 1.')).toBeInTheDocument()
@@ -112,23 +142,38 @@ describe('new job form: preferences to and from the form', () => {
     const form = { ...initialFormState(), name: 'kept', nodes: '9' }
     expect(withPreferences(form, saved)).toEqual({
       ...form,
+      distributed: true,
       nodes: '3',
       procs_per_node: '4',
       gpus_per_node: '1',
       selection: 'manual',
       machines: ['beta', 'alpha'],
     })
-    expect(withPreferences(form, never)).toMatchObject({ selection: 'auto', machines: [] })
+    expect(withPreferences(form, never)).toMatchObject({ distributed: true, selection: 'auto', machines: [] })
+    // One machine: no distributed training, the machine count to turn it on again kept; the one preferred machine picked.
+    const one = { ...saved, default_num_machines: 1, preferred_machine_names: ['beta'] }
+    expect(withPreferences(form, one)).toMatchObject({ distributed: false, nodes: '9', machine: 'beta' })
+    expect(withPreferences(form, { ...one, auto_machine_selection: true })).toMatchObject({ distributed: false, machine: '' })
   })
 
   it('names machines by id and leaves out one no longer in the cluster', () => {
-    const form = { ...initialFormState(), machines: ['beta', 'gone', 'alpha'], selection: 'manual' as const }
+    const form = { ...initialFormState(), distributed: true, machines: ['beta', 'gone', 'alpha'], selection: 'manual' as const }
     expect(preferencesOf(form, machines)).toEqual({
       preferred_machines: [2, 1],
       default_num_machines: 2,
       default_procs_per_machine: 1,
       default_gpus_per_machine: 0,
       auto_machine_selection: false,
+    })
+  })
+
+  it('saves one machine without distributed training: the picked one, or any', () => {
+    const form = { ...initialFormState(), machine: 'beta', machines: ['alpha'] }
+    expect(preferencesOf(form, machines)).toMatchObject({ preferred_machines: [2], default_num_machines: 1, auto_machine_selection: false })
+    expect(preferencesOf({ ...form, machine: '' }, machines)).toMatchObject({
+      preferred_machines: [1],
+      default_num_machines: 1,
+      auto_machine_selection: true,
     })
   })
 })

@@ -7,13 +7,26 @@ import { csrfRoute, json, mockFetch } from '../../../test/http'
 import { renderWithProviders } from '../../../test/render'
 import { NewJobForm } from './NewJobForm'
 
+const builtin = (name: string, description: string) => ({
+  name,
+  version: '0.1.0',
+  description,
+  entrypoint: `examples/${name}.py`,
+  default_config: {},
+  builtin: true,
+  bundle: null,
+  created_at: null,
+  project: null,
+})
+
+// The built-in recipes, as GET /api/plugins lists them.
 const recipesRoute = {
-  'GET /api/recipes': () =>
-    json([
-      { entrypoint: 'examples/char_gpt.py', summary: 'A character-level transformer.' },
-      { entrypoint: 'examples/mlp_ddp.py', summary: 'An MLP with DDP.' },
-    ]),
+  'GET /api/plugins': () =>
+    json([builtin('char_gpt', 'A character-level transformer.'), builtin('mlp_ddp', 'An MLP with DDP.')]),
+  'GET /api/machines': () => json([machine({ id: 1, name: 'alpha' }), machine({ id: 2, name: 'beta' })]),
 }
+
+const distributedSwitch = () => screen.getByRole('switch', { name: /Distributed training/ })
 
 const plan: ExecutionPlan = {
   world_size: 4,
@@ -54,17 +67,19 @@ describe('new job form', () => {
     const user = userEvent.setup()
 
     await user.type(screen.getByLabelText('Name'), 'gpt-run')
-    // The server's recipes fill the list, each with its summary as the hint.
-    expect(await screen.findByRole('option', { name: 'examples/char_gpt.py' })).toHaveAttribute(
+    // The server's recipes fill the plugin list, each with its summary as the hint.
+    expect(await screen.findByRole('option', { name: 'char_gpt v0.1.0 (built-in)' })).toHaveAttribute(
       'title',
       'A character-level transformer.',
     )
-    expect(screen.getByLabelText('Entrypoint')).toHaveValue('examples/mlp_ddp.py')
+    expect(screen.getByLabelText('Plugin')).toHaveValue('mlp_ddp')
     expect(screen.getByText('An MLP with DDP.')).toBeInTheDocument()
-    await user.selectOptions(screen.getByLabelText('Entrypoint'), 'examples/char_gpt.py')
+    await user.selectOptions(screen.getByLabelText('Plugin'), 'char_gpt')
     expect(screen.getByText('A character-level transformer.')).toBeInTheDocument()
     expect(screen.queryByText('An MLP with DDP.')).not.toBeInTheDocument()
     await typeInto(user, 'Steps', '1200')
+    await user.click(distributedSwitch())
+    expect(screen.getByLabelText('Machines')).toHaveValue(2)
     await typeInto(user, 'Processes/machine', '2')
     await typeInto(user, 'GPUs/machine', '1')
     await typeInto(user, 'Min GPU memory (GB)', '40')
@@ -112,7 +127,7 @@ describe('new job form', () => {
     await user.type(screen.getByLabelText('Name'), 'run')
     await user.click(screen.getByRole('button', { name: 'Plan' }))
     expect(await screen.findByRole('button', { name: 'Launch' })).toBeInTheDocument()
-    await typeInto(user, 'Machines', '3')
+    await user.click(distributedSwitch())
     expect(screen.queryByRole('button', { name: 'Launch' })).not.toBeInTheDocument()
     expect(screen.getByText(/plan again before launching/)).toBeInTheDocument()
   })
@@ -132,6 +147,7 @@ describe('new job form', () => {
     renderWithProviders(<NewJobForm onCreated={() => {}} onCancel={() => {}} />)
     const user = userEvent.setup()
     await user.type(screen.getByLabelText('Name'), 'pinned')
+    await user.click(distributedSwitch())
     await user.click(screen.getByRole('radio', { name: 'Manual' }))
 
     const beta = (await screen.findByText('beta')).closest('label')!
@@ -178,6 +194,7 @@ describe('new job form', () => {
     renderWithProviders(<NewJobForm onCreated={() => {}} onCancel={() => {}} />)
     const user = userEvent.setup()
     await user.type(screen.getByLabelText('Name'), 'run')
+    await user.click(distributedSwitch())
     await user.click(screen.getByRole('radio', { name: 'Manual' }))
     await user.click(within((await screen.findByText('gamma')).closest('label')!).getByRole('checkbox'))
     await user.click(within(screen.getByText('alpha').closest('label')!).getByRole('checkbox'))
@@ -218,6 +235,7 @@ describe('new job form', () => {
     renderWithProviders(<NewJobForm onCreated={() => {}} onCancel={() => {}} />)
     const user = userEvent.setup()
     await user.type(screen.getByLabelText('Name'), 'dup')
+    await user.click(distributedSwitch())
     await user.click(screen.getByRole('button', { name: 'Plan' }))
 
     expect(await screen.findByText('A job with this name is already running.')).toBeInTheDocument()

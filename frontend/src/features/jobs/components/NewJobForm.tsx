@@ -1,18 +1,31 @@
 import { useState, type FormEvent } from 'react'
 import { useMe } from '../../auth/api/get-me'
+import { useMachines } from '../../machines/api/get-machines'
+import { ErrorWithRetry } from '../../../components/ErrorWithRetry'
 import { Field } from '../../../components/Field'
 import { FieldErrors } from '../../../components/FieldErrors'
 import { isApiError } from '../../../lib/api'
-import type { JobDetail } from '../../../lib/types'
-import { useCreateJob, type JobSpecInput } from '../api/create-job'
+import type { JobDetail, JobSpecInput } from '../../../lib/types'
 import { useDistributedPreferences } from '../api/distributed-preferences'
-import { useRecipes } from '../api/get-recipes'
+import { usePlugins } from '../api/get-plugins'
+import { useLaunchJob, type Launch } from '../api/launch-job'
 import { usePlanJob } from '../api/plan-job'
-import { buildSpec, initialFormState, withPreferences, type NewJobFormState } from '../new-job-spec'
+import {
+  buildSpec,
+  defaultPlugin,
+  formErrors,
+  initialFormState,
+  pinnedMachines,
+  runsBuiltinRecipe,
+  withPlugin,
+  withPreferences,
+  type NewJobFormState,
+} from '../new-job-spec'
 import { errorsByField, planRefusalOf } from './new-job-errors'
 import { NewJobDistributedFields } from './NewJobDistributedFields'
 import { NewJobExtraFields } from './NewJobExtraFields'
 import { PlanRefusalView, PlanView } from './PlanView'
+import { PluginPicker } from './PluginPicker'
 import '../new-job.css'
 
 interface NewJobFormProps {
@@ -20,20 +33,16 @@ interface NewJobFormProps {
   onCancel: () => void
 }
 
-/** A 400's field errors by form field, or the one message of anything else. */
-function errorsOf(error: Error | null): Record<string, string[]> {
-  if (!error) return {}
-  return isApiError(error) && error.status === 400 ? errorsByField(error.body) : { '': [error.message] }
-}
-
 /**
  * The New job form: Plan shows where every rank would go (POST /api/jobs/plan, nothing launched);
- * Launch submits exactly the spec that was planned.
+ * Launch submits exactly the spec that was planned, to the one machine picked when distributed
+ * training is off and a machine is (seed 000's remote dispatch). A request that got no answer or a
+ * server error offers Retry; the form keeps everything typed whatever happens.
  */
 export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
   const plan = usePlanJob()
-  const create = useCreateJob()
-  const recipes = useRecipes()
+  const launch = useLaunchJob()
+  const machines = useMachines()
   // A picker only for someone in several projects; everyone else submits to their one (or "default").
   const projects = useMe().data?.projects ?? []
   const [form, setForm] = useState<NewJobFormState>(initialFormState)
@@ -46,28 +55,38 @@ export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
     setPrefilled(true)
     if (preferences.updated_at) setForm((f) => withPreferences(f, preferences))
   }
-  const set = (key: 'name' | 'project' | 'entrypoint' | 'steps' | 'batch_size' | 'lr' | 'scaling') =>
+  // The default recipe, with its config, once the plugin list arrives.
+  const plugins = usePlugins().data
+  const firstPlugin = plugins && !form.plugin ? defaultPlugin(plugins) : undefined
+  if (firstPlugin) setForm((f) => withPlugin(f, firstPlugin))
+
+  const set = (key: 'name' | 'project' | 'steps' | 'batch_size' | 'lr' | 'scaling' | 'config') =>
     (e: { target: { value: string } }) => change({ [key]: e.target.value })
 
-  // Until the list arrives (or if it cannot), the chosen entrypoint is the only option.
-  const choices = recipes.data ?? [{ entrypoint: form.entrypoint, summary: '' }]
-  const summary = choices.find((r) => r.entrypoint === form.entrypoint)?.summary
   const chosenProject = form.project || (projects.includes('default') ? 'default' : (projects[0] ?? ''))
   const spec = buildSpec(form, projects.length > 1 ? chosenProject : null)
+  const local = formErrors(form)
 
-  // Errors of whichever came last: the launch (reset by planning again) or the plan.
-  const error = create.error ?? plan.error
-  const refusal = isApiError(error) && error.status === 400 ? planRefusalOf(error.body) : null
-  const errors = refusal ? {} : errorsOf(error)
+  // Errors of whichever came last: the launch (reset by planning again) or the plan. A 400 lands on
+  // its fields; anything else is one message, with Retry when sending again may work.
+  const error = launch.error ?? plan.error
+  const invalid = isApiError(error) && error.status === 400 ? error.body : null
+  const refusal = invalid ? planRefusalOf(invalid) : null
+  const errors = { ...(invalid && !refusal ? errorsByField(invalid, { steps: runsBuiltinRecipe(form) }) : {}), ...local }
   const planned = plan.data && plan.variables
   const stale = Boolean(planned && JSON.stringify(planned) !== JSON.stringify(spec))
 
   const onPlan = (event: FormEvent<HTMLFormElement>) => {
     event.preventDefault()
-    create.reset()
+    if (Object.keys(local).length) return
+    launch.reset()
     plan.mutate(spec)
   }
-  const launch = (what: JobSpecInput) => create.mutate(what, { onSuccess: onCreated })
+  const submit = (what: Launch) => launch.mutate(what, { onSuccess: onCreated })
+  // The one machine picked (single-machine jobs only) goes through dispatch_job, by id.
+  const target = form.distributed ? undefined : machines.data?.find((m) => m.name === form.machine)
+  const launchSpec = (what: JobSpecInput) => submit({ spec: what, machineId: target?.id ?? null })
+  const retry = () => (launch.error ? submit(launch.variables!) : plan.mutate(plan.variables!))
 
   return (
     <form className="inline-form new-job-form" onSubmit={onPlan} aria-label="New job">
@@ -85,19 +104,12 @@ export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
           </select>
         </Field>
       )}
-      <Field label="Entrypoint" errors={errors.entrypoint}>
-        <select name="entrypoint" value={form.entrypoint} onChange={set('entrypoint')}>
-          {choices.map((r) => (
-            <option key={r.entrypoint} value={r.entrypoint} title={r.summary}>
-              {r.entrypoint}
-            </option>
-          ))}
-        </select>
-      </Field>
-      <Field label="Steps" errors={errors.steps} narrow>
-        <input name="steps" type="number" min={1} required value={form.steps} onChange={set('steps')} />
-      </Field>
-      {summary && <p className="form-hint">{summary}</p>}
+      <PluginPicker form={form} errors={errors} onChange={change} />
+      {runsBuiltinRecipe(form) && (
+        <Field label="Steps" errors={errors.steps} narrow>
+          <input name="steps" type="number" min={1} required value={form.steps} onChange={set('steps')} />
+        </Field>
+      )}
       <NewJobDistributedFields form={form} errors={errors} onChange={change} />
       <fieldset className="new-job-section">
         <legend>Hyperparameters</legend>
@@ -114,6 +126,17 @@ export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
             <option value="none">none</option>
           </select>
         </Field>
+        <Field label="Config (JSON)" errors={errors.config}>
+          <textarea
+            name="config"
+            className="config-json"
+            rows={Math.min(8, Math.max(2, form.config.split('\n').length))}
+            value={form.config}
+            onChange={set('config')}
+            placeholder='{"epochs": 2}'
+            spellCheck={false}
+          />
+        </Field>
       </fieldset>
       <NewJobExtraFields form={form} errors={errors} onChange={change} />
       <div className="form-actions">
@@ -125,16 +148,23 @@ export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
         </button>
       </div>
       <FieldErrors messages={errors['']} block />
+      {error && !invalid && (
+        <ErrorWithRetry error={error} onRetry={retry} retrying={plan.isPending || launch.isPending} block>
+          {launch.error ? 'Could not launch the job: ' : 'Could not plan the job: '}
+        </ErrorWithRetry>
+      )}
       {refusal && (
         <PlanRefusalView
           refusal={refusal}
-          picked={form.selection === 'manual' ? form.machines : []}
-          nodes={Number(form.nodes)}
+          picked={pinnedMachines(form)}
+          nodes={form.distributed ? Number(form.nodes) : 1}
           gpusPerNode={Number(form.gpus_per_node)}
-          onUseMachines={(machines) => change({ selection: 'manual', machines })}
+          onUseMachines={(names) =>
+            change(form.distributed ? { selection: 'manual', machines: names } : { machine: names[0] ?? '' })
+          }
           onLowerNodes={(nodes) => change({ nodes: String(nodes) })}
-          onLaunchAnyway={() => launch(spec)}
-          launching={create.isPending}
+          onLaunchAnyway={() => launchSpec(spec)}
+          launching={launch.isPending}
         />
       )}
       {planned && !refusal && (
@@ -142,8 +172,8 @@ export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {
           plan={plan.data}
           asked={planned.hyperparameters ?? {}}
           stale={stale}
-          launching={create.isPending}
-          onLaunch={() => launch(planned)}
+          launching={launch.isPending}
+          onLaunch={() => launchSpec(planned)}
         />
       )}
     </form>

@@ -67,7 +67,7 @@ export function PlanView({ plan, asked, stale, launching, onLaunch }: PlanViewPr
       <h3>Execution plan</h3>
       <p>
         {plural(plan.world_size, 'process', 'processes')} on {plural(plan.nnodes, 'machine')} ({plan.procs_per_node} per machine),
-        {plan.nodes_range && ` elastic: ${plan.nodes_range[0]} to ${plan.nodes_range[1]} machines (starts with ${plan.nnodes}),`}
+        {plan.nodes_range && ` elastic: ${plan.nodes_range[0]} to ${plan.nodes_range[1]} machines (starts with ${plan.nnodes}),`}{' '}
         backend <strong>{plan.backend}</strong>, master <strong>{`${plan.master_addr}:${plan.master_port}`}</strong>
       </p>
       {ray && (

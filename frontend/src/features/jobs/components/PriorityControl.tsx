@@ -1,5 +1,5 @@
 import { PriorityBadge } from '../../../components/PriorityBadge'
-import { errorMessages } from '../../../lib/api'
+import { errorMessages, isRetryable } from '../../../lib/api'
 import { priorityChoices, priorityInput, priorityValue } from '../../../lib/priority'
 import { useMayControlJob } from '../../projects/hooks/useMayControlJob'
 import { useUpdateJobPriority } from '../api/update-job-priority'
@@ -36,6 +36,11 @@ export function PriorityControl({ job }: PriorityControlProps) {
       {update.isError && (
         <span className="field-error" role="alert">
           {errorMessages(update.error).join(' ')}
+          {isRetryable(update.error) && (
+            <button type="button" className="small" onClick={() => update.mutate(update.variables!)}>
+              Retry
+            </button>
+          )}
         </span>
       )}
     </span>

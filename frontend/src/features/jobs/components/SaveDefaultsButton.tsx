@@ -1,3 +1,4 @@
+import { ErrorWithRetry } from '../../../components/ErrorWithRetry'
 import { FieldErrors } from '../../../components/FieldErrors'
 import { flattenFieldErrors, isApiError } from '../../../lib/api'
 import { useSaveDistributedPreferences } from '../api/distributed-preferences'
@@ -12,9 +13,9 @@ const LABELS: Record<string, string> = {
   auto_machine_selection: 'Machine selection',
 }
 
+/** A refused save's messages, each with the form's name for what it names. */
 function messagesOf(error: Error | null): string[] {
-  if (!error) return []
-  if (!isApiError(error) || error.status !== 400) return [error.message]
+  if (!isApiError(error) || error.status !== 400) return []
   return Object.entries(flattenFieldErrors(error.body)).flatMap(([path, messages]) => {
     const label = LABELS[path.split('.')[0]] ?? path
     return messages.map((m) => (label ? `${label}: ${m}` : m))
@@ -37,6 +38,11 @@ export function SaveDefaultsButton({ form }: { form: NewJobFormState }) {
         {save.isSuccess ? 'Saved: new jobs start from these settings.' : 'machine count, processes, GPUs and machine selection'}
       </span>
       <FieldErrors messages={messagesOf(save.error)} block />
+      {save.error && !(isApiError(save.error) && save.error.status === 400) && (
+        <ErrorWithRetry error={save.error} onRetry={() => save.mutate(save.variables!)} retrying={save.isPending} block>
+          Could not save the defaults:{' '}
+        </ErrorWithRetry>
+      )}
     </div>
   )
 }

@@ -20,8 +20,3 @@ export const useCreateMachine = () => {
     },
   })
 }
-
-/** What to run on the new machine; the token is only ever shown this once. */
-export function agentCommand(origin: string, token: string): string {
-  return `torchyard agent --server ${origin} --token ${token}`
-}

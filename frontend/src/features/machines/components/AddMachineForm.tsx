@@ -1,17 +1,18 @@
 import { useMemo, useState, type FormEvent } from 'react'
+import { ErrorWithRetry } from '../../../components/ErrorWithRetry'
 import { Field } from '../../../components/Field'
 import { FieldErrors } from '../../../components/FieldErrors'
 import { OneTimeSecret } from '../../../components/OneTimeSecret'
 import { flattenFieldErrors, isApiError } from '../../../lib/api'
 import type { Machine } from '../../../lib/types'
-import { agentCommand, useCreateMachine } from '../api/create-machine'
-import { hasErrors, parseLabels, validateAddMachine, type AddMachineInput } from './add-machine-validation'
+import { useCreateMachine } from '../api/create-machine'
+import { DEFAULT_PORT, hasErrors, parseLabels, validateAddMachine, type AddMachineInput } from './add-machine-validation'
 
 type Touched = Partial<Record<keyof AddMachineInput, boolean>>
 
 export function AddMachineForm({ machines, onClose }: { machines: readonly Machine[]; onClose: () => void }) {
   const create = useCreateMachine()
-  const [input, setInput] = useState<AddMachineInput>({ name: '', host: '', labels: '' })
+  const [input, setInput] = useState<AddMachineInput>({ name: '', host: '', port: '', labels: '' })
   // A field's problems show once something was typed in it (or it was left, or Add was pressed), not
   // before: an empty form is not wrong yet.
   const [touched, setTouched] = useState<Touched>({})
@@ -19,8 +20,10 @@ export function AddMachineForm({ machines, onClose }: { machines: readonly Machi
 
   if (create.data) {
     const machine = create.data
+    // The server's own join command: it names the server as agents reach it (TORCHYARD_PUBLIC_URL), which
+    // need not be the address this browser uses.
     return (
-      <OneTimeSecret secret={agentCommand(window.location.origin, machine.token)} onDone={onClose}>
+      <OneTimeSecret secret={machine.agent_command} onDone={onClose}>
         Machine <strong>{machine.name}</strong> added. Run this on it to start its agent and join the cluster. The
         token is shown only once:
       </OneTimeSecret>
@@ -28,12 +31,10 @@ export function AddMachineForm({ machines, onClose }: { machines: readonly Machi
   }
 
   const local = validateAddMachine(input, takenNames)
-  const server =
-    create.error && isApiError(create.error) && create.error.status === 400
-      ? flattenFieldErrors(create.error.body)
-      : create.error
-        ? { '': [create.error.message] }
-        : {}
+  // A 400 lands on its fields; anything else is one message under the form, with Retry where
+  // sending the same machine again may work (ErrorWithRetry).
+  const invalid = isApiError(create.error) && create.error.status === 400
+  const server = invalid && isApiError(create.error) ? flattenFieldErrors(create.error.body) : {}
   const errorsOf = (field: keyof AddMachineInput) => (touched[field] ? local[field] : undefined) ?? server[field]
 
   const edit = (field: keyof AddMachineInput) => (value: string) => {
@@ -46,9 +47,15 @@ export function AddMachineForm({ machines, onClose }: { machines: readonly Machi
 
   const onSubmit = (event: FormEvent<HTMLFormElement>) => {
     event.preventDefault()
-    setTouched({ name: true, host: true, labels: true })
+    setTouched({ name: true, host: true, port: true, labels: true })
     if (hasErrors(local)) return
-    create.mutate({ name: input.name.trim(), host: input.host.trim(), labels: parseLabels(input.labels).labels })
+    const port = input.port.trim()
+    create.mutate({
+      name: input.name.trim(),
+      host: input.host.trim(),
+      ...(port ? { port: Number(port) } : {}),
+      labels: parseLabels(input.labels).labels,
+    })
   }
 
   const inputProps = (field: keyof AddMachineInput) => ({
@@ -69,6 +76,9 @@ export function AddMachineForm({ machines, onClose }: { machines: readonly Machi
       <Field label="Host" errors={errorsOf('host')}>
         <input {...inputProps('host')} maxLength={255} placeholder="10.0.0.12" />
       </Field>
+      <Field label="Port" errors={errorsOf('port')} narrow>
+        <input {...inputProps('port')} inputMode="numeric" maxLength={5} placeholder={String(DEFAULT_PORT)} />
+      </Field>
       <Field label="Labels" errors={errorsOf('labels')}>
         <input {...inputProps('labels')} placeholder="rack=3, gpu=a100" />
       </Field>
@@ -81,9 +91,16 @@ export function AddMachineForm({ machines, onClose }: { machines: readonly Machi
         </button>
       </div>
       <p className="form-hint">
-        The host is the address the other machines reach it at. Adding it gives a command to run there, with its token.
+        The host is the address the other machines reach it at; the port is kept with it, as TransformerLab's machine
+        list has it ({DEFAULT_PORT} if left empty: Torchyard's agent connects out and needs no open port). Adding it
+        gives a command to run there, with its token.
       </p>
       <FieldErrors messages={server['']} block />
+      {create.error && !invalid && (
+        <ErrorWithRetry error={create.error} onRetry={() => create.mutate(create.variables!)} retrying={create.isPending} block>
+          Could not add the machine:{' '}
+        </ErrorWithRetry>
+      )}
     </form>
   )
 }

@@ -1,4 +1,5 @@
 import { useEffect, useRef, useState } from 'react'
+import { ErrorWithRetry } from '../../../components/ErrorWithRetry'
 import { RelativeTime } from '../../../components/RelativeTime'
 import { StatusBadge } from '../../../components/StatusBadge'
 import { isApiError } from '../../../lib/api'
@@ -10,6 +11,7 @@ import { LoadBars } from './LoadBars'
 import {
   gpuDeclaration,
   gpuSummary,
+  hostAndPort,
   hostSummary,
   parseVolumesText,
   roundTripText,
@@ -57,9 +59,10 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
           <div className="strong" title={m.name}>
             {m.name}
           </div>
-          {/* The address the other nodes reach it at; agents listen on no port of their own. */}
-          <div className="mono muted" title={m.host}>
-            {m.host}
+          {/* The address the other nodes reach it at, and the port seed 000's machine list records beside it
+              (the agent dials out and listens on no port of its own). */}
+          <div className="mono muted" title={hostAndPort(m)}>
+            {hostAndPort(m)}
           </div>
           {labels.length > 0 && (
             <ul className="labels" aria-label="Labels">
@@ -163,9 +166,13 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
       {error && (
         <tr className="row-message">
           <td colSpan={MACHINE_COLUMNS}>
-            <div className="inline-error" role="alert">
-              {ping.error ? 'Could not ping' : 'Could not change'} {m.name}: {error.message}
-            </div>
+            <ErrorWithRetry
+              error={error}
+              onRetry={() => (ping.error ? onPing() : drain.mutate(drain.variables!))}
+              retrying={ping.isPending || drain.isPending}
+            >
+              {ping.error ? 'Could not ping' : 'Could not change'} {m.name}:{' '}
+            </ErrorWithRetry>
           </td>
         </tr>
       )}

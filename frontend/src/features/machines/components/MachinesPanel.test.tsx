@@ -79,7 +79,7 @@ describe('machines', () => {
 
     const alpha = await screen.findByRole('row', { name: 'alpha' })
     expect(within(alpha).getByText('online')).toHaveClass('badge-online')
-    expect(within(alpha).getByText('10.0.0.11')).toBeInTheDocument()
+    expect(within(alpha).getByText('10.0.0.11:8001')).toBeInTheDocument()
     expect(within(alpha).getByText('16 CPUs · 64.0 GiB')).toBeInTheDocument()
     expect(within(alpha).getByText('no GPUs')).toBeInTheDocument()
     expect(within(alpha).getByText('just now')).toBeInTheDocument()
@@ -346,7 +346,8 @@ describe('machines', () => {
     expect(within(form).queryByRole('alert')).not.toBeInTheDocument()
 
     await user.click(within(form).getByRole('button', { name: 'Add' }))
-    const command = `torchyard agent --server ${window.location.origin} --token tok-secret`
+    // The server's join command as it sent it (it knows the URL agents reach it by).
+    const command = 'torchyard agent --server http://x --token tok-secret'
     expect(await screen.findByText(command)).toBeInTheDocument()
     expect(requests.find((r) => r.method === 'POST')!.body).toEqual({ name: 'gamma', host: 'gpu-3.lab', labels: { rack: '3' } })
     await user.click(screen.getByRole('button', { name: 'Copy' }))

@@ -51,7 +51,7 @@ export function MachinesPanel() {
       </header>
       {adding && <AddMachineForm machines={machines.data ?? []} onClose={() => setAdding(false)} />}
       {machines.isPending && <p className="muted">Loading…</p>}
-      {machines.isError && <QueryError error={machines.error} what="machines" />}
+      {machines.isError && <QueryError error={machines.error} what="machines" onRetry={() => void machines.refetch()} retrying={machines.isFetching} />}
       {machines.data && (
         <MachinesTable
           machines={machines.data}

@@ -4,9 +4,14 @@
 export interface AddMachineInput {
   name: string
   host: string
+  /** Digits as typed; empty: the server's default (DEFAULT_PORT). */
+  port: string
   /** "key=value, key=value" */
   labels: string
 }
+
+/** MachineIn's default port, which seed 000's machine list records beside the host. */
+export const DEFAULT_PORT = 8001
 
 export type AddMachineErrors = Partial<Record<keyof AddMachineInput, string[]>>
 
@@ -40,6 +45,8 @@ export function validateAddMachine(input: AddMachineInput, takenNames: ReadonlyS
   if (!host) errors.host = ['required: the address the other machines reach it at.']
   else if (host.length > 255) errors.host = ['at most 255 characters.']
   else if (!HOST.test(host)) errors.host = ['a hostname or an IP address (no spaces or slashes).']
+  const port = input.port.trim()
+  if (port && !(/^\d+$/.test(port) && Number(port) >= 1 && Number(port) <= 65535)) errors.port = ['a port number, 1 to 65535.']
   const labels = parseLabels(input.labels).errors
   if (labels.length) errors.labels = labels
   return errors

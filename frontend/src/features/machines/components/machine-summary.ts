@@ -5,6 +5,10 @@ function count(n: number, one: string, many: string): string {
   return `${n} ${n === 1 ? one : many}`
 }
 
+/** "10.0.0.12:8001", "[fd00::2]:8001": the host with the port the machine was added with. */
+export const hostAndPort = (machine: Machine): string =>
+  `${machine.host.includes(':') && !machine.host.startsWith('[') ? `[${machine.host}]` : machine.host}:${machine.port}`
+
 /** "16 CPUs · 64.0 GiB": what its agent reported, "not reported yet" before it did. */
 export function hostSummary(machine: Machine): string {
   const { cpu_count, memory } = machine.capabilities

@@ -1,4 +1,5 @@
 import { useState, type FormEvent } from 'react'
+import { ErrorWithRetry } from '../../../components/ErrorWithRetry'
 import { FieldErrors } from '../../../components/FieldErrors'
 import { flattenFieldErrors, isApiError } from '../../../lib/api'
 import { priorityChoices, priorityInput, priorityValue } from '../../../lib/priority'
@@ -21,12 +22,9 @@ export function ProjectSettingsForm({ project, staff, onDone }: { project: Proje
   const [maxProcesses, setMaxProcesses] = useState(quotaText(project.max_processes))
   const [borrow, setBorrow] = useState(project.borrow)
 
-  const errors =
-    update.error && isApiError(update.error) && update.error.status === 400
-      ? flattenFieldErrors(update.error.body)
-      : update.error
-        ? { '': [update.error.message] }
-        : {}
+  // A 400 lands on its fields; anything else is one message, with Retry where sending again may work.
+  const invalid = isApiError(update.error) && update.error.status === 400
+  const errors = invalid && isApiError(update.error) ? flattenFieldErrors(update.error.body) : {}
 
   const submit = (event: FormEvent) => {
     event.preventDefault()
@@ -95,6 +93,16 @@ export function ProjectSettingsForm({ project, staff, onDone }: { project: Proje
         {!staff && <span className="muted small">Staff set the quotas and borrowing.</span>}
       </div>
       <FieldErrors messages={[...(errors[''] ?? []), ...(errors.borrow ?? []), ...(errors.description ?? [])]} block />
+      {update.error && !invalid && (
+        <ErrorWithRetry
+          error={update.error}
+          onRetry={() => update.mutate(update.variables!, { onSuccess: onDone })}
+          retrying={update.isPending}
+          block
+        >
+          Could not save the settings:{' '}
+        </ErrorWithRetry>
+      )}
     </form>
   )
 }

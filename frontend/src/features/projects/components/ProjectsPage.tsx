@@ -70,7 +70,7 @@ export function ProjectsPage() {
         <span className="muted small">a quota caps what a project's running jobs hold at once; past it they wait, or borrow idle capacity</span>
       </header>
       {projects.isPending && <p className="muted">Loading…</p>}
-      {projects.isError && <QueryError error={projects.error} what="projects" />}
+      {projects.isError && <QueryError error={projects.error} what="projects" onRetry={() => void projects.refetch()} retrying={projects.isFetching} />}
       {projects.data && projects.data.length === 0 && <p className="empty">You are in no project yet.</p>}
       {projects.data && projects.data.length > 0 && (
         <table className="table projects-table" aria-label="Projects">

@@ -37,7 +37,7 @@ export function QueuePage() {
         </span>
       </header>
       {queue.isPending && <p className="muted">Loading…</p>}
-      {queue.isError && <QueryError error={queue.error} what="the queue" />}
+      {queue.isError && <QueryError error={queue.error} what="the queue" onRetry={() => void queue.refetch()} retrying={queue.isFetching} />}
       {data && (data.jobs.length ? <QueueTable entries={data.jobs} /> : <Empty total={data.total} />)}
     </section>
   )

@@ -1,4 +1,5 @@
 import { useState, type FormEvent } from 'react'
+import { ErrorWithRetry } from '../../../components/ErrorWithRetry'
 import { Field } from '../../../components/Field'
 import { FieldErrors } from '../../../components/FieldErrors'
 import { flattenFieldErrors, isApiError } from '../../../lib/api'
@@ -20,12 +21,9 @@ export function CreateTokenForm({ onClose }: { onClose: () => void }) {
 
   if (create.data) return <NewTokenNotice token={create.data} onDone={onClose} />
 
-  const errors =
-    create.error && isApiError(create.error) && create.error.status === 400
-      ? flattenFieldErrors(create.error.body)
-      : create.error
-        ? { '': [create.error.message] }
-        : {}
+  // A 400 lands on its fields; anything else is one message, with Retry where sending again may work.
+  const invalid = isApiError(create.error) && create.error.status === 400
+  const errors = invalid && isApiError(create.error) ? flattenFieldErrors(create.error.body) : {}
 
   const onSubmit = (event: FormEvent<HTMLFormElement>) => {
     event.preventDefault()
@@ -55,6 +53,11 @@ export function CreateTokenForm({ onClose }: { onClose: () => void }) {
         </button>
       </div>
       <FieldErrors messages={errors['']} block />
+      {create.error && !invalid && (
+        <ErrorWithRetry error={create.error} onRetry={() => create.mutate(create.variables!)} retrying={create.isPending} block>
+          Could not create the token:{' '}
+        </ErrorWithRetry>
+      )}
     </form>
   )
 }

@@ -23,7 +23,7 @@ export function TokensPage() {
       </header>
       {creating && <CreateTokenForm onClose={() => setCreating(false)} />}
       {tokens.isPending && <p className="muted">Loading…</p>}
-      {tokens.isError && <QueryError error={tokens.error} what="API tokens" />}
+      {tokens.isError && <QueryError error={tokens.error} what="API tokens" onRetry={() => void tokens.refetch()} retrying={tokens.isFetching} />}
       {tokens.data && <TokensTable tokens={tokens.data} />}
     </section>
   )

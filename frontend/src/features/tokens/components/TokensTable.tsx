@@ -1,3 +1,4 @@
+import { ErrorWithRetry } from '../../../components/ErrorWithRetry'
 import { RelativeTime } from '../../../components/RelativeTime'
 import { formatDateTime } from '../../../lib/format'
 import type { ApiToken } from '../api/get-tokens'
@@ -28,9 +29,9 @@ export function TokensTable({ tokens }: { tokens: ApiToken[] }) {
   return (
     <>
       {revoke.isError && (
-        <div className="inline-error" role="alert">
-          Could not revoke the token: {revoke.error.message}
-        </div>
+        <ErrorWithRetry error={revoke.error} onRetry={() => revoke.mutate(revoke.variables!)} retrying={revoke.isPending}>
+          Could not revoke the token:{' '}
+        </ErrorWithRetry>
       )}
       <table className="table">
         <thead>

@@ -30,7 +30,7 @@ export function JobTopology({ job }: { job: JobDetail }) {
         <span className="muted small">★ master: node 0, where the ranks meet</span>
       </header>
       {machines.isError ? (
-        <QueryError error={machines.error} what="machines" />
+        <QueryError error={machines.error} what="machines" onRetry={() => void machines.refetch()} retrying={machines.isFetching} />
       ) : (
         // Drawn once the machines are known, so no node shows on a made-up machine meanwhile.
         <div style={{ height }}>

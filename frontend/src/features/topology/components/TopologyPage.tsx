@@ -58,8 +58,8 @@ export function TopologyPage() {
             </span>
           </span>
         </header>
-        {machines.isError && <QueryError error={machines.error} what="machines" />}
-        {jobs.isError && <QueryError error={jobs.error} what="jobs" />}
+        {machines.isError && <QueryError error={machines.error} what="machines" onRetry={() => void machines.refetch()} retrying={machines.isFetching} />}
+        {jobs.isError && <QueryError error={jobs.error} what="jobs" onRetry={() => void jobs.refetch()} retrying={jobs.isFetching} />}
         {machines.isPending ? (
           <p className="muted">Loading…</p>
         ) : (

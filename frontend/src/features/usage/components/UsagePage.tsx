@@ -89,7 +89,7 @@ export function UsagePage() {
         />
       </div>
       {usage.isPending && <p className="muted">Loading…</p>}
-      {usage.isError && <QueryError error={usage.error} what="usage" />}
+      {usage.isError && <QueryError error={usage.error} what="usage" onRetry={() => void usage.refetch()} retrying={usage.isFetching} />}
       {data && !used && (
         <p className="empty usage-empty">
           No GPU or process time was used in {USAGE_WINDOWS[period].span}

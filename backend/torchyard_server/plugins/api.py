@@ -1,0 +1,30 @@
+"""`/api/plugins`: the plugins a job can run by name (seed 000's plugin_name): the built-in recipes
+and the registered ones, and registering one (`torchyard plugin push DIR` calls it)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..openapi import ValidationErrorOut
+from .selectors import plugin_catalog, plugin_row
+from .serializers import PluginIn, PluginOut
+from .services import plugin_register
+
+
+class PluginListView(APIView):
+    @extend_schema(responses=PluginOut(many=True),
+                   parameters=[OpenApiParameter("project", str, description="only this project's registered plugins")])
+    def get(self, request):
+        return Response(PluginOut(plugin_catalog(request.user, project=request.query_params.get("project")), many=True).data)
+
+    @extend_schema(request=PluginIn, responses={201: PluginOut, 200: PluginOut, 400: ValidationErrorOut})
+    def post(self, request):
+        """Register a plugin whose directory was uploaded as a bundle; 200 when it replaced the
+        plugin of that name in the project (a new version)."""
+        body = PluginIn(data=request.data, context={"request": request})
+        body.is_valid(raise_exception=True)
+        plugin, created = plugin_register(data=body.validated_data, owner=request.user)
+        return Response(PluginOut(plugin_row(plugin)).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)

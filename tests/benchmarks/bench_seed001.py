@@ -1,0 +1,186 @@
+"""Benchmark `seed001`: seed 001's "Performance Baseline" table (throughput with 4 workers, checkpoint
+write time, restart time), measured for Torchyard on this machine and printed next to the seed's
+own figures, quoted from its README.
+
+The workload is the seed's own, as Torchyard runs it: examples/seed001_worker.py (its demo worker:
+each rank reads its round-robin share of line shards, one line per step, and checkpoints its exact
+position), 4 workers (2 nodes x 2 processes, CPU, gloo), CHECKPOINT_EVERY=5 and SLEEP_SEC=0, on
+synthetic shards made by the worker itself (`--make-dataset`, 8 shards), on a real stack
+(`torchyard-server run`, two local agents, PostgreSQL, the launcher's own Redis). Our ranks step
+together (one all-reduce per step, so all stop at once); the seed's workers run apart.
+
+    throughput   job steps per second (one line on every rank per step), from rank 0's own
+                 metric timestamps between its first and last report; with CHECKPOINT_EVERY=5 (the
+                 seed's setting) and, for scale, with checkpoints off
+    checkpoint   the write of one checkpoint: the save call to its commit (every rank's part
+                 written, fsynced, hashed, gathered; manifest written and moved into place), as
+                 rank 0 timed it (the manifest's save.blocking_seconds), every checkpoint of the
+                 CHECKPOINT_EVERY=5 runs
+    restart      kill -9 of rank 3 (a training process, from outside) -> the job `recovering`
+                 (detect) -> every node of the next attempt running (restart) -> the last of the
+                 four ranks' first step of that attempt (back to training), resumed from the last
+                 committed checkpoint
+
+Median of ROUNDS each. The seed's Docker and K8s columns are quoted as they are: this machine runs
+neither, and Torchyard's production path (docker-compose.yml) adds no hop the local one lacks.
+
+    make bench BENCH=seed001
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import launch_common as lc  # noqa: E402
+
+WORKER = "examples/seed001_worker.py"
+WORKER_PATH = lc.ROOT / "workers" / "torchyard" / WORKER
+ROUNDS = 3
+SHARDS = 8
+THROUGHPUT_LINES = 600  # per shard: 2 shards a rank at 4 workers, 1,200 steps a run
+RESTART_LINES = 5000  # long enough never to end before it is stopped
+KILL_RANK = lc.WORLD - 1
+FINAL = {"completed", "failed", "stopped"}
+
+# The seed's README, "Performance Baseline" (seed 001), as printed there.
+SEED_TABLE = [
+    ("Throughput", "100 steps/sec", "80 steps/sec", "60-80 steps/sec"),
+    ("Checkpoint", "~10ms", "~50ms", "~100-500ms"),
+    ("Restart", "~0.5s", "~2s", "~3-5s"),
+]
+SEED_NOTE = "With 4 workers + CHECKPOINT_EVERY=5: completes ~20-25 checkpoint cycles per second"
+
+
+def make_dataset(work: Path, lines: int) -> Path:
+    """The worker's own synthetic shards (the seed's make_dataset.py), on the disk every local node reads."""
+    target = work / f"shards-{lines}"
+    subprocess.run([sys.executable, str(WORKER_PATH), "--make-dataset", str(target), "--shards", str(SHARDS),
+                    "--lines", str(lines)], check=True, capture_output=True, timeout=120)
+    return target
+
+
+def spec(name: str, dataset: Path, checkpoint_every: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name, "entrypoint": WORKER, "args": ["--log-every", "20"],
+        "resources": {"nodes": lc.NODES, "procs_per_node": lc.PROCS},
+        "env": {"DATASET_DIR": str(dataset), "CHECKPOINT_EVERY": str(checkpoint_every), "SLEEP_SEC": "0"},
+        "checkpointing": {"enabled": checkpoint_every > 0, "every_n_steps": max(checkpoint_every, 1), "keep": 2},
+        **extra,
+    }
+
+
+def throughput_round(stack, dataset: Path, name: str, checkpoint_every: int) -> tuple[float, list[float]]:
+    """(job steps per second, each checkpoint's write time in seconds) of one run to its end."""
+    job = stack.submit(spec(name, dataset, checkpoint_every, fault_tolerance={"max_restarts": 0}))
+    done = stack.wait_job(job["id"], FINAL, timeout=600)
+    assert done["status"] == "completed", f"{done['status_reason']}\n{stack.job_log_tail(job['id'])}"
+    reader = lc.EventReader(stack, job["id"])
+    reader.poll()
+    lc.end_job(stack, job["id"])
+    reports = sorted((e["step"], lc.ts(e)) for e in reader.events
+                     if e["type"] == "metric" and e.get("rank") == 0 and e["attempt"] == 0 and e.get("step"))
+    (first_step, first_ts), (last_step, last_ts) = reports[0], reports[-1]
+    writes = [e["manifest"]["save"]["blocking_seconds"] for e in reader.events if e["type"] == "checkpoint"]
+    return (last_step - first_step) / (last_ts - first_ts), writes
+
+
+def restart_round(stack, dataset: Path, round_no: int) -> dict[str, float]:
+    job = stack.submit(spec(f"bench-seed001-restart-{round_no}", dataset, 5,
+                            fault_tolerance={"max_restarts": 1, "heartbeat_timeout": 10}))
+    reader, _ = lc.first_metrics(stack, job["id"], 0)
+    deadline = time.monotonic() + 60
+    while not any(e["type"] == "checkpoint" for e in reader.events):
+        reader.poll()
+        assert time.monotonic() < deadline, f"no checkpoint:\n{stack.job_log_tail(job['id'])}"
+        time.sleep(0.2)
+    time.sleep(0.5)  # steady training, not right at a commit
+    killed = kill_rank(stack, job["id"], KILL_RANK)
+    reader, first = lc.first_metrics(stack, job["id"], 1, reader=reader)
+    lc.end_job(stack, job["id"])
+    reader.poll()
+    states = reader.job_states()
+
+    def first_state(status: str, attempt: int) -> float:
+        return min(lc.ts(e) for e in states if e["status"] == status and e["attempt"] == attempt and lc.ts(e) >= killed)
+
+    recovering, running = first_state("recovering", 0), first_state("running", 1)
+    return {"detect": recovering - killed, "restart": running - recovering, "first step": max(first.values()) - running,
+            "running": running - killed, "total": max(first.values()) - killed}
+
+
+def kill_rank(stack, job_id: int, rank: int) -> float:
+    """SIGKILL the training process of `rank` in attempt 0; the time just before the signal."""
+    victims = []
+    for proc in stack.job_processes(job_id):
+        try:
+            environ, cmdline = proc.environ(), " ".join(proc.cmdline())
+        except lc.psutil.Error:
+            continue
+        if environ.get("TORCHYARD_ATTEMPT") == "0" and environ.get("RANK") == str(rank) \
+                and "torch.distributed.run" not in cmdline:
+            victims.append(proc)
+    assert len(victims) == 1, f"rank {rank} of job {job_id}: {victims}\n{stack.log_tail()}"
+    killed = time.time()
+    victims[0].send_signal(signal.SIGKILL)
+    return killed
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms"
+
+
+def main() -> int:
+    work = Path(tempfile.mkdtemp(prefix="bench-seed001-"))
+    try:
+        short, long = make_dataset(work, THROUGHPUT_LINES), make_dataset(work, RESTART_LINES)
+        with lc.bench_stack(work) as stack:
+            stack.wait_warm()
+            throughput_round(stack, short, "bench-seed001-warmup", 5)  # not counted
+            with_ckpt, without, writes, restarts = [], [], [], []
+            for round_no in range(ROUNDS):
+                for every in ((5, 0) if round_no % 2 == 0 else (0, 5)):
+                    rate, saved = throughput_round(stack, short, f"bench-seed001-{round_no}-ckpt{every}", every)
+                    (with_ckpt if every else without).append(rate)
+                    writes.extend(saved)
+                restarts.append(restart_round(stack, long, round_no))
+                r = restarts[-1]
+                print(f"round {round_no + 1}/{ROUNDS}: {with_ckpt[-1]:.0f} steps/s (checkpoint every 5), "
+                      f"{without[-1]:.0f} steps/s (no checkpoints); restart: kill -> recovering {r['detect']:.2f} s, "
+                      f"-> running {r['restart']:.2f} s, -> first step {r['first step']:.2f} s", flush=True)
+        restart = {key: lc.med([r[key] for r in restarts]) for key in restarts[0]}
+        ours = [
+            f"{lc.med(with_ckpt):.0f} steps/sec ({lc.med(without):.0f} without checkpoints)",
+            f"{ms(lc.med(writes))} (min {ms(min(writes))}, max {ms(max(writes))}, {len(writes)} checkpoints)",
+            f"{restart['running']:.1f}s to running again (detect {restart['detect']:.2f}s, "
+            f"restart {restart['restart']:.2f}s); first step {restart['total']:.1f}s after the kill",
+        ]
+        print(f"\nseed 001's baseline, reproduced: {WORKER}, 4 workers ({lc.NODES} nodes x {lc.PROCS} processes, "
+              f"CPU, gloo), CHECKPOINT_EVERY=5, SLEEP_SEC=0, {SHARDS} shards of {THROUGHPUT_LINES} lines; "
+              f"{os.cpu_count()} cores; median of {ROUNDS}")
+        header = ("Metric", "Torchyard, this machine (local)", "seed: Local", "seed: Docker", "seed: K8s")
+        rows = [header, *((name, ours[i], local, docker, k8s) for i, (name, local, docker, k8s) in enumerate(SEED_TABLE))]
+        widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
+        for index, row in enumerate(rows):
+            print("| " + " | ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)) + " |")
+            if index == 0:
+                print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+        cycles = lc.med(with_ckpt) / 5
+        print(f"\nseed: \"{SEED_NOTE}\"; Torchyard here: {cycles:.0f} checkpoint cycles per second "
+              f"(every one committed by all 4 ranks)")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

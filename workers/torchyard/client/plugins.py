@@ -1,0 +1,44 @@
+"""`torchyard plugin push DIR` and `torchyard plugin list`: plugins (seed 000) registered on the server.
+
+Push reads the manifest here (a missing or invalid one is refused before anything is sent), uploads
+the directory as a content-addressed bundle (nothing when the server already has it) and registers
+it with `POST /api/plugins`; the server checks it again and answers field errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from torchyard.plugin_manifest import ManifestError, read_manifest
+
+from . import CliError
+from .http import ApiClient
+from .output import say
+from .upload import upload_project
+
+
+def push_plugin(api: ApiClient, directory: Path, console: Console, *, name: str | None = None,
+                project: str | None = None) -> dict[str, Any]:
+    if not directory.is_dir():
+        raise CliError(f"{directory}: not a directory")
+    try:
+        manifest = read_manifest(directory, name=name)
+    except ManifestError as exc:
+        raise CliError(str(exc)) from None
+    bundle = upload_project(api, directory, console, entrypoint=manifest.entrypoint)
+    body = {**manifest.to_dict(), "bundle": bundle, **({"project": project} if project else {})}
+    plugin = api.call("POST", "/api/plugins", body)
+    say(console, f"plugin {plugin['name']} {plugin['version']} registered (entrypoint {plugin['entrypoint']}, "
+                 f"bundle {plugin['bundle'][:12]}); run it with plugin_name {plugin['name']!r}")
+    return plugin
+
+
+def plugin_lines(plugins: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for plugin in plugins:
+        origin = "built-in" if plugin["builtin"] else plugin.get("project") or ""
+        lines.append(f"{plugin['name']:<24} {plugin['version']:<10} {origin:<12} {plugin['description'][:60]}")
+    return lines
