@@ -236,6 +236,15 @@ def _holders(machines: list[Candidate], need: Need) -> int:
     return sum(1 for m in machines if _could_hold(m, need))
 
 
+def _asks(spec: dict[str, Any]) -> dict[str, Any]:
+    """What every node asks of its machine beyond processes and GPUs (Need's other fields)."""
+    return {"volumes": tuple(v["name"] for v in spec.get("volumes") or []),
+            "cpus": int(spec["resources"].get("cpus_per_node") or 0),
+            "memory": int(spec["resources"].get("memory_per_node") or 0),
+            "labels": tuple(sorted((str(k), str(v)) for k, v in (spec["placement"].get("labels") or {}).items())),
+            "python": str((spec.get("function") or {}).get("python") or "")}
+
+
 def plan_job(
     spec: dict[str, Any],
     machines: list[Candidate],
@@ -257,11 +266,7 @@ def plan_job(
         listed = {m.id for m in manual}
         reasons = {m.id: "not in the job's placement" for m in machines if m.id not in listed}
     candidates = manual if manual is not None else machines
-    asks: dict[str, Any] = {"volumes": tuple(v["name"] for v in spec.get("volumes") or []),
-            "cpus": int(spec["resources"].get("cpus_per_node") or 0),
-            "memory": int(spec["resources"].get("memory_per_node") or 0),
-            "labels": tuple(sorted((str(k), str(v)) for k, v in (spec["placement"].get("labels") or {}).items())),
-            "python": str((spec.get("function") or {}).get("python") or "")}
+    asks = _asks(spec)
     shapes = [(n, replace(d, **asks)) for n, d in _shapes(spec, len([m for m in candidates if m.schedulable]))]
     # The first shape the online machines could ever hold; then whether they can hold it now.
     nodes, need = next(((n, d) for n, d in shapes if _holders(candidates, d) >= n), shapes[-1])
@@ -471,3 +476,25 @@ def plan_in_place(spec: dict[str, Any], previous: dict[str, Any], machines: list
     if replaced:
         plan["warnings"] = [*previous.get("warnings", []), *replaced]
     return plan, ("; ".join(replaced) if replaced else "in place on the same machines")
+
+
+def replacement_spares(spec: dict[str, Any], plan: dict[str, Any], machines: list[Candidate]) -> list[dict[str, Any]]:
+    """Hot spares to hold again for a running job that used some (a spare took a lost node's place):
+    free machines, in policy order, that could take one of its nodes as they are now (as `_spares`
+    picks them: not the job's, agreeing with its nodes' versions, never a suspect one). As many as
+    it lacks of resources.spares, fewer when fewer fit; [] when it lacks none."""
+    wanted = int(spec["resources"].get("spares") or 0) - len(plan.get("spares") or [])
+    if wanted <= 0 or not plan.get("nodes"):
+        return []
+    policy, first = spec["placement"]["policy"], plan["nodes"][0]
+    need = Need(int(plan["procs_per_node"]), len(first.get("gpus") or []),
+                int(spec["resources"].get("min_gpu_memory") or 0), bool(spec["placement"].get("oversubscribe")),
+                **_asks(spec))
+    by_id = {m.id: m for m in machines}
+    taken = {int(x["machine_id"]) for x in [*plan["nodes"], *(plan.get("spares") or [])]}
+    nodes = [by_id[m] for m in taken if m in by_id]
+    ordered, _ = policies.ordered(policy, machines, need)
+    fit = [m for m in ordered if m.id not in taken and _could_hold(m, need) and _fits(m, need) and not m.suspect
+           and not m.suspect_reason and _agrees(m, nodes)]
+    return [{"machine_id": m.id, "machine_name": m.name, "host": m.host,
+             "gpus": policies.chosen_gpus(policy, m, need)} for m in fit[:wanted]]

@@ -31,11 +31,16 @@ Lossless preemption: when the head cannot start, the pass may choose running job
 lowest priority first, then least work lost (time since the last committed checkpoint); never a job
 of higher priority, nor one of equal priority unless it borrows beyond its quota while the head's
 project has a quota to reclaim; never `preemptible: false`; only as many as the head needs (the
-planner places it with their nodes freed). Victims go `preempting` (their ranks checkpoint and
-yield, services.job_preempt), then `preempted`: waiting again, in this same order. While jobs
-already preempting will make room for the head, no other is chosen; as everything here runs under
-the placement lock and each victim's transition is conditional, two passes never both preempt for
-one job.
+planner places it with their nodes freed); never a job resumed after a preemption that has not yet
+run PREEMPTION_MIN_RUN seconds (the head waits for that instead, saying so). Victims go `preempting`
+(their ranks checkpoint and yield, services.job_preempt), then `preempted`: waiting again, in this
+same order. While jobs already preempting will make room for the head, no other is chosen; as
+everything here runs under the placement lock and each victim's transition is conditional, two
+passes never both preempt for one job.
+
+Hot spares used (a spare took a lost node's place) are held again by a pass, on a free machine,
+only when no queued job waits for room. A recovery that needs machines other than its own waits
+here too when a job comes before it (services._recovery_plan).
 """
 
 from __future__ import annotations
@@ -61,12 +66,20 @@ from ..events import publish_on_commit
 from ..projects.priorities import priority_label
 from ..usage.services import usage_close_many, usage_open_node_ids
 from .models import Job, JobNode
-from .planner import Candidate, PlanError, plan_job, plural
+from .planner import Candidate, PlanError, plan_job, plural, replacement_spares
 from .queue_poke import queue_pass_started, queue_poke_on_commit
 from .quotas import Quota, least_need, over_quota, plan_need, project_quotas
 from .registries import last_checkpoint_times, queue_changed
 from .selectors import machine_candidates
-from .services import _dispatch, _open_secrets, _pick_master_port, _placement_lock, job_preempt, job_stop
+from .services import (
+    _dispatch,
+    _open_secrets,
+    _pick_master_port,
+    _placement_lock,
+    _warm_spares,
+    job_preempt,
+    job_stop,
+)
 from .spec_queue import check_priority_ceiling, duration_text, preemptible, preemption_grace
 from .states import JOB_FINAL, JOB_WAITING, NODE_LIVE, transition_job
 
@@ -110,6 +123,8 @@ class Holding:
     preemptible: bool = True
     lost_work: float = 0.0  # seconds of work a preemption would lose: since its last committed checkpoint
     grace: float = 120.0  # preemption.grace
+    # Seconds before it may be preempted: a job resumed after a preemption runs PREEMPTION_MIN_RUN first.
+    protected_for: float = 0.0
 
     @property
     def need(self) -> tuple[int, int]:
@@ -294,7 +309,7 @@ def reclaims(job: Waiting, holding: Holding, quotas: dict[int, Quota]) -> bool:
 def may_preempt(job: Waiting, holding: Holding, quotas: dict[int, Quota]) -> bool:
     """Whether `job` may preempt `holding`: a running, preemptible job of lower priority, or of the
     same priority when it borrows capacity `job`'s project reclaims; never one of higher priority."""
-    if holding.status != J.RUNNING or not holding.preemptible or holding.job_id == job.id:
+    if holding.status != J.RUNNING or not holding.preemptible or holding.job_id == job.id or holding.protected_for > 0:
         return False
     return holding.priority < job.priority or (holding.priority == job.priority and reclaims(job, holding, quotas))
 
@@ -476,7 +491,7 @@ def _preempt_for(decision: Decision, head: Reservation, state: dict[int, Candida
     job = decision.job
     victims = choose_victims(job, state, holdings, quotas)
     if victims is None:
-        return None
+        return _wait_for_protected(decision, state, holdings, quotas, now)
     if not victims:
         yielding = sorted(h.job_id for h in holdings if h.status == J.PREEMPTING)
         decision.reason = _join(decision.reason.split("; first in line")[0],
@@ -493,6 +508,30 @@ def _preempt_for(decision: Decision, head: Reservation, state: dict[int, Candida
     reservation = reserve(job, state, holdings, now)
     if reservation is not None:
         reservation.waits_for = sorted(chosen)
+    return reservation
+
+
+def _wait_for_protected(decision: Decision, state: dict[int, Candidate], holdings: list[Holding],
+                        quotas: dict[int, Quota], now: float) -> Reservation | None:
+    """No victim may be preempted now, but jobs resumed after a preemption would do once they have run
+    their minimum (PREEMPTION_MIN_RUN): the head waits for that, saying so, and they count as ending
+    then (within their grace), so that nothing backfills onto the room it will take."""
+    unprotected = [replace(h, protected_for=0.0) for h in holdings]
+    later = choose_victims(decision.job, state, unprotected, quotas)
+    if not later:
+        return None
+    chosen = {v.job_id for v in later}
+    protected = sorted(h.job_id for h in holdings if h.job_id in chosen and h.protected_for > 0)
+    when = max(h.protected_for for h in holdings if h.job_id in chosen)  # all of them, together
+    for index, holding in enumerate(holdings):
+        if holding.job_id in chosen:
+            holdings[index] = replace(holding, ends_at=min(holding.ends_at or float("inf"), now + when + holding.grace))
+    decision.reason = _join(decision.reason.split("; first in line")[0], (
+        f"first in line: {_names(protected)} resumed after a preemption and may be preempted again "
+        f"{_in(when)} (a resumed job runs {settings.PREEMPTION_MIN_RUN:g} s first)"))
+    reservation = reserve(decision.job, state, holdings, now)
+    if reservation is not None:
+        reservation.waits_for, decision.expected_start = sorted(chosen), reservation.shadow
     return reservation
 
 
@@ -545,10 +584,11 @@ def live_holdings(now: float) -> list[Holding]:
             since[job_id] = min(since.get(job_id, now), node_started.timestamp())
     checkpoints = last_checkpoint_times(list(nodes)) if nodes else {}
     holdings = []
-    for job_id, project_id, status, limit, eta, started, priority, borrowing, pinned, preemption in Job.objects.filter(
-            pk__in=list(nodes)).values_list("id", "project_id", "status", "spec__time_limit", "progress__eta_seconds",
-                                            "started_at", "priority", "borrowing", "spec__preemptible",
-                                            "spec__preemption"):
+    min_run = float(settings.PREEMPTION_MIN_RUN)
+    for (job_id, project_id, status, limit, eta, started, priority, borrowing, pinned, preemption,
+         resumed) in Job.objects.filter(pk__in=list(nodes)).values_list(
+            "id", "project_id", "status", "spec__time_limit", "progress__eta_seconds", "started_at", "priority",
+            "borrowing", "spec__preemptible", "spec__preemption", "plan__after_preemption"):
         ends_at = expected_end({"time_limit": limit}, now, started.timestamp() if started else None,
                                eta if status == J.RUNNING else None)
         grace = preemption_grace({"preemption": preemption})
@@ -559,9 +599,12 @@ def live_holdings(now: float) -> list[Holding]:
         # Work a preemption would lose: since the last committed checkpoint, or since this attempt
         # started (it resumed from the one before).
         lost = now - max(checkpoints.get(job_id, 0.0), since.get(job_id, now))
+        # Resumed after a preemption: not preempted again before this attempt has run min_run seconds
+        # (from its nodes running; until then it is not running and no victim anyway).
+        protected = max(min_run - (now - since[job_id]), 0.0) if resumed is True and job_id in since else 0.0
         holdings.append(Holding(job_id, project_id, ends_at, nodes[job_id], priority, first[job_id], borrowing,
                                 status=status, preemptible=pinned is not False, lost_work=max(lost, 0.0),
-                                grace=grace))
+                                grace=grace, protected_for=protected))
     return holdings
 
 
@@ -598,6 +641,7 @@ def queue_schedule() -> list[Decision]:
                 # Conditional: a job stopped meanwhile keeps its own reason.
                 Job.objects.filter(pk=decision.job.id, status__in=JOB_WAITING).update(status_reason=decision.reason)
         _mark_borrowing(snap, started)
+        _replace_used_spares(decisions)
         still = [d for d in decisions if not d.start and d.blocked_by != INVALID]
         transaction.on_commit(lambda: queue_changed(queue_entries(still, renumber=True)))
     if decisions:
@@ -615,6 +659,7 @@ def _start(decision: Decision) -> bool:
         job = Job.objects.select_for_update().filter(pk=decision.job.id).first()
         if job is None or job.status not in JOB_WAITING or job.nodes.filter(status__in=NODE_LIVE).exists():
             return False
+        resumed = job.status == J.PREEMPTED
         if not transition_job(job, J.PLANNING, decision.reason):
             return False
         try:
@@ -625,7 +670,7 @@ def _start(decision: Decision) -> bool:
         if job.borrowing != decision.borrowing:
             Job.objects.filter(pk=job.pk).update(borrowing=decision.borrowing)
             job.borrowing = decision.borrowing
-        _dispatch(job, decision.plan)
+        _dispatch(job, decision.plan, after_preemption=resumed)
     return True
 
 
@@ -651,6 +696,36 @@ def _preempt(decision: Decision, snap: Snapshot) -> list[int]:
                            "previous": head.status, "preempted": preempted,
                            "reason": f"preempting {names} to make room (they checkpoint and yield, then it starts)"})
     return preempted
+
+
+def _replace_used_spares(decisions: list[Decision]) -> list[int]:
+    """A live job that used a hot spare (it took a lost node's place) holds a new one, when a free
+    machine fits and no queued job waits for room: a spare never makes a waiting job wait. Warmed as
+    the job's first spares were, and said on its timeline. Returns the jobs given one."""
+    if any(not d.start and d.blocked_by in (RESOURCES, HEAD) for d in decisions):
+        return []
+    short = [job_id for job_id, wanted, plan in Job.objects.filter(
+        status__in=[J.DISPATCHING, J.RUNNING], spec__resources__spares__gt=0).values_list(
+        "id", "spec__resources__spares", "plan") if len((plan or {}).get("spares") or []) < int(wanted)]
+    given = []
+    for job_id in short:
+        job = Job.objects.select_for_update().filter(pk=job_id, status__in=[J.DISPATCHING, J.RUNNING]).first()
+        if job is None or not job.plan:
+            continue
+        # Afresh for each job: the spares given to the one before are held now.
+        more = replacement_spares(job.spec, job.plan, machine_candidates())
+        if not more:
+            continue
+        plan = {**job.plan, "spares": [*(job.plan.get("spares") or []), *more]}
+        Job.objects.filter(pk=job.pk).update(plan=plan)
+        _warm_spares(job, {"spares": more})
+        names = ", ".join(x["machine_name"] for x in more)
+        publish_on_commit({"type": protocol.STATE, "job": job.pk, "attempt": job.attempt, "scope": "job",
+                           "status": job.status, "previous": job.status, "spares": [x["machine_id"] for x in more],
+                           "reason": f"holding {names} as a hot spare again, in place of the one it used "
+                                     f"({len(plan['spares'])} of {job.spec['resources']['spares']})"})
+        given.append(job.pk)
+    return given
 
 
 def _mark_borrowing(snap: Snapshot, started: list[Decision]) -> None:
@@ -713,6 +788,14 @@ def job_set_priority(*, job: Job, priority: int, user: Any) -> Job:
         job.priority = priority
         audit.record(None, audit.Action.JOB_PRIORITY_CHANGE, job, priority=priority, previous=previous,
                      status=job.status)
+        # On the job's timeline, and (the ingest loop refreshes a job's summary on each state event)
+        # on every dashboard's job list at once, not at the next change of state.
+        who = getattr(user, "username", "") or "someone"
+        publish_on_commit({"type": protocol.STATE, "job": job.pk, "attempt": job.attempt, "scope": "job",
+                           "status": job.status, "previous": job.status, "priority": priority,
+                           "previous_priority": previous,
+                           "reason": f"priority changed from {priority_label(previous)} to {priority_label(priority)} "
+                                     f"by {who}"})
         if job.status in JOB_WAITING:
             queue_poke_on_commit()
     log.info("job %s: priority %s -> %s", job.pk, priority_label(previous), priority_label(priority))

@@ -4,7 +4,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from ..machines.selectors import machine_list
@@ -12,7 +12,7 @@ from ..machines.volumes import merged_volumes
 from ..projects.permissions import scope_to_user, visible_or_404
 from .models import Job, JobNode
 from .planner import Candidate
-from .states import NODE_LIVE, SPARES_HELD
+from .states import JOB_WAITING, NODE_LIVE, SPARES_HELD
 
 
 def job_list(*, statuses: list[str] | None = None, project: str | None = None, user: Any = None) -> QuerySet[Job]:
@@ -56,6 +56,15 @@ def usage_by_machine() -> dict[int, list[dict[str, Any]]]:
     for (machine_id, project), (gpus, processes) in sorted(totals.items()):
         usage.setdefault(machine_id, []).append({"project": project, "gpus": gpus, "processes": processes})
     return usage
+
+
+def waiting_ahead_of(job: Job) -> list[tuple[int, int]]:
+    """(id, priority) of the waiting jobs (queued, preempted) that come before `job` in the queue's
+    order (jobs/queue.py: priority, then submission), first in line first."""
+    ahead = Q(priority__gt=job.priority) | Q(priority=job.priority, created_at__lt=job.created_at) | Q(
+        priority=job.priority, created_at=job.created_at, pk__lt=job.pk)
+    return list(Job.objects.filter(ahead, status__in=JOB_WAITING).exclude(pk=job.pk)
+                .order_by("-priority", "created_at", "id").values_list("id", "priority"))
 
 
 def held_spares(*, exclude_job: int | None = None) -> list[tuple[int, list[int], int]]:

@@ -24,6 +24,7 @@ from ..events import publish_on_commit
 from ..machines.models import Machine
 from ..machines.services import MachineInUse, machine_mark_suspect
 from ..projects.models import DEFAULT_PROJECT
+from ..projects.priorities import priority_label
 from ..projects.selectors import project_by_name
 from .agent_api import bundle_grant
 from .membership import membership_send
@@ -33,7 +34,7 @@ from .queue_poke import queue_poke_on_commit
 from .quotas import beyond_quota, growth_beyond_quota
 from .rates import PER_ATTEMPT, fold_rates
 from .registries import resume_manifest_uri
-from .selectors import machine_candidates
+from .selectors import machine_candidates, waiting_ahead_of
 from .spec_queue import preemption_grace
 from .stalls import clear_moved_ranks, stall_verdict
 from .states import JOB_FINAL, NODE_LIVE, transition_job, transition_node
@@ -155,10 +156,10 @@ def _plan_and_dispatch(*, job_id: int, from_status: str, prefix: str = "") -> No
         if job is None or job.status != from_status or _live_nodes(job):
             return
         try:
-            # A recovery stays where it was (or moves onto a hot spare) when it can: no new plan.
-            in_place = plan_in_place(job.spec, job.plan or {}, machine_candidates(exclude_job=job.pk),
-                                     pick_port=_pick_master_port) if from_status == J.RECOVERING else None
-            plan = in_place[0] if in_place else job_preview_plan(spec=job.spec)
+            placed = _recovery_plan(job) if from_status == J.RECOVERING else (job_preview_plan(spec=job.spec), "")
+            if placed is None:
+                transition_job(job, J.QUEUED, prefix + _waits_its_turn(waiting_ahead_of(job)))
+                return
             _open_secrets(job.spec)
         except PlanError as exc:
             transition_job(job, J.FAILED if exc.kind == "invalid" else J.QUEUED, prefix + exc.reason)
@@ -167,7 +168,38 @@ def _plan_and_dispatch(*, job_id: int, from_status: str, prefix: str = "") -> No
             # Nothing will open them later either: fail now rather than leave the job half-dispatched.
             transition_job(job, J.FAILED, prefix + str(exc))
             return
-        _dispatch(job, plan, how=in_place[1] if in_place else "")
+        _dispatch(job, placed[0], how=placed[1])
+        if len(placed[0].get("spares") or []) < int(job.spec["resources"].get("spares") or 0):
+            queue_poke_on_commit()  # a hot spare was used: the pass holds another when one is free
+
+
+def _recovery_plan(job: Job) -> tuple[dict[str, Any], str] | None:
+    """Where a recovering job relaunches and how, in words; None: it waits its turn in the queue.
+    In place on its machines, or with a lost node onto its own hot spare (plan_in_place), or an
+    elastic job shrunk onto the machines it had, it takes nothing from anyone: at once. Needing
+    other machines, it takes them at once only when no waiting job comes before it in the queue's
+    order (priority, then submission); otherwise it waits in the queue with them, as a preempted job
+    does, and a pass starts it in its turn. Raises PlanError."""
+    own = machine_candidates(exclude_job=job.pk)
+    in_place = plan_in_place(job.spec, job.plan or {}, own, pick_port=_pick_master_port)
+    if in_place is not None:
+        return in_place
+    if not waiting_ahead_of(job):
+        return job_preview_plan(spec=job.spec), ""
+    held = {int(n["machine_id"]) for n in [*(job.plan or {}).get("nodes", []), *(job.plan or {}).get("spares", [])]}
+    try:
+        return plan_job(job.spec, [m for m in own if m.id in held], pick_port=_pick_master_port), \
+            "re-planned on the machines it held"
+    except PlanError:  # of any kind: other machines might do, in its turn
+        return None
+
+
+def _waits_its_turn(ahead: list[tuple[int, int]]) -> str:
+    """A recovery that needs machines other than its own, behind waiting jobs: where it waits."""
+    first, priority = ahead[0]
+    others = f" and {len(ahead) - 1} more" if len(ahead) > 1 else ""
+    return (f"its machines cannot take it back, and #{first} (priority {priority_label(priority)}){others} "
+            f"{'wait' if others else 'waits'} ahead of it in the queue: it waits its turn for other machines")
 
 
 def _open_secrets(spec: dict[str, Any]) -> dict[str, str]:
@@ -181,9 +213,14 @@ def _next_attempt(job: Job) -> int:
     return 0 if last is None else last + 1
 
 
-def _dispatch(job: Job, plan: dict[str, Any], how: str = "") -> None:
+def _dispatch(job: Job, plan: dict[str, Any], how: str = "", *, after_preemption: bool = False) -> None:
     """Create the attempt's nodes and send their launches on commit (the caller holds the locks);
-    `how` says how a recovery was placed (in place, onto a spare)."""
+    `how` says how a recovery was placed (in place, onto a spare). `after_preemption`: the attempt
+    resumes a preempted job, which the queue then leaves running for PREEMPTION_MIN_RUN seconds
+    (the plan says so: it is the attempt's)."""
+    plan = {key: value for key, value in plan.items() if key != "after_preemption"}
+    if after_preemption:
+        plan["after_preemption"] = True
     attempt = _next_attempt(job)
     machines = {m.pk: m for m in Machine.objects.filter(pk__in=[n["machine_id"] for n in plan["nodes"]])}
     nodes = [
@@ -279,6 +316,8 @@ def job_grow_at_checkpoint(*, job_id: int, attempt: int) -> bool:
         started = job.nodes.filter(attempt=attempt).aggregate(first=Min("created_at"))["first"]
         if started is None or started > timezone.now() - timedelta(seconds=interval):
             return False
+        if waiting_ahead_of(job):
+            return False  # the free machines are theirs first (its relaunch would wait behind them)
         try:
             # As if this job's own nodes were gone: they are stopped before the relaunch.
             larger = plan_job(job.spec, machine_candidates(exclude_job=job.pk), pick_port=lambda machine: 0)
