@@ -272,7 +272,8 @@ class Stack:
 
     def plan_children(self, tokens: list[tuple[str, str, str]]) -> None:
         self.children = [
-            Child("web", [PY, "-m", "daphne", "-b", self.host, "-p", str(self.port),
+            # daphne on uvloop (web_loop.py: the loop must be chosen before daphne imports its server).
+            Child("web", [PY, "-m", "torchyard_server.web_loop", "daphne", "-b", self.host, "-p", str(self.port),
                           "--proxy-headers", "torchyard_server.asgi:application"]),
             Child("controller", [PY, "-m", "celery", "-A", "torchyard_server", "worker", "-Q", "control",
                                  "-P", "threads", "-c", "4", "-n", "controller@%h",

@@ -297,6 +297,11 @@ SPECTACULAR_SETTINGS = {
         "DistributedBackendEnum": ["auto", "gloo", "nccl"],
         "TaskTypeEnum": ["TRAIN"],
     },
+    # The WebSocket streams' messages, events and close codes (streaming/contract_schema.py).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "torchyard_server.streaming.contract_schema.add_stream_contract",
+    ],
 }
 
 LANGUAGE_CODE = "en-us"

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import websockets
+from torchyard.stream_contract import CLOSE_RESUME  # fell behind: resume from your cursor
 from websockets.asyncio.client import connect as ws_connect
 
 # A frame's header, as consumers.py writes it: {"type":"events","prev":P,"last":L,"count":N,...
 HEADER = re.compile(r'^\{"type":"events","prev":(-?\d+|null),"last":(\d+),"count":(\d+)')
-CLOSE_RESUME = 4429  # streaming/consumers.py: fell behind, resume from your cursor
 # The write time the rank script put at the start of a line, as it appears in an event's JSON.
 STAMP = re.compile(r'"line":"(\d+\.\d+) r\d+ [pf]\d+ ')
 

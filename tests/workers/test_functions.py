@@ -14,9 +14,9 @@ import cloudpickle
 import pytest
 import torchyard as ty
 from torchyard import protocol
+from torchyard.function_results import collect_results, first_failure
 from torchyard.functions.compute import parse_size
 from torchyard.functions.remote import FunctionError, RemoteFunction, pickle_call, project_root
-from torchyard.functions.results import collect_results, first_failure
 from torchyard.functions.runner import peer_failure
 from torchyard.supervisor.outputs import upload_file
 

@@ -28,7 +28,7 @@ from .registries import shared_bundle_for
 from .spec_queue import PreemptionSerializer, PriorityField, TimeLimitField, check_priority_ceiling
 
 RECIPES_DIR = Path(torchyard.__file__).resolve().parent / "examples"
-# What a function's payload bundle must hold (workers/torchyard/functions/results.py).
+# What a function's payload bundle must hold (workers/torchyard/function_results.py).
 FUNCTION_PAYLOAD_FILE = "function.pkl"
 # DistroML's `model` names, mapped to the built-in recipe that trains them.
 MODEL_RECIPES = {"mlp": "examples/mlp_ddp.py", "char_gpt": "examples/char_gpt.py", "transformer": "examples/char_gpt.py"}

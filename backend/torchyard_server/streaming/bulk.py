@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
-from torchyard import protocol
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
+from . import jsontext
 from .frames import event_text
 from .models import JobEvent, event_message, seq_of
 
-_encode = protocol.encode_json
+_encode = jsontext.encode
 COPY_COLUMNS = ("id", "job_id", "node_id", "attempt", "node_rank", "rank", "type", "ts", "payload", "dedupe_key")
 
 
@@ -69,7 +71,23 @@ def stored_after(*, job_id: int, after: int, limit: int, types: list[str] | None
         events = events.filter(type__in=types)
     if rank is not None:
         events = events.filter(rank=rank)
-    return [StoredEvent(*row) for row in events.order_by("id").values_list(*ROW_FIELDS)[:limit]]
+    return stored_rows(events.order_by("id")[:limit])
+
+
+def stored_rows(events: Any) -> list[StoredEvent]:
+    """A queryset of JobEvents read as rows. The payload comes as jsonb's text and is decoded here
+    with orjson: JSONField's own decoding (the standard json module) was the largest cost of a
+    replay and of the SSE stream (py-spy, backend/README.md "The event path")."""
+    at = ROW_FIELDS.index("payload")
+    fields = [*ROW_FIELDS[:at], "payload_text", *ROW_FIELDS[at + 1:]]
+    rows = events.annotate(payload_text=Cast("payload", TextField())).values_list(*fields)
+    return [StoredEvent(*_decoded(row, at)) for row in rows]
+
+
+def _decoded(row: tuple[Any, ...], at: int) -> list[Any]:
+    values = list(row)
+    values[at] = jsontext.decode(values[at])
+    return values
 
 
 def count_or_none(value: Any) -> int | None:

@@ -14,6 +14,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from torchyard import stream_contract as wire
+
 # A browser redraws its job list at most this often.
 JOB_UPDATES_EVERY = 0.5
 
@@ -57,7 +59,7 @@ class JobUpdates:
         visible = await self.visible_projects()
         jobs = [job for job in jobs if job.get("project") in visible]
         if jobs:
-            await self.send({"type": "jobs_changed", "jobs": jobs})
+            await self.send({"type": wire.JOBS_CHANGED, "jobs": jobs})
 
     async def close(self) -> None:
         if self._flush is not None and not self._flush.done():
@@ -87,7 +89,7 @@ class QueueUpdates:
         await asyncio.sleep(JOB_UPDATES_EVERY)
         entries, self.latest = self.latest or [], None
         visible = await self.visible_projects()
-        await self.send({"type": "queue", "jobs": [e for e in entries if e.get("project") in visible],
+        await self.send({"type": wire.QUEUE, "jobs": [e for e in entries if e.get("project") in visible],
                          "total": len(entries)})
 
     async def close(self) -> None:

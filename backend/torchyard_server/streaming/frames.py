@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchyard import protocol
+from . import jsontext
 
 # Events per frame: a client's message stays ~100-200 KB however large ingest's batch was.
 FRAME_EVENTS = 1000
-_encode = protocol.encode_json
+_encode = jsontext.encode
 
 
 def _number(value: int | None) -> str:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from torchyard import stream_contract as wire
 
 NOT_TAKEN = json.dumps({
-    "type": "error",
+    "type": wire.ERROR,
     "detail": "this stream only sends: it takes no messages (to resume, reconnect with ?after=<the last event id>).",
 })
 

@@ -7,11 +7,17 @@ duplicate. The stream follows the job live and ends with an `end` event when the
 and no node of it is left running; a reconnect after that answers 204, which tells EventSource to
 stop reconnecting.
 
-The database is the only source of lines: the job's channel-layer group (the one the WebSocket
-consumer joins) only wakes the stream up, after which it reads what was stored after its cursor.
-Ingest stores a batch before it broadcasts it and is the only writer of events, so a read after a
-wake-up sees the batch and everything before it; a wake-up that never came (a full channel, a
-Redis restart) costs at most POLL_EVERY seconds, never a line.
+Lines come from the database, and while the stream is caught up from the live frames of the job's
+channel-layer group (the one the WebSocket consumer joins): a read that found fewer than READ_BATCH
+lines also took the job's last event id before it (`seen`: every event up to it is accounted for),
+and a frame that follows on from `seen` (its `prev`) carries every event after it, of which the
+stream sends the log lines, without reading them back. Any other message (the job changed, a frame
+that does not follow on: a message lost on the way), or POLL_EVERY seconds since the last read (the
+user's access, the job's end), sends it back to the database. Ingest stores a batch before it
+broadcasts it and is the only writer of events, so a read after a wake-up sees the batch and
+everything before it; a wake-up that never came (a full channel, a Redis restart) costs at most
+POLL_EVERY seconds, never a line. Reading every line back cost the web process more than all its
+WebSocket clients together (py-spy, backend/README.md "The event path").
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from ..jobs.selectors import job_visible_or_404, jobs_visible_to
 from ..jobs.states import JOB_FINAL, NODE_LIVE
 from ..params import int_param
 from ..renderers import StreamRenderer
-from . import groups
+from . import groups, jsontext
 from .bulk import stored_after
 from .models import JobEvent
 from .selectors import job_events, job_events_tail
@@ -88,14 +94,16 @@ def _job_state(user: Any, job_id: int) -> dict[str, Any] | None:
     return {**job, "finished": job["status"] in JOB_FINAL and not live_nodes}
 
 
-def _read(user: Any, job_id: int, after: int, rank: int | None) -> tuple[dict[str, Any] | None, list[int], bytes]:
+def _read(user: Any, job_id: int, after: int,
+          rank: int | None) -> tuple[dict[str, Any] | None, list[int], bytes, int | None]:
     """The job's state, then the ids of the lines stored after the cursor and their `log` events,
     written as one chunk (bulk.StoredEvent rows: no model instance, no encoding of a whole event
-    per line, one send per batch)."""
+    per line, one send per batch), and `seen` (module docstring; None after a full batch)."""
     # The state first: a line stored after it was read comes in this read or the next one, and a
-    # job seen finished stored its last lines before.
+    # job seen finished stored its last lines before. The last id before the lines, likewise.
     try:
         state = _job_state(user, job_id)
+        upto = JobEvent.objects.filter(job_id=job_id).order_by("-id").values_list("id", flat=True).first() or 0
         rows = stored_after(job_id=job_id, after=after, limit=READ_BATCH, types=LOG, rank=rank)
     finally:
         # A stream lives as long as its client: its connection goes back to the pool between reads,
@@ -104,7 +112,28 @@ def _read(user: Any, job_id: int, after: int, rank: int | None) -> tuple[dict[st
         if not connection.in_atomic_block:
             connection.close()
     chunk = "".join(f"id: {row.pk}\nevent: log\ndata: {row.text()}\n\n" for row in rows).encode()
-    return state, [row.pk for row in rows], chunk
+    return state, [row.pk for row in rows], chunk, (upto if len(rows) < READ_BATCH else None)
+
+
+def _live_lines(message: dict[str, Any], seen: int, cursor: int,
+                rank: int | None) -> tuple[int, list[int], bytes] | None:
+    """The log lines of a live message's frames after the cursor, as _read writes them, and the new
+    `seen`; None when the message is not frames that follow on from `seen`. (The read that took
+    `seen` may have read lines stored after it: the cursor, not `seen`, says which were sent.)"""
+    if message.get("type") != "job.events":
+        return None
+    ids, texts = [], []
+    for frame in message["frames"]:
+        if frame["last"] <= seen:
+            continue
+        if frame["prev"] is None or frame["prev"] > seen:
+            return None
+        for event in jsontext.decode(frame["text"])["events"]:
+            if event["id"] > cursor and event["type"] == LOG[0] and (rank is None or event.get("rank") == rank):
+                ids.append(event["id"])
+                texts.append(f"id: {event['id']}\nevent: log\ndata: {jsontext.encode(event)}\n\n")
+        seen = frame["last"]
+    return seen, ids, "".join(texts).encode()
 
 
 async def log_stream(*, user: Any, job_id: int, after: int, rank: int | None) -> AsyncIterator[bytes]:
@@ -114,11 +143,13 @@ async def log_stream(*, user: Any, job_id: int, after: int, rank: int | None) ->
     # Joined before the first read, so no batch stored after that read goes unnoticed.
     await layer.group_add(group, channel)
     wake: asyncio.Task | None = None
+    clock = asyncio.get_running_loop().time
     try:
         yield f"retry: {RETRY_MS}\n\n".encode()
         cursor = after
         while True:
-            state, lines, chunk = await sync_to_async(_read)(user, job_id, cursor, rank)
+            state, lines, chunk, seen = await sync_to_async(_read)(user, job_id, cursor, rank)
+            read_at = clock()
             if lines:
                 yield chunk
                 cursor = lines[-1]
@@ -131,13 +162,22 @@ async def log_stream(*, user: Any, job_id: int, after: int, rank: int | None) ->
                 yield sse_message({"job": job_id, "status": state["status"], "status_reason": state["status_reason"],
                                    "last_id": cursor}, event="end")
                 return
-            if wake is None:
-                wake = asyncio.ensure_future(layer.receive(channel))
-            done, _ = await asyncio.wait({wake}, timeout=POLL_EVERY)
-            if done:
-                wake = None  # a batch was broadcast (or the job changed): read the database
-            elif not lines:
-                yield b": keep-alive\n\n"
+            while True:  # live frames while they follow on; then back to the database
+                if wake is None:
+                    wake = asyncio.ensure_future(layer.receive(channel))
+                done, _ = await asyncio.wait({wake}, timeout=POLL_EVERY)
+                if not done:
+                    if not lines:
+                        yield b": keep-alive\n\n"
+                    break
+                message, wake = wake.result(), None
+                live = _live_lines(message, seen, cursor, rank) if seen is not None and clock() - read_at < POLL_EVERY else None
+                if live is None:
+                    break
+                seen, ids, live_chunk = live
+                if ids:
+                    yield live_chunk
+                    cursor = ids[-1]
     finally:
         if wake is not None:
             wake.cancel()

@@ -3801,6 +3801,194 @@ export interface components {
             nodes_running: number;
             processes_running: number;
         };
+        /** @description A job's transition (`previous` is null for the first, on submission). */
+        JobStateEvent: components["schemas"]["EventOut"] & {
+            /** @enum {string} */
+            type: "state";
+            /** @enum {string} */
+            scope: "job";
+            status: components["schemas"]["JobStatusEnum"];
+            previous: components["schemas"]["JobStatusEnum"] | null;
+            reason: string;
+        };
+        /** @description A node's transition, or its own report (its supervisor's, its agent's), without `previous`. */
+        NodeStateEvent: components["schemas"]["EventOut"] & {
+            /** @enum {string} */
+            type: "state";
+            /** @enum {string} */
+            scope: "node";
+            status: components["schemas"]["NodeStatusEnum"];
+            previous?: components["schemas"]["NodeStatusEnum"] | null;
+            reason: string;
+        };
+        LogEvent: components["schemas"]["EventOut"] & {
+            /** @enum {string} */
+            type: "log";
+            /** @enum {string} */
+            stream: "stdout" | "stderr";
+            line: string;
+        };
+        /** @description `step`, and whichever numbers the script reports (loss, throughput, lr, ...): one rank's own. */
+        MetricEvent: components["schemas"]["EventOut"] & ({
+            /** @enum {string} */
+            type: "metric";
+            step: number;
+            loss?: number;
+            throughput?: number;
+            lr?: number;
+        } & {
+            [key: string]: unknown;
+        });
+        /** @description What a node's rank processes use (supervisor/proctree.py). */
+        ResourceEvent: components["schemas"]["EventOut"] & {
+            /** @enum {string} */
+            type: "resource";
+            cpu_percent: number;
+            rss_mb: number;
+            processes: number;
+        };
+        CheckpointEvent: components["schemas"]["EventOut"] & {
+            /** @enum {string} */
+            type: "checkpoint";
+            step: number;
+            uri: string;
+        };
+        ArtifactFile: {
+            path: string;
+            uri: string;
+            size: number;
+            sha256: string;
+        };
+        /** @description Files a node collected from its output directory into the store (up to 200 an event). */
+        ArtifactEvent: components["schemas"]["EventOut"] & {
+            /** @enum {string} */
+            type: "artifact";
+            files: components["schemas"]["ArtifactFile"][];
+        };
+        /** @description A node's preflight before torchrun: reached the master (or heard every node), versions agree. */
+        PreflightEvent: components["schemas"]["EventOut"] & {
+            /** @enum {string} */
+            type: "preflight";
+            ok: boolean;
+            error?: string;
+            /** @enum {string} */
+            role?: "master" | "node";
+            interface?: string;
+            hostname?: string;
+            master?: string;
+            local_address?: string;
+            connect_ms?: number;
+            python?: string;
+            torch?: string;
+        };
+        /** @description A rank whose step stopped advancing, with its Python stack taken from outside (py-spy). */
+        StalledEvent: components["schemas"]["EventOut"] & {
+            /** @enum {string} */
+            type: "stalled";
+            step: number;
+            stalled_for: number;
+            timeout: number;
+            process_state: string;
+            last_line: string;
+            stack: string;
+            hostname: string;
+            /** @enum {string} */
+            on_stall: "report" | "recover";
+            waits_in?: string | null;
+            frame?: string | null;
+        };
+        /** @description A function job's rank returned or raised (GET /api/jobs/{id}/results holds the result). */
+        ResultEvent: components["schemas"]["EventOut"] & {
+            /** @enum {string} */
+            type: "result";
+            ok: boolean;
+        };
+        JobMessage: {
+            /** @enum {string} */
+            type: "job";
+            job: components["schemas"]["JobDetailOut"];
+        };
+        /**
+         * @description Before a replay that opened on each rank's tail: below `logs_before` are lines it left for
+         *     GET /api/jobs/{id}/logs?before= to page (null: none).
+         */
+        HistoryMessage: {
+            /** @enum {string} */
+            type: "history";
+            logs_before: number | null;
+            lines_per_rank: number;
+            last_id: number;
+        };
+        /**
+         * @description `last` is its last event's id, `prev` the id of the job's event before its first (null when
+         *     unknown): a client whose cursor is below `prev` missed events (resume with ?after=<cursor>).
+         */
+        EventsFrame: {
+            /** @enum {string} */
+            type: "events";
+            prev: number | null;
+            last: number;
+            count: number;
+            replay?: boolean;
+            events: components["schemas"]["JobEvent"][];
+        };
+        ReplayedMessage: {
+            /** @enum {string} */
+            type: "replayed";
+            last_id: number;
+        };
+        ErrorMessage: {
+            /** @enum {string} */
+            type: "error";
+            detail: string;
+        };
+        MachinesMessage: {
+            /** @enum {string} */
+            type: "machines";
+            machines: components["schemas"]["MachineOut"][];
+        };
+        JobsMessage: {
+            /** @enum {string} */
+            type: "jobs";
+            jobs: components["schemas"]["JobSummaryOut"][];
+        };
+        /** @description The latest summary of each job that changed, at most every half second (coalesced). */
+        JobsChangedMessage: {
+            /** @enum {string} */
+            type: "jobs_changed";
+            jobs: components["schemas"]["JobSummaryOut"][];
+        };
+        /** @description The queue after a pass that changed it: GET /api/queue's answer (your projects' jobs). */
+        QueueMessage: {
+            /** @enum {string} */
+            type: "queue";
+            jobs: components["schemas"]["QueueEntryOut"][];
+            total: number;
+        };
+        StateEvent: components["schemas"]["JobStateEvent"] | components["schemas"]["NodeStateEvent"];
+        JobEvent: components["schemas"]["JobStateEvent"] | components["schemas"]["NodeStateEvent"] | components["schemas"]["LogEvent"] | components["schemas"]["MetricEvent"] | components["schemas"]["ResourceEvent"] | components["schemas"]["CheckpointEvent"] | components["schemas"]["ArtifactEvent"] | components["schemas"]["PreflightEvent"] | components["schemas"]["StalledEvent"] | components["schemas"]["ResultEvent"];
+        JobStreamMessage: components["schemas"]["JobMessage"] | components["schemas"]["HistoryMessage"] | components["schemas"]["EventsFrame"] | components["schemas"]["ReplayedMessage"] | components["schemas"]["ErrorMessage"];
+        ClusterStreamMessage: components["schemas"]["MachinesMessage"] | components["schemas"]["JobsMessage"] | components["schemas"]["JobsChangedMessage"] | components["schemas"]["QueueMessage"] | components["schemas"]["ErrorMessage"];
+        /**
+         * @description Application close codes of the streams (torchyard.stream_contract).
+         * @enum {integer}
+         */
+        StreamCloseCode: 4401 | 4404 | 4429;
+        /**
+         * @description Close codes that mean: do not retry (4401 log in again, 4404 no such job).
+         * @enum {integer}
+         */
+        StreamRefusedCloseCode: 4401 | 4404;
+        /**
+         * @description Fell behind: reconnect at once with ?after=<the last event id you have>.
+         * @enum {integer}
+         */
+        StreamResumeCloseCode: 4429;
+        /**
+         * @description Job statuses that still change (jobs/states.py JOB_LIVE).
+         * @enum {string}
+         */
+        LiveJobStatusEnum: "queued" | "planning" | "dispatching" | "running" | "recovering" | "preempting" | "preempted" | "stopping";
     };
     responses: never;
     parameters: never;

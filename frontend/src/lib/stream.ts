@@ -1,3 +1,5 @@
+import type { StreamRefusedCloseCode, StreamResumeCloseCode } from './types'
+
 export type StreamStatus = 'connecting' | 'open' | 'closed'
 
 export interface ReconnectingStreamOptions {
@@ -13,15 +15,19 @@ export interface ReconnectingStreamOptions {
   maxDelayMs?: number
 }
 
-/** Application close codes of the server's streams that mean "do not retry". */
-const REFUSED = new Set([4401, 4403, 4404])
+/**
+ * Application close codes of the server's streams that mean "do not retry": each of the schema's
+ * StreamRefusedCloseCode, once (a code the server adds or drops fails to compile here).
+ */
+const REFUSED_CODES: Record<StreamRefusedCloseCode, true> = { 4401: true, 4404: true }
+const REFUSED: ReadonlySet<number> = new Set(Object.keys(REFUSED_CODES).map(Number))
 
 /**
  * The server dropped us because we fell behind (it held too much we had not read, or live events
  * meant for us were lost on the way): reconnect at once; `url()` carries the cursor, so the replay
  * resumes from the last event we have. Not a failure: no backoff.
  */
-export const CLOSE_RESUME = 4429
+export const CLOSE_RESUME: StreamResumeCloseCode = 4429
 
 /** A connection that stayed up this long counts as healthy: the next drop retries quickly. */
 const HEALTHY_AFTER_MS = 5_000

@@ -1,7 +1,7 @@
-// The REST API's types are generated from the server's OpenAPI schema (api-schema.d.ts, `make
-// api-types`); the names here are aliases of the generated ones, for brevity. Only what the schema
-// does not describe is written by hand, and says so where it is: the WebSocket streams' messages and
-// the payload of each kind of job event (DESIGN.md section 6), built on the schema's EventOut.
+// The API's types are generated from the server's OpenAPI schema (api-schema.d.ts, `make
+// api-types`): the REST bodies, and the WebSocket streams' messages, event payloads and close codes
+// (the server publishes them from workers/torchyard/stream_contract.py). The names here are aliases
+// of the generated ones, for brevity.
 import type { components } from './api-schema'
 
 type Schemas = components['schemas']
@@ -26,16 +26,21 @@ export type NodeStatus = Schemas['NodeStatusEnum']
 export const PREEMPTING: string = 'preempting'
 export const PREEMPTED: string = 'preempted'
 
-// Strings, not JobStatus: the preemption statuses (above) are live too.
-export const LIVE_JOB_STATUSES: readonly string[] = [
-  'queued',
-  PREEMPTED,
-  'planning',
-  'dispatching',
-  'running',
-  'recovering',
-  PREEMPTING,
-]
+/** A job status that still changes (the server's LiveJobStatusEnum). */
+export type LiveJobStatus = Schemas['LiveJobStatusEnum']
+// Every live status, once: a status the server adds or drops fails to compile here.
+const LIVE: Record<LiveJobStatus, true> = {
+  queued: true,
+  preempted: true,
+  planning: true,
+  dispatching: true,
+  running: true,
+  recovering: true,
+  preempting: true,
+  stopping: true,
+}
+// Strings, not JobStatus: every check of a status takes any string (above).
+export const LIVE_JOB_STATUSES: readonly string[] = Object.keys(LIVE)
 /** A job in one of these waits in the queue (GET /api/queue). */
 export const WAITING_JOB_STATUSES: readonly string[] = ['queued', PREEMPTED]
 
@@ -96,121 +101,33 @@ export type FunctionResult = Schemas['FunctionResultOut']
  */
 export type ApiErrorBody = Schemas['ValidationErrorOut'] & Record<string, unknown>
 
-// Events (DESIGN.md section 6). The schema's EventOut has the fields every event shares; each kind's
-// own fields (its payload, as the node supervisors and the controller write it) are written by hand
-// here. `id` is increasing (shared by all jobs): the resume cursor.
+// Events (DESIGN.md section 6): every event is the schema's EventOut (the fields all share; `id` is
+// increasing, shared by all jobs: the resume cursor) and its kind's own fields.
 type EventBase = Schemas['EventOut']
 
-/**
- * A job's transition (`previous` is null for the first, on submission), or one of its nodes'. A
- * node's own report (its supervisor's, its agent's) says where it is now, without `previous`.
- */
-export type StateEvent = EventBase & { type: 'state'; reason: string } & (
-    | { scope: 'job'; status: JobStatus; previous: JobStatus | null }
-    | { scope: 'node'; status: NodeStatus; previous?: NodeStatus | null }
-  )
-
-export type LogEvent = EventBase & {
-  type: 'log'
-  stream: 'stdout' | 'stderr'
-  line: string
-}
-
-/** step, and whichever numbers the script reports (loss, throughput, lr, ...). */
-export type MetricEvent = EventBase & {
-  type: 'metric'
-  step: number
-  loss?: number
-  throughput?: number
-  lr?: number
-  [metric: string]: unknown
-}
-
-/** What a node's rank processes use (supervisor/proctree.py). */
-export type ResourceEvent = EventBase & {
-  type: 'resource'
-  cpu_percent: number
-  rss_mb: number
-  processes: number
-}
-
-export type CheckpointEvent = EventBase & {
-  type: 'checkpoint'
-  step: number
-  uri: string
-}
-
-/** Files a node collected from its output directory into the store (up to 200 an event). */
-export type ArtifactEvent = EventBase & {
-  type: 'artifact'
-  files: { path: string; uri: string; size: number; sha256: string }[]
-}
-
-/** A node's preflight before torchrun: reached the master (or heard every node), versions agree. */
-export type PreflightEvent = EventBase & {
-  type: 'preflight'
-  ok: boolean
-  error?: string
-  role?: 'master' | 'node'
-  interface?: string
-  hostname?: string
-  master?: string
-  local_address?: string
-  connect_ms?: number
-  python?: string
-  torch?: string
-}
-
-/** A rank whose step stopped advancing, with its Python stack taken from outside (py-spy). */
-export type StalledEvent = EventBase & {
-  type: 'stalled'
-  step: number
-  stalled_for: number
-  timeout: number
-  process_state: string
-  last_line: string
-  stack: string
-  hostname: string
-  on_stall: 'report' | 'recover'
-  /** The collective frame the main thread waits in; '' outside any; null or absent: no stack read. */
-  waits_in?: string | null
-  /** The main thread's innermost Python frame. */
-  frame?: string | null
-}
-
-/**
- * A function job's rank returned or raised. Only what the page reads is typed: the server records
- * the result first, and GET /api/jobs/{id}/results is where the page reads it from.
- */
-export type ResultEvent = EventBase & {
-  type: 'result'
-  ok: boolean
-}
-
-export type JobEvent =
-  | StateEvent
-  | LogEvent
-  | MetricEvent
-  | ResourceEvent
-  | CheckpointEvent
-  | ArtifactEvent
-  | PreflightEvent
-  | StalledEvent
-  | ResultEvent
+/** A job's transition or one of its nodes' (a node's own report has no `previous`). */
+export type StateEvent = Schemas['StateEvent']
+export type LogEvent = Schemas['LogEvent']
+/** One rank's step and whichever numbers its script reports (loss, throughput, lr, ...). */
+export type MetricEvent = Schemas['MetricEvent']
+export type ResourceEvent = Schemas['ResourceEvent']
+export type CheckpointEvent = Schemas['CheckpointEvent']
+export type ArtifactEvent = Schemas['ArtifactEvent']
+export type PreflightEvent = Schemas['PreflightEvent']
+export type StalledEvent = Schemas['StalledEvent']
+export type ResultEvent = Schemas['ResultEvent']
+export type JobEvent = Schemas['JobEvent']
 
 /** The events of a page of GET /api/jobs/{id}/logs are log events (the schema types them as EventOut). */
 export const isLogEvent = (event: EventBase): event is LogEvent => event.type === 'log'
 
-// WebSocket messages: not in the OpenAPI schema (it describes HTTP routes only); written by hand.
-
 /** /api/jobs/{id}/stream */
-export type JobStreamMessage = { type: 'events'; events: JobEvent[] } | { type: 'job'; job: JobDetail }
-
+export type JobStreamMessage = Schemas['JobStreamMessage']
+/** Sent before a replay that opened on each rank's tail (`?history=tail`): where older lines begin. */
+export type JobHistoryMessage = Schemas['HistoryMessage']
 /** /api/cluster/stream */
-export type ClusterStreamMessage =
-  | { type: 'machines'; machines: Machine[] }
-  | { type: 'jobs'; jobs: JobSummary[] }
-  // The latest summary of each job that changed, at most every half second (coalesced by the server).
-  | { type: 'jobs_changed'; jobs: JobSummary[] }
-  // The queue after a queue pass that changed it: GET /api/queue's answer (your projects' jobs).
-  | { type: 'queue'; jobs: QueueEntry[]; total: number }
+export type ClusterStreamMessage = Schemas['ClusterStreamMessage']
+/** The streams' close codes that mean "do not retry" (4401: sign in again; 4404: no such thing). */
+export type StreamRefusedCloseCode = Schemas['StreamRefusedCloseCode']
+/** Fell behind: reconnect at once; the URL's cursor resumes the replay. */
+export type StreamResumeCloseCode = Schemas['StreamResumeCloseCode']

@@ -26,17 +26,14 @@ from rich.text import Text
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
 from websockets.sync.client import connect as ws_connect
 
+from .. import stream_contract as wire
+from ..stream_contract import CLOSE_NOT_FOUND, CLOSE_RESUME, CLOSE_UNAUTHENTICATED
 from . import CliError
 from .http import ApiClient
 from .output import say
 
 # Exit codes of a followed job's final state.
 FINAL = {"completed": 0, "failed": 1, "stopped": 1}
-CLOSE_UNAUTHENTICATED = 4401
-CLOSE_NOT_FOUND = 4404
-# The server dropped us for falling behind (a slow terminal under a flood of lines): resume at once
-# from the cursor, which loses and repeats nothing (consumers.py CLOSE_RESUME).
-CLOSE_RESUME = 4429
 RANK_COLOURS = ("cyan", "green", "magenta", "yellow", "blue", "bright_cyan", "bright_green", "bright_magenta",
                 "bright_yellow", "bright_blue")
 STATE_STYLES = {
@@ -207,9 +204,9 @@ class JobRenderer:
     def handle(self, message: dict[str, Any]) -> None:
         """Render one stream message (unknown types are ignored)."""
         kind = message.get("type")
-        if kind == "job":
+        if kind == wire.JOB:
             self._job(message.get("job") or {})
-        elif kind == "events":
+        elif kind == wire.EVENTS:
             for event in message.get("events") or []:
                 self.event(event)
         self._refresh()
@@ -451,13 +448,13 @@ class JobFollower:
                     message = json.loads(ws.recv(timeout=wait))
                 except TimeoutError:
                     continue
-                if message.get("type") == "events":
+                if message.get("type") == wire.EVENTS:
                     fresh = [e for e in message.get("events") or [] if int(e.get("id") or 0) > self.cursor]
                     if not fresh:
                         continue
                     self.cursor = int(fresh[-1]["id"])
                     message = {**message, "events": fresh}
-                elif message.get("type") == "replayed":
+                elif message.get("type") == wire.REPLAYED:
                     caught_up = True
                 self.renderer.handle(message)
                 if caught_up and self.renderer.final_status is not None:

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from torchyard.functions.results import first_failure
+from torchyard.function_results import first_failure
 
 from . import CliError
 from .http import ApiClient

@@ -34,9 +34,9 @@ from typing import Any
 
 from torchyard import protocol
 from torchyard.bundles import pack_directory
+from torchyard.function_results import META_FILE, PAYLOAD_FILE, RemoteError, first_failure
 
 from .compute import Compute
-from .results import META_FILE, PAYLOAD_FILE, RemoteError, first_failure
 
 RUNNER_MODULE = "torchyard.functions.runner"
 # A framework's launcher; "ray": a Ray cluster on the job's nodes, the function its driver on the head.

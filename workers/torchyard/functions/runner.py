@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard import protocol
-from torchyard.functions.results import META_FILE, REPR_LIMIT, RESULT_FILE_SUFFIX, result_stem, size_text
+from torchyard.function_results import META_FILE, REPR_LIMIT, RESULT_FILE_SUFFIX, result_stem, size_text
 
 EXIT_RAISED = 1
 

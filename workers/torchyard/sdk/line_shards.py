@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard.sdk import context, distributed
+from torchyard.storage import s3_client
 
 FORMAT = "torchyard-line-shards/1"
 CACHE_ENV = "TORCHYARD_SHARD_CACHE"
@@ -110,8 +111,6 @@ class LineShards:
 
     def _s3(self) -> Any:
         if self._client is None:
-            from torchyard.sdk.checkpoint.stores import s3_client  # boto3, imported only for S3
-
             self._client = s3_client()
         return self._client
 

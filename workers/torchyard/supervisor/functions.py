@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard import protocol
-from torchyard.functions.results import (
+from torchyard.function_results import (
     DEFAULT_RESULT_MAX_BYTES,
     PAYLOAD_FILE,
     RESULTS_DIR,

@@ -13,14 +13,13 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from torchyard.bundles import sha256_file
+from torchyard.storage import s3_client
 
 
 def upload_file(source: Path, uri: str) -> None:
     """Copy one file to `uri` (file:// or s3://), atomically on a filesystem."""
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
-        from torchyard.sdk.checkpoint.stores import s3_client
-
         s3_client().upload_file(str(source), parsed.netloc, parsed.path.lstrip("/"))
         return
     target = Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(uri)

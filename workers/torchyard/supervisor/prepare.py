@@ -48,6 +48,7 @@ from urllib.parse import unquote, urlparse
 
 from torchyard import bundles, tls
 from torchyard.protocol import NodeLaunch
+from torchyard.storage import s3_client
 
 from . import workdir as workdirs
 
@@ -127,8 +128,6 @@ def _openers(source: BundleSource) -> list[tuple[str, Callable[[], Any]]]:
     ways: list[tuple[str, Callable[[], Any]]] = []
     if parsed.scheme == "s3":
         def from_s3() -> Any:
-            from torchyard.sdk.checkpoint.stores import s3_client
-
             body = s3_client().get_object(Bucket=parsed.netloc, Key=parsed.path.lstrip("/"))["Body"]
             return contextlib.closing(body)
 

@@ -51,12 +51,28 @@ export function ranksOf(lines: LogEvent[]): number[] {
 }
 
 /**
- * Older pages in front of the window: only the lines older than the window's first (a page
- * fetched before the window moved may overlap it), so no line shows twice.
+ * Older pages and the window as one log in id order, each line once. Pages are contiguous (every
+ * line below where they began); the window may hold some of their lines too: a stream that opened
+ * on each rank's tail sent a quiet rank's last lines from further back than a busy rank's.
  */
 export function joinOlder(older: LogEvent[], window: LogEvent[]): LogEvent[] {
   if (older.length === 0) return window
   const first = window[0]?.id ?? Infinity
-  const kept = older.at(-1)!.id < first ? older : older.filter((e) => e.id < first)
-  return kept.length ? [...kept, ...window] : window
+  if (older.at(-1)!.id < first) return [...older, ...window]
+  const joined: LogEvent[] = []
+  let i = 0
+  let j = 0
+  while (i < older.length || j < window.length) {
+    const a = older[i]
+    const b = window[j]
+    if (b === undefined || (a !== undefined && a.id < b.id)) {
+      joined.push(a)
+      i += 1
+    } else {
+      if (a !== undefined && a.id === b.id) i += 1
+      joined.push(b)
+      j += 1
+    }
+  }
+  return joined
 }

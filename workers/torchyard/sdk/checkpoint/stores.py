@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
 from torchyard.sdk.checkpoint.hashing import HashingWriter, hash_file
+from torchyard.storage import s3_client
 
 MANIFEST = "manifest.json"
 LATEST = "LATEST"
@@ -283,26 +284,6 @@ class LocalStore(Store):
 
 
 # --- S3 -------------------------------------------------------------------------------------------
-def s3_client():
-    """A boto3 S3 client for S3_ENDPOINT_URL / AWS_ENDPOINT_URL (path-style), credentials from AWS_*."""
-    import boto3
-    from botocore.config import Config
-
-    endpoint = os.environ.get("S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL") or None
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    config = Config(
-        signature_version="s3v4",
-        s3={"addressing_style": "path"},
-        retries={"max_attempts": 3, "mode": "standard"},
-        connect_timeout=5,
-        read_timeout=120,
-        # Self-hosted S3 servers do not all know the newer default CRC headers; sha256 covers us.
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-    )
-    return boto3.client("s3", endpoint_url=endpoint, region_name=region, config=config)
-
-
 class S3Store(Store):
     """Checkpoints under ``s3://bucket/prefix``. Data objects go straight to the step prefix; the
     manifest object, put last, is the commit marker (S3 has no rename)."""

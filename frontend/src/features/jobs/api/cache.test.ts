@@ -31,6 +31,27 @@ describe('applyJobStreamMessages', () => {
     expect(writes).toHaveLength(2) // before the snapshot, and after it
     expect(client.getQueryData<JobDetail>(jobQueryKey(7))?.status).toBe('running')
   })
+
+  it("keeps where the tail's older lines begin, for the log view to page them", () => {
+    const client = new QueryClient()
+    applyJobStreamMessages(client, 7, [
+      { type: 'history', logs_before: 30, lines_per_rank: 2, last_id: 31 },
+      { type: 'events', events: [line(30), line(31)] },
+      { type: 'replayed', last_id: 31 },
+    ])
+    const state = client.getQueryData<JobEventsState>(jobEventsQueryKey(7))
+    expect(state?.olderBefore).toBe(30)
+    expect(state?.lastId).toBe(31)
+  })
+
+  it('has no older lines to page when the tail held every line', () => {
+    const client = new QueryClient()
+    applyJobStreamMessages(client, 7, [
+      { type: 'history', logs_before: null, lines_per_rank: 500, last_id: 2 },
+      { type: 'events', events: [line(1), line(2)] },
+    ])
+    expect(client.getQueryData<JobEventsState>(jobEventsQueryKey(7))?.olderBefore).toBeNull()
+  })
 })
 
 describe('applyEventsToJob', () => {

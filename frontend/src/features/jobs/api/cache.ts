@@ -2,7 +2,7 @@ import type { QueryClient } from '@tanstack/react-query'
 import type { JobDetail, JobEvent, JobStreamMessage, JobSummary, MetricEvent, StateEvent } from '../../../lib/types'
 import { jobQueryKey } from './get-job'
 import { jobsQueryKey } from './get-jobs'
-import { emptyJobEvents, jobEventsQueryKey, mergeJobEvents, type JobEventsState } from './job-events'
+import { emptyJobEvents, jobEventsQueryKey, mergeJobEvents, withOlderLines, type JobEventsState } from './job-events'
 
 const summaryOf = (job: JobSummary): JobSummary => ({
   id: job.id,
@@ -46,7 +46,9 @@ export function setJobDetail(queryClient: QueryClient, job: JobDetail): void {
 /**
  * Applies state and metric events to a job snapshot. A transition is applied only when it starts
  * from the status we show (`previous`), so replayed history cannot drag the snapshot back; nodes
- * of earlier attempts (ids not in `nodes`) are ignored.
+ * of earlier attempts (ids not in `nodes`) are ignored. The job's own progress is never folded from
+ * metric events: it is the server's (every rank's throughput summed, jobs/services.py), which the
+ * stream's `job` message carries whenever it changed.
  */
 export function applyEventsToJob(job: JobDetail, events: JobEvent[]): JobDetail {
   let next = job
@@ -94,18 +96,6 @@ export function applyEventsToJob(job: JobDetail, events: JobEvent[]): JobDetail 
         throughput: throughput ?? n.progress?.throughput ?? null,
       },
     }))
-    // Job-level progress follows rank 0 (or a job-wide metric), never moving backwards.
-    if ((event.rank === 0 || event.rank == null) && event.step >= (next.progress.step ?? -Infinity)) {
-      next = {
-        ...next,
-        progress: {
-          ...next.progress,
-          step: event.step,
-          loss: loss ?? next.progress.loss,
-          throughput: throughput ?? next.progress.throughput,
-        },
-      }
-    }
   }
 }
 
@@ -126,6 +116,14 @@ export function applyJobStreamMessages(queryClient: QueryClient, jobId: number, 
       applyEvents(queryClient, jobId, events)
       events = []
       setJobDetail(queryClient, message.job)
+    } else if (message.type === 'history') {
+      // Sent before the tail's events: where the older lines begin, for the log view to page.
+      applyEvents(queryClient, jobId, events)
+      events = []
+      const key = jobEventsQueryKey(jobId)
+      const state = queryClient.getQueryData<JobEventsState>(key) ?? emptyJobEvents()
+      const next = withOlderLines(state, message.logs_before)
+      if (next !== state) queryClient.setQueryData(key, next)
     } else if (message.type === 'events' && Array.isArray(message.events)) {
       events = events.length ? events.concat(message.events) : message.events
     }

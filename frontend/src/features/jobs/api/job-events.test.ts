@@ -63,10 +63,10 @@ describe('mergeJobEvents keeps the timeline and a bounded log window', () => {
     const lines = (from: number, count: number) =>
       Array.from({ length: count }, (_, i): LogEvent => ({ ...base, id: from + i, type: 'log', stream: 'stdout', line: `l${from + i}` }))
     let state = mergeJobEvents(emptyJobEvents(), lines(1, LOG_LINE_CAP))
-    expect(state.logsTrimmed).toBe(false)
+    expect(state.olderBefore).toBeNull()
     state = mergeJobEvents(state, lines(LOG_LINE_CAP + 1, 10))
     expect(state.logs).toHaveLength(LOG_LINE_CAP)
     expect(state.logs[0].id).toBe(11)
-    expect(state.logsTrimmed).toBe(true)
+    expect(state.olderBefore).toBe(11)
   })
 })

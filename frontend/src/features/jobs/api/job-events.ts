@@ -24,8 +24,12 @@ export const METRIC_POINT_CAP = 20_000
 export interface JobEventsState {
   lastId: number
   logs: LogEvent[]
-  /** Lines dropped off the top of `logs` (the log view pages them back from the API). */
-  logsTrimmed: boolean
+  /**
+   * Where older lines begin: every line with a greater or equal id is in `logs`, and below it some
+   * are not (the stream opened on each rank's tail, or the window dropped its oldest). The log view
+   * pages them from GET /logs?before=. Null when `logs` holds every line up to `lastId`.
+   */
+  olderBefore: number | null
   metrics: MetricEvent[]
   checkpoints: CheckpointEvent[]
   /** Every node's preflight result, all attempts (a few per attempt). */
@@ -40,7 +44,7 @@ export interface JobEventsState {
 export const emptyJobEvents = (): JobEventsState => ({
   lastId: 0,
   logs: [],
-  logsTrimmed: false,
+  olderBefore: null,
   metrics: [],
   checkpoints: [],
   preflight: [],
@@ -73,6 +77,19 @@ export const useJobEvents = (id: number): JobEventsState => useQuery(jobEventsQu
 
 const capped = <T>(items: T[], cap: number) => (items.length > cap ? items.slice(items.length - cap) : items)
 
+/** New lines after the window; past LOG_LINE_CAP its oldest drop off and older history begins higher. */
+function appendLogs(state: JobEventsState, logs: LogEvent[]): Pick<JobEventsState, 'logs' | 'olderBefore'> {
+  const all = [...state.logs, ...logs]
+  if (all.length <= LOG_LINE_CAP) return { logs: all, olderBefore: state.olderBefore }
+  const kept = all.slice(all.length - LOG_LINE_CAP)
+  return { logs: kept, olderBefore: Math.max(state.olderBefore ?? 0, kept[0].id) }
+}
+
+export function withOlderLines(state: JobEventsState, logsBefore: number | null): JobEventsState {
+  if (logsBefore === null || (state.olderBefore ?? 0) >= logsBefore) return state
+  return { ...state, olderBefore: logsBefore }
+}
+
 /**
  * Appends a batch. Ids increase per job and the server replays strictly after the cursor, so any
  * id at or below `lastId` is a duplicate (a replay overlapping what we already have) and dropped.
@@ -98,11 +115,11 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
     else if (event.type === 'result') results += 1
   }
   if (lastId === state.lastId) return state
-  const allLogs = logs.length ? [...state.logs, ...logs] : state.logs
+  const logWindow = logs.length ? appendLogs(state, logs) : state
   return {
     lastId,
-    logs: capped(allLogs, LOG_LINE_CAP),
-    logsTrimmed: state.logsTrimmed || allLogs.length > LOG_LINE_CAP,
+    logs: logWindow.logs,
+    olderBefore: logWindow.olderBefore,
     metrics: metrics.length ? capped(supersede([...state.metrics, ...metrics]), METRIC_POINT_CAP) : state.metrics,
     checkpoints: checkpoints.length ? [...state.checkpoints, ...checkpoints] : state.checkpoints,
     preflight: preflight.length ? [...state.preflight, ...preflight] : state.preflight,

@@ -1,7 +1,7 @@
 import { useMutation, useQueryClient } from '@tanstack/react-query'
 import { api, dataOf } from '../../../lib/api'
+import { queueQueryKey } from '../../../lib/queue-query-key'
 import type { PriorityInput, Queue } from '../../../lib/types'
-import { queueQueryKey } from '../../queue/api/get-queue'
 import { setJobDetail } from './cache'
 
 export const updateJobPriority = ({ id, priority }: { id: number; priority: PriorityInput }) =>

@@ -70,7 +70,7 @@ describe('job page live stream', () => {
     renderJobPage()
     expect(await screen.findByRole('heading', { name: /char-gpt/ })).toBeInTheDocument()
     const socket = await waitFor(() => FakeWebSocket.latest())
-    expect(socket.target).toBe('/api/jobs/5/stream?after=0')
+    expect(socket.target).toBe('/api/jobs/5/stream?after=0&history=tail')
 
     act(() => {
       socket.open()
@@ -145,7 +145,7 @@ describe('job page live stream', () => {
     // First retry after the 0.5 s minimum backoff.
     await waitFor(() => expect(FakeWebSocket.instances).toHaveLength(2), { timeout: 2_000 })
     const second = FakeWebSocket.latest()
-    expect(second.target).toBe('/api/jobs/5/stream?after=41')
+    expect(second.target).toBe('/api/jobs/5/stream?after=41&history=tail')
 
     // The server replays strictly after 41; lines already shown stay once.
     act(() => {

@@ -1,7 +1,6 @@
 import { Link, useParams } from 'react-router-dom'
 import { QueryError } from '../../../components/QueryError'
 import { isApiError } from '../../../lib/api'
-import { JobTopology } from '../../topology/components/JobTopology'
 import { useJob } from '../api/get-job'
 import { useJobEvents } from '../api/job-events'
 import { useJobStream } from '../hooks/useJobStream'
@@ -10,6 +9,7 @@ import { ArtifactsPanel } from './ArtifactsPanel'
 import { CheckpointsPanel } from './CheckpointsPanel'
 import { HealthPanel } from './HealthPanel'
 import { JobHeader } from './JobHeader'
+import { JobTopology } from './JobTopology'
 import { LogViewer } from './LogViewer'
 import { MetricsPanel } from './MetricsPanel'
 import { NodeCards } from './NodeCards'
@@ -63,7 +63,7 @@ function JobDetail({ jobId }: { jobId: number }) {
       <JobTopology job={job.data} />
       <HealthPanel job={job.data} preflight={events.preflight} stalls={events.stalls} />
       <MetricsPanel jobId={jobId} metrics={events.metrics} states={events.states} />
-      <LogViewer jobId={jobId} logs={events.logs} trimmed={events.logsTrimmed} />
+      <LogViewer jobId={jobId} logs={events.logs} olderBefore={events.olderBefore} />
       <StateTimeline states={events.states} stalls={events.stalls} />
       <div className="job-files">
         <CheckpointsPanel jobId={jobId} seen={events.checkpoints.length} />

@@ -12,7 +12,8 @@ import { PriorityControl } from './PriorityControl'
 
 export function JobHeader({ job, streamStatus }: { job: JobDetail; streamStatus: JobStreamStatus }) {
   const stop = useStopJob()
-  const live = LIVE_JOB_STATUSES.includes(job.status)
+  // A job already stopping still changes, but is asked nothing more.
+  const live = LIVE_JOB_STATUSES.includes(job.status) && job.status !== 'stopping'
 
   const [confirming, setConfirming] = useState(false)
   const running = job.nodes.filter((n) => n.attempt === job.attempt).length

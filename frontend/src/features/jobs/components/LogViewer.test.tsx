@@ -31,7 +31,7 @@ function scrolled() {
 
 describe('LogViewer', () => {
   it('renders a 200,000-line log as the few rows on screen, following the tail', () => {
-    render(<LogViewer jobId={5} logs={many(200_000)} trimmed={false} />)
+    render(<LogViewer jobId={5} logs={many(200_000)} olderBefore={null} />)
     expect(screen.getByTestId('log-count')).toHaveTextContent('200,000 lines')
     scrolled()
     const shown = rows()
@@ -41,7 +41,7 @@ describe('LogViewer', () => {
 
   it('filters by rank and by stream', async () => {
     const logs = [line(1, 'a', 0), line(2, 'b', 1), line(3, 'oops', 1, 'stderr'), line(4, 'c', 0)]
-    render(<LogViewer jobId={5} logs={logs} trimmed={false} />)
+    render(<LogViewer jobId={5} logs={logs} olderBefore={null} />)
     await userEvent.selectOptions(screen.getByLabelText('Filter by rank'), '1')
     expect(rows()).toEqual(['[rank 1] b', '[rank 1] oops'])
     await userEvent.selectOptions(screen.getByLabelText('Filter by stream'), 'stderr')
@@ -51,7 +51,7 @@ describe('LogViewer', () => {
 
   it('searches, counts the matches and steps from one to the next with Enter', async () => {
     const logs = many(5_000, (i) => (i % 1000 === 0 ? `checkpoint saved at ${i}` : `step ${i}`))
-    render(<LogViewer jobId={5} logs={logs} trimmed={false} />)
+    render(<LogViewer jobId={5} logs={logs} olderBefore={null} />)
     const search = screen.getByLabelText('Search logs')
     await userEvent.type(search, 'CHECKPOINT')
     expect(screen.getByText('5 matches')).toBeInTheDocument()
@@ -69,7 +69,7 @@ describe('LogViewer', () => {
 
   it('jumps to the first error, far above the tail', async () => {
     const logs = many(200_000, (i) => (i === 1234 ? 'RuntimeError: CUDA out of memory' : i === 150_000 ? 'ValueError: later' : `step ${i}`))
-    render(<LogViewer jobId={5} logs={logs} trimmed={false} />)
+    render(<LogViewer jobId={5} logs={logs} olderBefore={null} />)
     scrolled()
     expect(rows()).not.toContain('[rank 2] RuntimeError: CUDA out of memory')
     await userEvent.click(screen.getByRole('button', { name: 'First error' }))
@@ -82,7 +82,7 @@ describe('LogViewer', () => {
   })
 
   it('offers no error to jump to when there is none', () => {
-    render(<LogViewer jobId={5} logs={many(10)} trimmed={false} />)
+    render(<LogViewer jobId={5} logs={many(10)} olderBefore={null} />)
     expect(screen.getByRole('button', { name: 'First error' })).toBeDisabled()
   })
 
@@ -91,8 +91,8 @@ describe('LogViewer', () => {
     const requests = mockFetch({
       'GET /api/jobs/5/logs': () => json({ events: [line(4_001, 'old 0'), line(4_002, 'old 1')], next_after: 4_002 }),
     })
-    render(<LogViewer jobId={5} logs={window} trimmed />)
-    expect(screen.getByTestId('log-count')).toHaveTextContent('100 lines (latest 20,000 live, older on scroll)')
+    render(<LogViewer jobId={5} logs={window} olderBefore={5_001} />)
+    expect(screen.getByTestId('log-count')).toHaveTextContent('100 lines (the latest; older ones load on scroll)')
     const box = screen.getByTestId('log-box')
     act(() => {
       box.scrollTop = 0
@@ -110,5 +110,34 @@ describe('LogViewer', () => {
     })
     scrolled()
     expect(requests).toHaveLength(1)
+  })
+
+  it("pages below a tail that reached further back for a quiet rank: every line once, in order", async () => {
+    // Lines 1..300: rank 3 printed every 50th, rank 0 the rest. The tail holds rank 3's last two
+    // (150, 200) and rank 0's lines from 251; older lines begin at 251.
+    const printed = Array.from({ length: 300 }, (_, i) => line(i + 1, `l${i + 1}`, (i + 1) % 50 === 0 ? 3 : 0))
+    const tail = printed.filter((e) => e.id >= 251 || (e.rank === 3 && e.id >= 150))
+    const requests = mockFetch({
+      'GET /api/jobs/5/logs': ({ url }) => {
+        const before = Number(url.searchParams.get('before'))
+        const count = Number(url.searchParams.get('tail'))
+        const below = printed.filter((e) => e.id < before)
+        return json({ events: below.slice(Math.max(0, below.length - count)), next_after: before })
+      },
+    })
+    render(<LogViewer jobId={5} logs={tail} olderBefore={251} />)
+    const box = screen.getByTestId('log-box')
+    act(() => {
+      box.scrollTop = 0
+    })
+    scrolled()
+    await waitFor(() => expect(screen.getByTestId('log-count')).toHaveTextContent('300 lines'))
+    expect(requests.map((r) => r.url.search)).toEqual(['?tail=1000&before=251'])
+    act(() => {
+      box.scrollTop = 0
+    })
+    scrolled()
+    const ids = Array.from(box.querySelectorAll('[data-id]')).map((el) => Number(el.getAttribute('data-id')))
+    expect(ids).toEqual(Array.from({ length: ids.length }, (_, i) => i + 1))
   })
 })

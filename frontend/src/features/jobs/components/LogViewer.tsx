@@ -3,7 +3,6 @@ import { memo, useCallback, useLayoutEffect, useMemo, useRef, useState } from 'r
 import { formatClock } from '../../../lib/format'
 import type { LogEvent } from '../../../lib/types'
 import { fetchOlderLogs, OLDER_PAGE } from '../api/get-logs'
-import { LOG_LINE_CAP } from '../api/job-events'
 import {
   filterLines,
   findMatches,
@@ -66,9 +65,10 @@ const LogLine = memo(function LogLine({
 /**
  * All ranks' output, oldest first, virtualised: only the rows on screen are in the DOM, so a job's
  * 200,000 lines scroll like 200. Follows the tail until the user scrolls up, then holds still; at
- * the top it pages older lines from the API (the window in memory is LOG_LINE_CAP lines).
+ * the top it pages the lines below `olderBefore` from the API (the stream opens on each rank's
+ * latest lines, and the window in memory is LOG_LINE_CAP lines).
  */
-export function LogViewer({ jobId, logs, trimmed }: { jobId: number; logs: LogEvent[]; trimmed: boolean }) {
+export function LogViewer({ jobId, logs, olderBefore }: { jobId: number; logs: LogEvent[]; olderBefore: number | null }) {
   const [rank, setRank] = useState<RankFilter>('all')
   const [stream, setStream] = useState<StreamFilter>('all')
   const [query, setQuery] = useState('')
@@ -87,7 +87,8 @@ export function LogViewer({ jobId, logs, trimmed }: { jobId: number; logs: LogEv
   const visible = useMemo(() => filterLines(all, rank, stream), [all, rank, stream])
   const matches = useMemo(() => findMatches(visible, query), [visible, query])
   const errorAt = useMemo(() => firstErrorIndex(visible), [visible])
-  const canPageOlder = (trimmed || older.length > 0) && paging === 'idle' && older.length < OLDER_CAP
+  const hasOlder = olderBefore !== null || older.length > 0
+  const canPageOlder = hasOlder && paging === 'idle' && older.length < OLDER_CAP
 
   // TanStack Virtual hands out fresh functions each render: this component is left unmemoised.
   // eslint-disable-next-line react-hooks/incompatible-library
@@ -124,11 +125,12 @@ export function LogViewer({ jobId, logs, trimmed }: { jobId: number; logs: LogEv
 
   const pageOlder = async () => {
     const el = box.current
-    const first = all[0]
-    if (!el || !first) return
+    // Pages are contiguous: the next one ends where the last began, the first where history does.
+    const before = older[0]?.id ?? olderBefore
+    if (!el || before === null) return
     setPaging('loading')
     try {
-      const page = await fetchOlderLogs(jobId, first.id)
+      const page = await fetchOlderLogs(jobId, before)
       const top = visible[Math.floor(el.scrollTop / LOG_ROW_PX)]
       if (top) anchor.current = { id: top.id, offset: el.scrollTop % LOG_ROW_PX }
       setOlder((current) => [...page, ...current])
@@ -161,7 +163,7 @@ export function LogViewer({ jobId, logs, trimmed }: { jobId: number; logs: LogEv
         <h2>Logs</h2>
         <span className="muted small log-count" data-testid="log-count">
           {visible.length.toLocaleString('en-US')} lines
-          {trimmed || older.length ? ` (latest ${LOG_LINE_CAP.toLocaleString('en-US')} live, older on scroll)` : ''}
+          {hasOlder ? ' (the latest; older ones load on scroll)' : ''}
         </span>
         <div className="spacer" />
         <label className="inline-label">

@@ -16,8 +16,9 @@ export const JOB_STREAM_FLUSH_MS = 100
 export type JobStreamStatus = StreamStatus | 'reconnecting'
 
 /**
- * Follows /api/jobs/{id}/stream while mounted: replay after our cursor, then live. Every
- * reconnect resumes from the last event id in the cache, so nothing is fetched twice.
+ * Follows /api/jobs/{id}/stream while mounted: each rank's latest lines first (older ones page on
+ * scroll) or, resuming, a replay after our cursor; then live. Every reconnect resumes from the last
+ * event id in the cache, so nothing is fetched twice.
  */
 export function useJobStream(jobId: number): JobStreamStatus {
   const queryClient = useQueryClient()
@@ -38,7 +39,7 @@ export function useJobStream(jobId: number): JobStreamStatus {
       url: () => {
         flush() // the cursor is the last event applied: apply what came first
         const cursor = queryClient.getQueryData<JobEventsState>(jobEventsQueryKey(jobId))?.lastId ?? 0
-        return wsUrl(`/api/jobs/${jobId}/stream?after=${cursor}`)
+        return wsUrl(`/api/jobs/${jobId}/stream?after=${cursor}&history=tail`)
       },
       onMessage: (message) => {
         pending.push(message)

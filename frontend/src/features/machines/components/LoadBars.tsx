@@ -1,6 +1,6 @@
 import { UsageBar } from '../../../components/UsageBar'
 import type { Machine } from '../../../lib/types'
-import { gpuIndexes } from './machine-summary'
+import { gpuIndexes } from '../../../lib/machine-summary'
 
 /** CPU, memory and each GPU's use as of the last heartbeat (the cluster stream keeps it live). */
 export function LoadBars({ machine }: { machine: Machine }) {

@@ -20,7 +20,7 @@ import {
   volumeSummary,
   volumesText,
   type RoundTrip,
-} from './machine-summary'
+} from '../../../lib/machine-summary'
 
 export const MACHINE_COLUMNS = 8
 

@@ -4,7 +4,7 @@ import { useMe } from '../../auth/api/get-me'
 import { useMachines } from '../api/get-machines'
 import { useHealthCheckAll } from '../api/health-check'
 import { AddMachineForm } from './AddMachineForm'
-import type { RoundTrip } from './machine-summary'
+import type { RoundTrip } from '../../../lib/machine-summary'
 import { MachinesTable } from './MachinesTable'
 
 export function MachinesPanel() {

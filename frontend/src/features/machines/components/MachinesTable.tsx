@@ -1,5 +1,5 @@
 import type { Machine } from '../../../lib/types'
-import type { RoundTrip } from './machine-summary'
+import type { RoundTrip } from '../../../lib/machine-summary'
 import { MachineRow } from './MachineRow'
 
 interface MachinesTableProps {

@@ -1,8 +1,7 @@
 import { queryOptions, useQuery } from '@tanstack/react-query'
 import { api, dataOf } from '../../../lib/api'
 import { POLL_FALLBACK_MS, useClusterStreamLive } from '../../../lib/cluster-stream-status'
-
-export const queueQueryKey = ['queue'] as const
+import { queueQueryKey } from '../../../lib/queue-query-key'
 
 export const getQueue = (signal?: AbortSignal) => dataOf(api.GET('/api/queue', { signal }))
 

@@ -1,6 +1,6 @@
 import type { QueryClient } from '@tanstack/react-query'
+import { queueQueryKey } from '../../../lib/queue-query-key'
 import { WAITING_JOB_STATUSES, type JobSummary, type Queue, type QueueEntry } from '../../../lib/types'
-import { queueQueryKey } from './get-queue'
 
 /** A `queue` message from the cluster stream: the queue as the server's last pass left it. */
 export function setQueue(queryClient: QueryClient, jobs: QueueEntry[], total: number): void {

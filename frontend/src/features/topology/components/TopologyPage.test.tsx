@@ -7,7 +7,7 @@ import { FakeWebSocket } from '../../../test/fake-websocket'
 import { jobDetail, jobSummary, machine } from '../../../test/fixtures'
 import { json, mockFetch, type RecordedRequest } from '../../../test/http'
 import { renderWithProviders } from '../../../test/render'
-import { JobTopology } from './JobTopology'
+import { JobTopology } from '../../jobs/components/JobTopology'
 import { TopologyPage } from './TopologyPage'
 
 const alpha = machine({ id: 1, name: 'alpha', host: '10.0.0.11', status: 'busy' })
@@ -56,7 +56,7 @@ function renderTopology(machines: Machine[]): RecordedRequest[] {
 
 // The graph is a lazy chunk (React Flow); load it once up front so no test waits on the import.
 beforeAll(async () => {
-  await import('./TopologyGraph')
+  await import('../../../components/topology/TopologyGraph')
 })
 
 describe('topology page', () => {

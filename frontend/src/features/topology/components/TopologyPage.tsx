@@ -4,8 +4,8 @@ import type { JobDetail, Machine } from '../../../lib/types'
 import { useJobs } from '../../jobs/api/get-jobs'
 import { useMachines } from '../../machines/api/get-machines'
 import { usePlacedJobs } from '../api/get-placed-jobs'
-import { layoutTopology } from '../layout'
-import { TopologyGraph } from './LazyTopologyGraph'
+import { layoutTopology } from '../../../components/topology/layout'
+import { TopologyGraph } from '../../../components/topology/LazyTopologyGraph'
 
 const LEGEND: [string, string][] = [
   ['online', 'var(--green)'],

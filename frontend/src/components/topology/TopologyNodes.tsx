@@ -1,11 +1,11 @@
 import type { NodeProps } from '@xyflow/react'
 import { memo } from 'react'
 import { Link } from 'react-router-dom'
-import { StatusBadge } from '../../../components/StatusBadge'
-import { formatGiB } from '../../../lib/format'
-import type { MachineUsage } from '../../../lib/types'
-import { volumeSummary } from '../../machines/components/machine-summary'
-import type { ControlPlaneNode, JobNodeNode, MachineNode } from '../layout'
+import { formatGiB } from '../../lib/format'
+import { volumeSummary } from '../../lib/machine-summary'
+import type { MachineUsage } from '../../lib/types'
+import { StatusBadge } from '../StatusBadge'
+import type { ControlPlaneNode, JobNodeNode, MachineNode } from './layout'
 
 export const ControlPlaneCard = memo(function ControlPlaneCard({ data }: NodeProps<ControlPlaneNode>) {
   return (

@@ -1,7 +1,8 @@
 """A function job's results: the files a rank leaves (runner.py), how a node supervisor turns them
 into `result` events (collect_results), and the error a caller gets back for a rank that raised.
 
-Standard library only: the supervisor and the CLI import this without cloudpickle or torch.
+Standard library only: the supervisor and the CLI import this without cloudpickle or torch. It sits
+below both the function API (torchyard.functions) and the client, which read it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 import { lazy, Suspense } from 'react'
-import '../topology.css'
+import './topology.css'
 import type { TopologyGraphProps } from './TopologyGraph'
 
 // React Flow is loaded with the first graph shown, not with the app.

@@ -1,9 +1,9 @@
 import { useMemo } from 'react'
 import { QueryError } from '../../../components/QueryError'
 import type { JobDetail } from '../../../lib/types'
+import { currentNodes, layoutTopology } from '../../../components/topology/layout'
+import { TopologyGraph } from '../../../components/topology/LazyTopologyGraph'
 import { useMachines } from '../../machines/api/get-machines'
-import { currentNodes, layoutTopology } from '../layout'
-import { TopologyGraph } from './LazyTopologyGraph'
 
 /** The topology picture of one job: its nodes on their machines, under the control plane. */
 export function JobTopology({ job }: { job: JobDetail }) {

@@ -1,5 +1,5 @@
-import { formatGiB } from '../../../lib/format'
-import type { Machine, MachineVolume } from '../../../lib/types'
+import { formatGiB } from './format'
+import type { Machine, MachineVolume } from './types'
 
 function count(n: number, one: string, many: string): string {
   return `${n} ${n === 1 ? one : many}`

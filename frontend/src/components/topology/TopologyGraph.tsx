@@ -12,7 +12,7 @@ import {
 } from '@xyflow/react'
 import '@xyflow/react/dist/style.css'
 import { useCallback, useLayoutEffect, useRef } from 'react'
-import type { TopologyLayout } from '../layout'
+import type { TopologyLayout } from './layout'
 import { RoutedEdge } from './RoutedEdge'
 import { ControlPlaneCard, JobNodeCard, MachineCard } from './TopologyNodes'
 

@@ -1,0 +1,249 @@
+"""The wire contract of the live streams a client reads: `/api/jobs/{job_id}/stream` and
+`/api/cluster/stream` (WebSockets), and the events they carry (the same events the REST routes page).
+
+Named here once, beside protocol.py (what travels between the control plane and the workers), and
+plain standard library like it: the server's consumers and the CLI's follower take their close codes
+and message names from here, and the server publishes the shapes below in its OpenAPI schema
+(streaming/contract_schema.py: one component per TypedDict, under its class name), from which the
+dashboard's types are generated with the REST ones. A change here is a change of the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
+
+# --- Close codes ----------------------------------------------------------------------------------
+# Application codes (4000-4999) a stream closes with, after accepting, so a client can tell them from
+# a network failure. The first two mean "do not retry"; the last "reconnect at once".
+CLOSE_UNAUTHENTICATED = 4401  # not signed in (or the session ended): log in again
+CLOSE_NOT_FOUND = 4404  # no such job, or not one of your projects'
+# Fell behind (or live events were lost on the way): reconnect at once with ?after=<the last event id
+# you have>; the replay resumes from it, so nothing is lost and nothing comes twice.
+CLOSE_RESUME = 4429
+REFUSED_CLOSE_CODES = (CLOSE_UNAUTHENTICATED, CLOSE_NOT_FOUND)
+CLOSE_CODES = (*REFUSED_CLOSE_CODES, CLOSE_RESUME)
+
+# --- Message types (each message's "type") --------------------------------------------------------
+JOB = "job"  # the job's detail, on connect and whenever it changed (its progress: every rank summed)
+HISTORY = "history"  # sent before a tail replay (?history=tail): where older log lines begin
+EVENTS = "events"  # a frame of events in id order
+REPLAYED = "replayed"  # the replay is over: from here on everything is live
+ERROR = "error"  # the client sent something (the streams take nothing)
+MACHINES = "machines"
+JOBS = "jobs"
+JOBS_CHANGED = "jobs_changed"
+QUEUE = "queue"
+
+
+# Values whose shape is a component of the REST schema (Annotated with its name).
+JobDetail = Annotated[dict[str, Any], "JobDetailOut"]
+JobSummary = Annotated[dict[str, Any], "JobSummaryOut"]
+Machine = Annotated[dict[str, Any], "MachineOut"]
+QueueEntry = Annotated[dict[str, Any], "QueueEntryOut"]
+JobStatus = Annotated[str, "JobStatusEnum"]
+NodeStatus = Annotated[str, "NodeStatusEnum"]
+
+
+# --- Events ---------------------------------------------------------------------------------------
+# Every event, on the streams and the REST routes alike, is one flat object: these fields (the
+# envelope; the REST schema's EventOut), then its type's own (the payload, as the node supervisors and
+# the controller write it): each TypedDict of JobEvent below names a payload, published as EventOut
+# and those fields. `id` grows in the order events were accepted: the resume cursor.
+EVENT_ENVELOPE = ("id", "job", "node", "node_rank", "rank", "attempt", "seq", "type", "ts")
+ENVELOPE_COMPONENT = "EventOut"
+
+
+class JobStateEvent(TypedDict):
+    """A job's transition (`previous` is null for the first, on submission)."""
+
+    type: Literal["state"]
+    scope: Literal["job"]
+    status: JobStatus
+    previous: JobStatus | None
+    reason: str
+
+
+class NodeStateEvent(TypedDict):
+    """A node's transition, or its own report (its supervisor's, its agent's), without `previous`."""
+
+    type: Literal["state"]
+    scope: Literal["node"]
+    status: NodeStatus
+    previous: NotRequired[NodeStatus | None]
+    reason: str
+
+
+class LogEvent(TypedDict):
+    type: Literal["log"]
+    stream: Literal["stdout", "stderr"]
+    line: str
+
+
+class MetricEvent(TypedDict):
+    """`step`, and whichever numbers the script reports (loss, throughput, lr, ...): one rank's own."""
+
+    type: Literal["metric"]
+    step: int
+    loss: NotRequired[float]
+    throughput: NotRequired[float]
+    lr: NotRequired[float]
+
+
+class ResourceEvent(TypedDict):
+    """What a node's rank processes use (supervisor/proctree.py)."""
+
+    type: Literal["resource"]
+    cpu_percent: float
+    rss_mb: float
+    processes: int
+
+
+class CheckpointEvent(TypedDict):
+    type: Literal["checkpoint"]
+    step: int
+    uri: str
+
+
+class ArtifactFile(TypedDict):
+    path: str
+    uri: str
+    size: int
+    sha256: str
+
+
+class ArtifactEvent(TypedDict):
+    """Files a node collected from its output directory into the store (up to 200 an event)."""
+
+    type: Literal["artifact"]
+    files: list[ArtifactFile]
+
+
+class PreflightEvent(TypedDict):
+    """A node's preflight before torchrun: reached the master (or heard every node), versions agree."""
+
+    type: Literal["preflight"]
+    ok: bool
+    error: NotRequired[str]
+    role: NotRequired[Literal["master", "node"]]
+    interface: NotRequired[str]
+    hostname: NotRequired[str]
+    master: NotRequired[str]
+    local_address: NotRequired[str]
+    connect_ms: NotRequired[float]
+    python: NotRequired[str]
+    torch: NotRequired[str]
+
+
+class StalledEvent(TypedDict):
+    """A rank whose step stopped advancing, with its Python stack taken from outside (py-spy)."""
+
+    type: Literal["stalled"]
+    step: int
+    stalled_for: float
+    timeout: float
+    process_state: str
+    last_line: str
+    stack: str
+    hostname: str
+    on_stall: Literal["report", "recover"]
+    # The collective frame the main thread waits in; "" outside any; null or absent: no stack read.
+    waits_in: NotRequired[str | None]
+    frame: NotRequired[str | None]  # the main thread's innermost Python frame
+
+
+class ResultEvent(TypedDict):
+    """A function job's rank returned or raised (GET /api/jobs/{id}/results holds the result)."""
+
+    type: Literal["result"]
+    ok: bool
+
+
+# Payloads that may carry more keys than they name (a metric: whatever numbers the script reports).
+OPEN_PAYLOADS = frozenset({"MetricEvent"})
+
+StateEvent = JobStateEvent | NodeStateEvent
+JobEvent = (StateEvent | LogEvent | MetricEvent | ResourceEvent | CheckpointEvent | ArtifactEvent | PreflightEvent
+            | StalledEvent | ResultEvent)
+
+
+# --- /api/jobs/{job_id}/stream --------------------------------------------------------------------
+class JobMessage(TypedDict):
+    type: Literal["job"]
+    job: JobDetail
+
+
+class HistoryMessage(TypedDict):
+    """Before a replay that opened on each rank's tail: below `logs_before` are lines it left for
+    GET /api/jobs/{id}/logs?before= to page (null: none)."""
+
+    type: Literal["history"]
+    logs_before: int | None
+    lines_per_rank: int
+    last_id: int
+
+
+class EventsFrame(TypedDict):
+    """`last` is its last event's id, `prev` the id of the job's event before its first (null when
+    unknown): a client whose cursor is below `prev` missed events (resume with ?after=<cursor>)."""
+
+    type: Literal["events"]
+    prev: int | None
+    last: int
+    count: int
+    replay: NotRequired[bool]
+    events: list[JobEvent]
+
+
+class ReplayedMessage(TypedDict):
+    type: Literal["replayed"]
+    last_id: int
+
+
+class ErrorMessage(TypedDict):
+    type: Literal["error"]
+    detail: str
+
+
+JobStreamMessage = JobMessage | HistoryMessage | EventsFrame | ReplayedMessage | ErrorMessage
+
+
+# --- /api/cluster/stream --------------------------------------------------------------------------
+class MachinesMessage(TypedDict):
+    type: Literal["machines"]
+    machines: list[Machine]
+
+
+class JobsMessage(TypedDict):
+    type: Literal["jobs"]
+    jobs: list[JobSummary]
+
+
+class JobsChangedMessage(TypedDict):
+    """The latest summary of each job that changed, at most every half second (coalesced)."""
+
+    type: Literal["jobs_changed"]
+    jobs: list[JobSummary]
+
+
+class QueueMessage(TypedDict):
+    """The queue after a pass that changed it: GET /api/queue's answer (your projects' jobs)."""
+
+    type: Literal["queue"]
+    jobs: list[QueueEntry]
+    total: int
+
+
+ClusterStreamMessage = MachinesMessage | JobsMessage | JobsChangedMessage | QueueMessage | ErrorMessage
+
+# What the schema publishes under these names (the TypedDicts each under its own class name).
+NAMED_UNIONS: dict[str, Any] = {
+    "StateEvent": StateEvent,
+    "JobEvent": JobEvent,
+    "JobStreamMessage": JobStreamMessage,
+    "ClusterStreamMessage": ClusterStreamMessage,
+}
+# Each WebSocket route and the message union it sends.
+ROUTES = {
+    "/api/jobs/{job_id}/stream": "JobStreamMessage",
+    "/api/cluster/stream": "ClusterStreamMessage",
+}
