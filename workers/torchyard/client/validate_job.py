@@ -1,6 +1,6 @@
 """The job `torchyard validate` runs: one real 2-node job through every part of an installation.
 
-Its code is examples/validate_crash_once.py, uploaded as a bundle (crash_once.py): Torchyard's built-in recipe
+Its code is examples/_validate_crash_once.py, uploaded as a bundle (crash_once.py): Torchyard's built-in recipe
 examples/mlp_ddp.py on 2 machines x 1 process (STEPS steps, STEP_SLEEP s each, a checkpoint every
 CHECKPOINT_EVERY steps, one restart allowed), whose last rank kills itself with SIGKILL once, on the
 first attempt, a moment after the first checkpoint committed. The checks read what the server
@@ -32,7 +32,7 @@ from . import CliError
 from .http import ApiClient
 from .upload import upload_project
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "validate_crash_once.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "_validate_crash_once.py"
 ENTRYPOINT = "crash_once.py"
 STEPS, STEP_SLEEP, CHECKPOINT_EVERY = 120, 0.05, 20
 FINAL = ("completed", "failed", "stopped")
