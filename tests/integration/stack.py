@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,6 +220,16 @@ class Stack:
             for child in started:
                 with contextlib.suppress(psutil.Error):
                     child.kill()
+
+
+@contextlib.contextmanager
+def running_stack(tmp: Path, *, env: dict[str, str] | None = None, agents: int = 2) -> Iterator[Stack]:
+    """A stack for the length of a with-block (a module's fixture), stopped whatever happens."""
+    stack = start_stack(tmp, env=env or {}, agents=agents)
+    try:
+        yield stack
+    finally:
+        stack.stop()
 
 
 def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = "127.0.0.1") -> Stack:

@@ -11,16 +11,13 @@ import pytest
 from playwright.sync_api import expect
 
 from .browser import chromium, log_in
-from .stack import start_stack
+from .stack import running_stack
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    stack = start_stack(tmp_path_factory.mktemp("browser-machines"), env={})
-    try:
+    with running_stack(tmp_path_factory.mktemp("browser-machines")) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture

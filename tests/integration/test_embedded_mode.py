@@ -11,16 +11,13 @@ import psutil
 import pytest
 import redis
 
-from .stack import start_stack
+from .stack import running_stack, start_stack
 
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
-    stack = start_stack(tmp_path_factory.mktemp("embedded"), env={})
-    try:
+    with running_stack(tmp_path_factory.mktemp("embedded")) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 def test_the_embedded_stack_uses_sqlite_and_its_own_redis_and_runs_a_job(embedded):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from .stack import start_stack, unique_name
+from .stack import running_stack, unique_name
 
 TORCHYARD = os.path.join(os.path.dirname(sys.executable), "torchyard")
 EVERY_CHECK = ["server", "API token", "database", "redis", "storage", "controller", "ingest", "agent local-0",
@@ -21,11 +21,8 @@ EVERY_CHECK = ["server", "API token", "database", "redis", "storage", "controlle
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    stack = start_stack(tmp_path_factory.mktemp("validate"), env={})
-    try:
+    with running_stack(tmp_path_factory.mktemp("validate")) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 def validate(stack, *args: str) -> subprocess.CompletedProcess:

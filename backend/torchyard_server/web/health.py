@@ -19,7 +19,6 @@ import time
 import uuid
 from collections.abc import Callable
 
-import redis
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import connection
@@ -33,7 +32,7 @@ from ..celery import app as celery_app
 from ..projects.permissions import IsStaff
 from ..stores import storage_at
 from ..streaming import telemetry
-from .metrics import INGEST_DOWN_AFTER
+from .metrics import INGEST_DOWN_AFTER, redis_client
 
 PROBE_PREFIX = "health"  # the store's folder for the storage check's short-lived files
 
@@ -56,8 +55,7 @@ def check_database() -> str:
 
 
 def check_redis() -> str:
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-    try:
+    with redis_client(settings.REDIS_URL) as client:
         key, value = f"torchyard:health:{uuid.uuid4().hex}", uuid.uuid4().hex
         client.set(key, value, ex=60)
         read = client.get(key)
@@ -65,8 +63,6 @@ def check_redis() -> str:
         if read != value.encode():
             raise CheckFailed(f"a key set was read back as {read!r}")
         version = client.info("server").get("redis_version", "?")
-    finally:
-        client.close()
     return f"Redis {version}: a key set, read back and deleted"
 
 
@@ -97,11 +93,8 @@ def check_controller() -> str:
 
 
 def check_ingest() -> str:
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-    try:
+    with redis_client(settings.REDIS_URL) as client:
         age = telemetry.ingest_report(client).get("age")
-    finally:
-        client.close()
     if age is None:
         raise CheckFailed("the event-ingest loop (`django-admin ingest_events`) never reported")
     if age >= INGEST_DOWN_AFTER:

@@ -69,7 +69,7 @@ def gpu_counts() -> dict[str, int]:
 
 
 @functools.cache
-def _redis(url: str) -> redis.Redis:
+def redis_client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
 
 
@@ -85,7 +85,7 @@ class TorchyardCollector(Collector):
                            gpu_counts(), ["used", "free", "unavailable"])
         yield from self._usage(usage_seconds_by_project())
         try:
-            client = _redis(settings.REDIS_URL)
+            client = redis_client(settings.REDIS_URL)
             yield from self._ingest(telemetry.ingest_report(client))
             yield self._states("torchyard_websocket_clients", "Open WebSocket connections, by stream.",
                                telemetry.websocket_clients(client), telemetry.WEBSOCKET_KINDS, label="stream")

@@ -14,12 +14,12 @@ all is Accelerate's simple launcher: the harness as a plain child, its output in
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from torchyard.protocol import NodeLaunch
 
 from .argv import CONFIG_FILE, TORCHRUN_LOG_DIR, rdzv_id
+from .prepare import lacks_module
 
 HARNESS_MODULE = "torchyard.harness"
 MISSING_ACCELERATE = ("launcher accelerate needs HuggingFace Accelerate in the job's Python: add `accelerate` "
@@ -64,9 +64,4 @@ def accelerate_env(launch: NodeLaunch) -> dict[str, str]:
 
 def accelerate_missing(python: str) -> bool:
     """True when the node's training Python cannot import accelerate."""
-    code = "import importlib.util,sys; sys.exit(importlib.util.find_spec('accelerate') is None)"
-    try:
-        return subprocess.run([python, "-c", code], stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=60).returncode != 0
-    except (OSError, subprocess.TimeoutExpired):
-        return True
+    return lacks_module(python, "accelerate")

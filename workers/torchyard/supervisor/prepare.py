@@ -501,3 +501,14 @@ def prepared_environment(
     once_per_machine(envs, key, f"environment {key}", build, wait=wait, say=say,
                      valid=lambda: os.path.exists(env_python))
     return env_python
+
+
+def lacks_module(python: str, module: str) -> bool:
+    """True when the node's training Python cannot import `module` (a launcher's own package: ray,
+    accelerate), so the node fails at once, saying what to install, rather than in every rank."""
+    code = f"import importlib.util,sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    try:
+        return subprocess.run([python, "-c", code], stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=60).returncode != 0
+    except (OSError, subprocess.TimeoutExpired):
+        return True

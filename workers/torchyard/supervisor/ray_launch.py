@@ -14,12 +14,13 @@ import os
 import random
 import shutil
 import socket
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from torchyard.protocol import NodeLaunch
+
+from .prepare import lacks_module
 
 LAUNCHER_RAY = "ray"
 RAY_PLAN_FILE = "ray.json"
@@ -180,12 +181,7 @@ def ray_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def ray_missing(python: str) -> bool:
     """True when the node's training Python cannot import ray."""
-    code = "import importlib.util,sys; sys.exit(importlib.util.find_spec('ray') is None)"
-    try:
-        return subprocess.run([python, "-c", code], stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=60).returncode != 0
-    except (OSError, subprocess.TimeoutExpired):
-        return True
+    return lacks_module(python, "ray")
 
 
 def remove_temp_dir(temp: Path) -> None:
