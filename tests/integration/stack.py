@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from torchyard import protocol
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = str(Path(sys.executable).with_name("torchyard-server"))
 ADMIN = ("admin", "correct-horse-battery")
+_ACCESS_LINE = re.compile(r'"(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) /[^"]*" \d{3} ')
 # The launcher's children (launcher.plan_children), told apart by words of their command lines.
 LAUNCHER_CHILDREN = {
     "web": ("daphne",),
@@ -90,11 +92,14 @@ class Stack:
     def ws_url(self, path: str) -> str:
         return self.base.replace("http://", "ws://") + path
 
-    def log_tail(self, lines: int = 60) -> str:
+    def log_tail(self, lines: int = 80) -> str:
+        """The stack log's last lines, without the web server's access lines: a test that polls
+        fills the tail with its own GETs and hides what the controller and agents said."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            text = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return ""
+        return "\n".join([line for line in text if not _ACCESS_LINE.search(line)][-lines:])
 
     # --- processes ------------------------------------------------------------------------------
     def job_processes(self, job_id: int) -> list[psutil.Process]:

@@ -100,8 +100,23 @@ def shutdown_process_group() -> None:
     if is_initialized():
         import torch.distributed as dist
 
-        dist.barrier()
+        _last_barrier_held(dist.barrier(async_op=True)).wait()
         dist.destroy_process_group()
+
+
+# The work of the last barrier, kept alive until the process ends. gloo's worker thread drops its own
+# reference to a work just after completing it, and when that reference is the last it must take the
+# GIL to free the tensors the work holds (a barrier holds the works before it, DDP's broadcasts among
+# them). Meanwhile the main thread, holding the GIL, may already be freeing the DDP model, whose
+# process group's destructor joins that very thread: a deadlock, the rank printing its last line and
+# never exiting (seen under CPU load: CI, and a loaded rerun of tests/integration/test_embedded_mode).
+# Holding the work here makes the main thread, which has the GIL, the one that frees it.
+_held_works: list[Any] = []
+
+
+def _last_barrier_held(work: Any) -> Any:
+    _held_works[:] = [work]
+    return work
 
 
 def _wait_for_checkpoints() -> None:
