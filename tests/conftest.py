@@ -17,7 +17,7 @@ for sub in ("backend", "workers"):
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory):
     """A private Redis server on a free loopback port, for tests that need an empty one."""
-    from torchyard_server.embedded_redis import start_redis
+    from torchyard_server.runtime.embedded_redis import start_redis
 
     server = start_redis(tmp_path_factory.mktemp("redis"))
     try:

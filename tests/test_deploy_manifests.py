@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from torchyard_server.certs import main as certs_main
+from torchyard_server.runtime.certs import main as certs_main
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "backend" / "deploy"

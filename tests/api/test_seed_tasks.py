@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from rest_framework.test import APIClient
-from torchyard_server import secretbox
+from torchyard_server.jobs import secretbox
 from torchyard_server.jobs.models import Job
 from torchyard_server.projects.models import Membership, Project
 from torchyard_server.templates.models import JobTemplate

@@ -85,7 +85,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def machines_stack(work: Path) -> Iterator[tuple[Stack, str, str]]:
     """A stack without local agents, on a database and a Redis of its own; (stack, database URL,
     Redis URL). The shared test Redis database is emptied by integration tests that start."""
-    from torchyard_server.embedded_redis import start_redis
+    from torchyard_server.runtime.embedded_redis import start_redis
 
     name = unique_name("torchyard_bench")
     database_url = f"postgresql://postgres@127.0.0.1:5432/{name}"

@@ -74,7 +74,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 @contextlib.contextmanager
 def scheduler_stack(work: Path) -> Iterator[tuple[Stack, str]]:
     """A stack without local agents, on a database and a Redis of its own; (stack, database URL)."""
-    from torchyard_server.embedded_redis import start_redis
+    from torchyard_server.runtime.embedded_redis import start_redis
 
     name = unique_name("torchyard_bench")
     database_url = f"postgresql://postgres@127.0.0.1:5432/{name}"
@@ -199,7 +199,7 @@ def _wait(stack: Stack, job_id: int, statuses: set[str], timeout: float) -> floa
 def time_preemption(work: Path) -> dict[str, float]:
     """Two local agents full of two low-priority checkpointing jobs; a high-priority job needing one
     machine: seconds from its submit to dispatched and to running."""
-    from torchyard_server.embedded_redis import start_redis
+    from torchyard_server.runtime.embedded_redis import start_redis
 
     name = unique_name("torchyard_bench_preempt")
     database_url = f"postgresql://postgres@127.0.0.1:5432/{name}"

@@ -226,7 +226,7 @@ class Cluster:
 
 @dataclass
 class RedisServer:
-    """A private redis-server on the bridge address. torchyard_server.embedded_redis binds
+    """A private redis-server on the bridge address. torchyard_server.runtime.embedded_redis binds
     127.0.0.1 only, which the namespaces cannot reach, hence this one. It keeps an append-only
     file, so restart() is a Redis restart as production sees one: streams, consumer groups and
     queued tasks survive it."""

@@ -14,7 +14,7 @@ import psutil
 from torchyard import lifeline
 
 ROOT = Path(__file__).resolve().parents[2]
-PARENT_DEATH = [sys.executable, "-I", "-S", str(ROOT / "backend" / "torchyard_server" / "parent_death.py")]
+PARENT_DEATH = [sys.executable, "-I", "-S", str(ROOT / "backend" / "torchyard_server" / "runtime" / "parent_death.py")]
 WATCHER = "from torchyard.lifeline import watch_launcher; assert watch_launcher(); import time; time.sleep(60)"
 
 

@@ -42,7 +42,7 @@ def test_store_ca_writes_the_pem_once_and_refuses_what_is_not_one(tmp_path):
 
 def test_https_context_adds_the_ca_to_the_system_ones(tmp_path):
     assert tls.https_context(None) is None
-    from torchyard_server.certs import write_certs
+    from torchyard_server.runtime.certs import write_certs
 
     written = write_certs(tmp_path / "certs", ["ctl.example.com"])
     context = tls.https_context(written.ca)
@@ -59,7 +59,7 @@ def test_the_agent_reaches_a_server_whose_https_the_private_ca_signs(tmp_path):
     import threading
 
     from torchyard.agent.main import AgentError, fetch_config
-    from torchyard_server.certs import write_certs
+    from torchyard_server.runtime.certs import write_certs
 
     written = write_certs(tmp_path / "certs", ["127.0.0.1"])
 

@@ -3,12 +3,12 @@
 The launcher gives each child it starts (web, controller, beat, ingest, the local agents, its
 Redis) an identity in the environment: the stack's data directory, the child's role and the
 launcher's generation. A later launcher on the same data directory finds by it what an earlier one
-left behind (torchyard_server/generations.py). The node supervisors and ranks the agents start
+left behind (torchyard_server/runtime/generations.py). The node supervisors and ranks the agents start
 inherit the data directory but not the role: they are the training, which outlives the control plane.
 
 A child must not outlive its launcher, whatever ends the launcher. Two mechanisms, because each
 misses what the other catches:
-- PR_SET_PDEATHSIG (torchyard_server/parent_death.py, set before exec): the kernel SIGKILLs the
+- PR_SET_PDEATHSIG (torchyard_server/runtime/parent_death.py, set before exec): the kernel SIGKILLs the
   child the moment the launcher dies, even a child that runs no code of ours (redis-server) or one
   too wedged to run any; but it is Linux-only and dropped by a setuid exec.
 - `watch_launcher` here, in every Python child: a thread that ends its process once its parent is

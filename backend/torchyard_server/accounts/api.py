@@ -23,8 +23,8 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from ..openapi import ErrorOut
 from ..projects.permissions import submittable_projects
+from ..rest.openapi import ErrorOut
 from .models import ApiToken
 from .selectors import api_tokens_of
 from .services import api_token_create, api_token_revoke

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from ..checkpoints.storage import OutsideJobStore, storage_for
 from ..jobs.selectors import job_visible_or_404
-from ..renderers import DOWNLOAD_RENDERERS, StreamedFileResponse
+from ..rest.renderers import DOWNLOAD_RENDERERS, StreamedFileResponse
 from .models import Artifact, FunctionResult
 from .serializers import ArtifactOut, FunctionResultsOut
 

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from torchyard.bundles import BundleError, size_text
 
-from ..openapi import ValidationErrorOut
+from ..rest.openapi import ValidationErrorOut
 from .models import Bundle
 from .serializers import BundleDetailOut, BundleLimitsOut, BundleOut
 from .services import bundle_for_user, bundle_store

@@ -17,7 +17,7 @@ from django.db import transaction
 from torchyard.bundles import BundleError, inspect_archive, size_text
 
 from ..audit import services as audit
-from ..stores import storage_at, store_url
+from ..core.stores import storage_at, store_url
 from .models import Bundle
 
 CHUNK = 1 << 20

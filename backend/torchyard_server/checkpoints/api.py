@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..jobs.selectors import job_visible_or_404
-from ..renderers import DOWNLOAD_RENDERERS, StreamedFileResponse
+from ..rest.renderers import DOWNLOAD_RENDERERS, StreamedFileResponse
 from .models import CheckpointManifest
 from .selectors import checkpoint_list
 from .serializers import CheckpointOut, JobReportOut

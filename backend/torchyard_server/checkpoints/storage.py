@@ -10,7 +10,7 @@ import posixpath
 
 from django.core.files.storage import Storage
 
-from ..stores import split_url, storage_at, store_url
+from ..core.stores import split_url, storage_at, store_url
 
 
 class OutsideJobStore(ValueError):

@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from ..jobs.models import Job
 from ..jobs.selectors import job_list
-from ..params import int_param
+from ..rest.params import int_param
 from .models import CheckpointManifest
 from .serializers import JobReportOut
 

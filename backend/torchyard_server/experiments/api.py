@@ -4,8 +4,8 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..openapi import ErrorOut
-from ..params import int_param
+from ..rest.openapi import ErrorOut
+from ..rest.params import int_param
 from .runs import run_detail, run_get, run_list, run_rows, runs_compare
 from .serializers import CompareIn, CompareOut, RunDetailOut, RunRowOut
 

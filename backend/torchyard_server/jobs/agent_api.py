@@ -14,8 +14,8 @@ from ..bundles.models import Bundle
 from ..bundles.services import bundle_storage
 from ..machines.models import Machine
 from ..machines.services import machine_authenticate
-from ..openapi import ErrorOut
-from ..renderers import DOWNLOAD_RENDERERS, StreamedFileResponse
+from ..rest.openapi import ErrorOut
+from ..rest.renderers import DOWNLOAD_RENDERERS, StreamedFileResponse
 from .models import JobNode
 
 GRANT_SALT = "torchyard.bundle-grant"

@@ -5,8 +5,8 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..params import int_param
 from ..projects.permissions import require_job_control
+from ..rest.params import int_param
 from .queue import job_set_priority
 from .queue_api import JobPatchIn
 from .selectors import job_get, job_list, job_visible_or_404

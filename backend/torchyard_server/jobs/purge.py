@@ -22,9 +22,9 @@ from django.db.models import Count, QuerySet
 from django.db.models.functions import Coalesce
 from rest_framework.exceptions import PermissionDenied
 
+from ..core.stores import storage_at, store_url
 from ..projects.models import Membership, Project
 from ..projects.permissions import is_staff
-from ..stores import storage_at, store_url
 from .models import Job
 from .services import job_delete
 from .states import JOB_FINAL, NODE_LIVE

@@ -10,8 +10,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..openapi import ErrorOut
 from ..projects.permissions import project_visible_or_404
+from ..rest.openapi import ErrorOut
 from .purge import jobs_purge, purge_candidates, purgeable_projects
 from .states import JOB_FINAL
 

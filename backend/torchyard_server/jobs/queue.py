@@ -60,11 +60,11 @@ from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 from torchyard import protocol
 
-from .. import secretbox
 from ..audit import services as audit
-from ..events import publish_on_commit
 from ..projects.priorities import priority_label
 from ..usage.services import usage_close_many, usage_open_node_ids
+from . import secretbox
+from .events import publish_on_commit
 from .models import Job, JobNode
 from .planner import Candidate, PlanError, plan_job, plural, replacement_spares
 from .queue_poke import queue_pass_started, queue_poke_on_commit

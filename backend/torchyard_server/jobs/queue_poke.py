@@ -13,7 +13,7 @@ from django.db import transaction
 from torchyard import protocol
 
 from ..celery import app as celery_app
-from ..events import redis_client
+from .events import redis_client
 from .models import Job
 
 log = logging.getLogger(__name__)

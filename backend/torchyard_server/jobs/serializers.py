@@ -6,7 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from torchyard.sdk.choices import HOOKS
 
-from ..listing import StoredJsonOut
+from ..rest.listing import StoredJsonOut
 from .models import Job, JobNode
 from .spec import public_spec
 

@@ -16,17 +16,17 @@ from django.db.models import Max, Min
 from django.utils import timezone
 from torchyard import protocol
 
-from .. import secretbox
 from ..audit import services as audit
 from ..bundles.services import bundles_url
 from ..celery import app as celery_app
-from ..events import publish_on_commit
 from ..machines.models import Machine
 from ..machines.services import MachineInUse, machine_mark_suspect
 from ..projects.models import DEFAULT_PROJECT
 from ..projects.priorities import priority_label
 from ..projects.selectors import project_by_name
+from . import secretbox
 from .agent_api import bundle_grant
+from .events import publish_on_commit
 from .membership import membership_send
 from .models import Job, JobNode
 from .planner import Candidate, PlanError, is_elastic, plan_in_place, plan_job

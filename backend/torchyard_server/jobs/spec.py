@@ -18,12 +18,12 @@ from torchyard import protocol
 from torchyard.sdk.choices import DATASETS, HOOK_SETTINGS, HOOKS, MIN_START_ITER
 from torchyard.sdk.scaling import adjust_hyperparameters
 
-from .. import secretbox
 from ..bundles.services import bundle_for_user
 from ..projects.models import DEFAULT_PROJECT
 from ..projects.permissions import projects_visible_to, require_submit
 from ..projects.selectors import project_by_name
 from . import policies as placement_policies
+from . import secretbox
 from .registries import shared_bundle_for
 from .spec_queue import PreemptionSerializer, PriorityField, TimeLimitField, check_priority_ceiling
 

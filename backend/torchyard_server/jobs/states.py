@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.utils import timezone
 from torchyard import protocol
 
-from ..events import publish_on_commit
 from ..usage.services import usage_close, usage_open
+from .events import publish_on_commit
 from .models import Job, JobNode
 from .queue_poke import queue_poke_on_commit
 

@@ -9,8 +9,8 @@ from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..openapi import ErrorOut
 from ..projects.permissions import StaffWritesOthersRead
+from ..rest.openapi import ErrorOut
 from . import redis_acl
 from .models import Machine
 from .selectors import machine_list_json

@@ -6,7 +6,7 @@ import re
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..listing import FlatListSerializer, StoredJsonOut
+from ..rest.listing import FlatListSerializer, StoredJsonOut
 from .models import Machine
 from .registries import machine_usage
 from .volumes import NAME_PATTERN, merged_volumes

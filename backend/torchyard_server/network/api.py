@@ -34,9 +34,9 @@ from ..machines.models import Machine
 from ..machines.selectors import machine_list
 from ..machines.serializers import MachineOut
 from ..machines.services import machine_delete
-from ..openapi import ErrorOut
 from ..projects.permissions import CanSubmitSomewhere, IsStaff, require_job_control
-from ..renderers import DOWNLOAD_RENDERERS
+from ..rest.openapi import ErrorOut
+from ..rest.renderers import DOWNLOAD_RENDERERS
 from ..templates.services import on_one_machine
 from .dispatch import RankDispatchIn, dispatch_rank, is_rank_dispatch, machine_called, seed_job_status
 from .plans import is_planned_dispatch, plan_keep, planned_job_submit

@@ -22,8 +22,8 @@ from rest_framework.views import APIView
 from ..jobs.models import Job
 from ..jobs.spec import JobSpecSerializer, public_spec
 from ..machines.models import Machine
-from ..openapi import ValidationErrorOut
 from ..projects.permissions import can_control_job, require_submit
+from ..rest.openapi import ValidationErrorOut
 from ..templates.models import JobTemplate
 from ..templates.selectors import template_visible_or_404, templates_visible_to
 from ..templates.services import template_delete, template_save, template_submit

@@ -8,7 +8,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..openapi import ValidationErrorOut
+from ..rest.openapi import ValidationErrorOut
 from .selectors import plugin_catalog, plugin_row
 from .serializers import PluginIn, PluginOut
 from .services import plugin_register

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..jobs.selectors import job_visible_or_404
-from ..params import int_param
+from ..rest.params import int_param
 from .metrics import MAX_POINTS, metric_series
 from .selectors import job_events, job_events_tail
 from .serializers import EventPageOut, JobMetricsOut

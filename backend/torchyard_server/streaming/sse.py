@@ -39,8 +39,8 @@ from rest_framework.views import APIView
 from ..jobs.models import JobNode
 from ..jobs.selectors import job_visible_or_404, jobs_visible_to
 from ..jobs.states import JOB_FINAL, NODE_LIVE
-from ..params import int_param
-from ..renderers import StreamRenderer
+from ..rest.params import int_param
+from ..rest.renderers import StreamRenderer
 from . import groups, jsontext
 from .bulk import stored_after
 from .models import JobEvent

@@ -29,8 +29,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..celery import app as celery_app
+from ..core.stores import storage_at
 from ..projects.permissions import IsStaff
-from ..stores import storage_at
 from ..streaming import telemetry
 from .metrics import INGEST_DOWN_AFTER, redis_client
 

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.http import Http404, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
-from ..renderers import StreamedFileResponse
+from ..rest.renderers import StreamedFileResponse
 
 
 @require_GET

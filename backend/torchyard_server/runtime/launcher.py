@@ -199,9 +199,9 @@ class Stack:
         from django.contrib.auth import get_user_model
         from django.core.management import call_command
 
-        from .machines import redis_acl
-        from .machines.models import Machine
-        from .machines.services import machine_authenticate, machine_create, machine_rotate_token
+        from ..machines import redis_acl
+        from ..machines.models import Machine
+        from ..machines.services import machine_authenticate, machine_create, machine_rotate_token
 
         _say(f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]} "
              f"{settings.DATABASES['default']['NAME']}")
@@ -247,7 +247,7 @@ class Stack:
         agent's now), end the others, and resume the jobs of every node that did not survive."""
         from django.db import connections
 
-        from .jobs.reattach import jobs_resume_lost_nodes, nodes_matching, nodes_reattach
+        from ..jobs.reattach import jobs_resume_lost_nodes, nodes_matching, nodes_reattach
 
         urls = {name: url for name, _, url in tokens}
         candidates = [node for node in self.previous if generations.reattachable(node, urls)]
@@ -273,7 +273,7 @@ class Stack:
     def plan_children(self, tokens: list[tuple[str, str, str]]) -> None:
         self.children = [
             # daphne on uvloop (web_loop.py: the loop must be chosen before daphne imports its server).
-            Child("web", [PY, "-m", "torchyard_server.web_loop", "daphne", "-b", self.host, "-p", str(self.port),
+            Child("web", [PY, "-m", "torchyard_server.runtime.web_loop", "daphne", "-b", self.host, "-p", str(self.port),
                           "--proxy-headers", "torchyard_server.asgi:application"]),
             Child("controller", [PY, "-m", "celery", "-A", "torchyard_server", "worker", "-Q", "control",
                                  "-P", "threads", "-c", "4", "-n", "controller@%h",
@@ -378,7 +378,7 @@ class Stack:
         if self._database_ready:
             from django.db import connections
 
-            from .jobs.services import jobs_interrupt
+            from ..jobs.services import jobs_interrupt
 
             try:
                 interrupted = jobs_interrupt(reason="interrupted: Torchyard was stopped; it resumes from the "

@@ -12,7 +12,7 @@ from torchyard.tls import secure_redis_url
 
 from .env import ConfigError, env_bool, env_float, env_int, env_list, env_str
 
-BASE_DIR = Path(__file__).resolve().parent
+BASE_DIR = Path(__file__).resolve().parent.parent  # backend/torchyard_server
 REPO_ROOT = BASE_DIR.parent.parent
 
 DATA_DIR = Path(env_str("TORCHYARD_DATA_DIR", str(Path.cwd() / "var"))).resolve()
@@ -271,7 +271,7 @@ REST_FRAMEWORK = {
     # there): a client-sent X-Forwarded-For must not choose its own throttle bucket.
     "NUM_PROXIES": 0,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "torchyard_server.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "torchyard_server.rest.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "torchyard_server.web.errors.exception_handler",
