@@ -273,3 +273,16 @@ def test_a_bomb_stops_at_the_first_implausible_megabytes_whatever_its_headers_cl
     with pytest.raises(BundleError, match="implausible compression ratio"):
         bundles.unpack_stream(io.BytesIO(body), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_files_of_many_directories_unpack_whole_and_a_hard_link_waits_for_its_target(tmp_path):
+    # Each directory's files go to one writer thread: every file must still arrive whole, and a
+    # hard link must find its target written even when another writer (another directory) has it.
+    contents = {f"d{i % 7}/f{i}.py": os.urandom(1000 + i) for i in range(60)}
+    members = [(member(name), data) for name, data in contents.items()]
+    members.append((member("z/link", tarfile.LNKTYPE, "d3/f3.py"), None))
+    target = tmp_path / "out"
+    info = bundles.unpack_stream(io.BytesIO(tar_bytes(members)), target)
+    assert {f["path"] for f in info.files} == set(contents) | {"z/link"}
+    assert all((target / name).read_bytes() == data for name, data in contents.items())
+    assert (target / "z/link").stat().st_ino == (target / "d3/f3.py").stat().st_ino

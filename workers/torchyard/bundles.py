@@ -31,6 +31,7 @@ import stat
 import tarfile
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -805,9 +806,11 @@ def unpack_stream(fileobj: Readable, target: Path, *, sha256: str | None = None,
 class _TreeWriter:
     """Creates what the checker let through, below directories it made itself (in this thread, in
     archive order). File contents are written by `threads` writer threads: creating files is mostly
-    syscalls, which run in parallel outside the GIL. At most _QUEUED_BYTES wait for a writer, and a
-    file bigger than that is written here as its data arrives: memory stays bounded whatever the
-    archive holds."""
+    syscalls, which run in parallel outside the GIL. Each directory's files go to one writer, chosen
+    by the directory's name: the kernel creates one file at a time per directory (the parent's
+    lock), so writers in the same directory would only queue on it, while writers in different
+    directories create in parallel. At most _QUEUED_BYTES wait for the writers, and a file bigger
+    than that is written here as its data arrives: memory stays bounded whatever the archive holds."""
 
     def __init__(self, target: str, *, read_only: bool, threads: int) -> None:
         self.target = target
@@ -817,9 +820,10 @@ class _TreeWriter:
         self.abandoned = False
         self.queued = 0
         self.room = threading.Condition()
-        self.jobs: queue.Queue[tuple[str, int, list[memoryview], int] | None] = queue.Queue()
-        self.writers = [threading.Thread(target=self._write_files, name="bundle-writer", daemon=True)
-                        for _ in range(threads)]
+        self.queues: list[queue.Queue[tuple[str, int, list[memoryview], int] | None]] = [
+            queue.Queue() for _ in range(threads)]
+        self.writers = [threading.Thread(target=self._write_files, args=(jobs,), name="bundle-writer", daemon=True)
+                        for jobs in self.queues]
         for writer in self.writers:
             writer.start()
 
@@ -834,7 +838,8 @@ class _TreeWriter:
         elif info.issym():
             os.symlink(info.linkname, path)
         elif info.islnk():
-            self.jobs.join()  # its target may still be being written
+            for jobs in self.queues:
+                jobs.join()  # its target may still be being written
             os.link(os.path.join(self.target, posixpath.normpath(info.linkname)), path, follow_symlinks=False)
         else:
             mode = (0o555 if info.mode & 0o100 else 0o444) | self.write_bits
@@ -843,7 +848,9 @@ class _TreeWriter:
                     while self.queued and self.queued + info.size > _QUEUED_BYTES:
                         self.room.wait()
                     self.queued += info.size
-                self.jobs.put((path, mode, list(member.chunks()), info.size))
+                jobs = self.queues[zlib.crc32(posixpath.dirname(name).encode(_NAME_ENCODING, _NAME_ERRORS))
+                                   % len(self.queues)]
+                jobs.put((path, mode, list(member.chunks()), info.size))
                 return
             fd = _create(path, mode)
             try:
@@ -852,8 +859,8 @@ class _TreeWriter:
             finally:
                 os.close(fd)
 
-    def _write_files(self) -> None:
-        while (job := self.jobs.get()) is not None:
+    def _write_files(self, jobs: queue.Queue[tuple[str, int, list[memoryview], int] | None]) -> None:
+        while (job := jobs.get()) is not None:
             path, mode, pieces, size = job
             try:
                 if not (self.failed or self.abandoned):
@@ -870,15 +877,15 @@ class _TreeWriter:
                 with self.room:
                     self.queued -= size
                     self.room.notify_all()
-                self.jobs.task_done()
-        self.jobs.task_done()
+                jobs.task_done()
+        jobs.task_done()
 
     def close(self, *, abandon: bool = False) -> None:
         """Waits for every queued file to be written (or, with `abandon`, dropped); raises the first
         failure of a writer."""
         self.abandoned = self.abandoned or abandon
-        for _ in self.writers:
-            self.jobs.put(None)
+        for jobs in self.queues:
+            jobs.put(None)
         for writer in self.writers:
             writer.join()
         self.writers = []
