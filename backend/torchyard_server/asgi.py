@@ -10,9 +10,9 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from torchyard_server.streaming.auth import BrowserOriginValidator, TokenOrSessionAuthMiddleware  # noqa: E402
-from torchyard_server.streaming.backpressure import SendBacklogProbe  # noqa: E402
-from torchyard_server.streaming.routing import websocket_urlpatterns  # noqa: E402
+from torchyard_server.live.auth import BrowserOriginValidator, TokenOrSessionAuthMiddleware  # noqa: E402
+from torchyard_server.live.backpressure import SendBacklogProbe  # noqa: E402
+from torchyard_server.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

@@ -7,18 +7,18 @@ from .artifacts import api as artifacts
 from .audit import api as audit
 from .bundles import api as bundles
 from .checkpoints import api as checkpoints
-from .checkpoints import summaries
 from .experiments import api as experiments
-from .jobs import agent_api, cluster, policies_api, purge_api, queue_api, ray_proxy
+from .jobs import agent_api, cluster, policies_api, queue_api, ray_proxy
 from .jobs import api as jobs
+from .live import sse
 from .machines import api as machines
 from .network import urls as network_urls
 from .plugins import api as plugins
 from .preferences import api as preferences
 from .projects import api as projects
+from .reports import purge_api, summaries
 from .seed001 import urls as seed001_urls
 from .streaming import api as streaming
-from .streaming import sse
 from .usage import api as usage
 from .web import health, metrics
 from .web import views as web
@@ -65,7 +65,7 @@ api = [
     path("api/jobs/purge", purge_api.JobPurgeView.as_view()),
     path("api/jobs/<int:job_id>", jobs.JobDetailView.as_view()),
     path("api/jobs/<int:job_id>/stop", jobs.JobStopView.as_view()),
-    path("api/jobs/<int:job_id>/summary", checkpoints.JobSummaryView.as_view()),
+    path("api/jobs/<int:job_id>/summary", summaries.JobSummaryView.as_view()),
     path("api/jobs/<int:job_id>/logs", streaming.JobLogsView.as_view()),
     path("api/jobs/<int:job_id>/logs/stream", sse.JobLogStreamView.as_view()),
     path("api/jobs/<int:job_id>/metrics", streaming.JobMetricsView.as_view()),

@@ -20,9 +20,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 from torchyard_server.audit.models import AuditEntry
 from torchyard_server.jobs.models import Job, JobNode
+from torchyard_server.live.consumers import ClusterStreamConsumer
 from torchyard_server.machines.services import machine_create
 from torchyard_server.projects.models import Membership, Project
-from torchyard_server.streaming.consumers import ClusterStreamConsumer
 
 from .conftest import bring_online
 

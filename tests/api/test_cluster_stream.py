@@ -1,5 +1,5 @@
-"""The cluster stream: job summaries coalesced per client (streaming/cluster.py), the machine table
-sent by the controller while someone listens (streaming/tasks.py)."""
+"""The cluster stream: job summaries coalesced per client (live/cluster.py), the machine table
+sent by the controller while someone listens (live/tasks.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from torchyard_server.live import groups
+from torchyard_server.live.cluster import LatestById
+from torchyard_server.live.tasks import broadcast_machines
 from torchyard_server.projects.models import Project
-from torchyard_server.streaming import groups, telemetry
-from torchyard_server.streaming.cluster import LatestById
-from torchyard_server.streaming.tasks import broadcast_machines
+from torchyard_server.streaming import telemetry
 
 from .conftest import bring_online, token_for
 

@@ -4,7 +4,9 @@ hook takes its own settings, checked field by field, and no other hook's."""
 
 import pytest
 from torchyard_server.bundles.models import Bundle
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job, JobNode
+from torchyard_server.jobs.plan import Plan
 from torchyard_server.jobs.services import _launch_payload
 
 pytestmark = pytest.mark.django_db
@@ -23,7 +25,7 @@ def launch_config(response) -> dict:
     job = Job.objects.get(pk=response.json()["id"])
     node = JobNode.objects.create(job=job, attempt=0, machine_name="gpu-a", host="10.0.0.1", node_rank=0, nproc=2,
                                   rank_start=0, rank_end=1)
-    return _launch_payload(job, PLAN, node, "")["config"]
+    return _launch_payload(job, JobSpec.from_json(job.spec), Plan.from_json(PLAN), node, "")["config"]
 
 
 def test_a_distroml_spec_with_the_digits_dataset_trains_the_mlp_on_it(api, two_machines):

@@ -8,6 +8,7 @@ from torchyard import protocol
 from torchyard_server.checkpoints.services import checkpoint_record
 from torchyard_server.jobs import membership
 from torchyard_server.jobs import services as job_services
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
 from torchyard_server.jobs.services import _mark_lost, job_recover, job_schedule, node_report_state
@@ -100,7 +101,7 @@ def spec_of(nodes: int, min_nodes: int, procs: int = 1) -> dict:
 
 
 def plan(spec: dict, machines: list[Candidate]) -> dict:
-    return plan_job(spec, machines, pick_port=lambda m: 29500)
+    return plan_job(JobSpec.from_json(spec), machines, pick_port=lambda m: 29500)
 
 
 def cpus(*busy: int) -> list[Candidate]:

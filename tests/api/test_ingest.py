@@ -65,6 +65,7 @@ def test_events_of_unknown_jobs_and_undecodable_entries_are_dropped_without_stop
 def test_an_error_while_applying_a_batch_stores_none_of_it_and_the_retry_applies_each_event_once(
         stream, redis_url, owner, monkeypatch):
     from torchyard_server.jobs.models import JobNode
+    from torchyard_server.jobs.registries import event_appliers
     from torchyard_server.streaming import ingest as ingest_module
 
     job = Job.objects.create(name="j", spec={"fault_tolerance": {"max_restarts": 0}}, owner=owner,
@@ -78,17 +79,18 @@ def test_an_error_while_applying_a_batch_stores_none_of_it_and_the_retry_applies
     for event in (checkpoint, completed):
         stream.xadd(protocol.EVENT_STREAM, protocol.encode_event(event))
 
-    # A fault between storing the batch and applying it (here: recording the checkpoint raises once).
-    real = ingest_module.checkpoint_record
+    # A fault between storing the batch and applying it (here: the checkpoints app's applier raises once).
+    applier = event_appliers.get(protocol.CHECKPOINT)
+    real = applier.apply
     calls = []
 
-    def fails_once(*, event):
-        calls.append(event)
+    def fails_once(events):
+        calls.append(events)
         if len(calls) == 1:
             raise RuntimeError("injected fault")
-        return real(event=event)
+        return real(events)
 
-    monkeypatch.setattr(ingest_module, "checkpoint_record", fails_once)
+    monkeypatch.setattr(applier, "apply", fails_once)
     monkeypatch.setattr(ingest_module.time, "sleep", lambda s: None)
     ingest = Ingest(redis_url)
     ingest.ensure_group()
@@ -137,7 +139,7 @@ def test_packed_entries_are_stored_event_by_event_once_and_sent_as_a_chain_of_fr
     import json
 
     from channels.layers import get_channel_layer
-    from torchyard_server.streaming import groups
+    from torchyard_server.live import groups
 
     job = Job.objects.create(name="j", spec={}, owner=owner)
     layer = get_channel_layer()

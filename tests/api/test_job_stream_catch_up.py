@@ -13,8 +13,8 @@ import json
 
 import pytest
 from channels.testing import WebsocketCommunicator
-from torchyard_server.streaming import consumers, recent
-from torchyard_server.streaming.backpressure import SCOPE_KEY
+from torchyard_server.live import consumers, recent
+from torchyard_server.live.backpressure import SCOPE_KEY
 
 from .test_job_stream_frames import Stream, broadcast, store_lines
 

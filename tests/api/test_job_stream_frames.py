@@ -18,10 +18,10 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from torchyard_server.jobs.models import Job
-from torchyard_server.streaming import groups
+from torchyard_server.live import groups
+from torchyard_server.live.consumers import CLOSE_RESUME
+from torchyard_server.live.frames import live_frames
 from torchyard_server.streaming.bulk import StoredEvent, insert_events
-from torchyard_server.streaming.consumers import CLOSE_RESUME
-from torchyard_server.streaming.frames import live_frames
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,9 +9,9 @@ import datetime as dt
 
 import pytest
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.streaming import replay
+from torchyard_server.live import replay
+from torchyard_server.live.replay import METRIC_POINTS_PER_RANK, lines_per_rank
 from torchyard_server.streaming.bulk import StoredEvent, insert_events
-from torchyard_server.streaming.replay import METRIC_POINTS_PER_RANK, lines_per_rank
 
 from .conftest import signed_in
 from .test_job_stream_frames import Stream

@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 from torchyard_server.checkpoints.models import CheckpointManifest
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.jobs.services import _initial_progress, job_record_progress
 from torchyard_server.projects.models import Membership, Project
@@ -28,7 +29,8 @@ FIELDS = {
 def running(owner):
     spec = {"args": ["--steps", "50"]}
     job = Job.objects.create(name="train", spec=spec, owner=owner, status=Job.Status.RUNNING, world_size=2,
-                             started_at=timezone.now() - dt.timedelta(seconds=30), progress=_initial_progress(spec))
+                             started_at=timezone.now() - dt.timedelta(seconds=30),
+                             progress=_initial_progress(JobSpec.from_json(spec)).to_json())
     JobNode.objects.create(job=job, attempt=0, machine_name="local-0", host="127.0.0.1", node_rank=0, nproc=2,
                            rank_start=0, rank_end=1, status=JobNode.Status.RUNNING)
     for step in (10, 20):

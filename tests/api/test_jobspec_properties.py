@@ -15,9 +15,10 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.renderers import JSONRenderer
 from rest_framework.test import APIRequestFactory
 from torchyard.sdk.scaling import adjust_hyperparameters
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job
 from torchyard_server.jobs.serializers import JobDetailOut
-from torchyard_server.jobs.spec import TOP_LEVEL_KEYS, JobSpecSerializer, world_size_of
+from torchyard_server.jobs.spec import TOP_LEVEL_KEYS, JobSpecSerializer
 
 pytestmark = pytest.mark.django_db
 
@@ -126,11 +127,13 @@ def check(spec: Any, request) -> None:
     if valid:
         data = serializer.validated_data
         assert all(isinstance(data[section], dict) for section in SECTIONS)
-        assert world_size_of(data) >= 1
+        spec_value = JobSpec.from_json(data)
+        assert spec_value.to_json() == data  # the typed value holds every key the validation wrote
+        assert spec_value.world_size >= 1
         assert all(value != VALID["secret_env"]["API_KEY"] for value in (data.get("secret_env") or {}).values())
         # What validation accepts, the plan shows, the database stores and the API shows (strict
         # JSON: no NaN, no infinity).
-        JSONRenderer().render(adjust_hyperparameters(data["hyperparameters"], data["scaling"], world_size_of(data)))
+        JSONRenderer().render(adjust_hyperparameters(data["hyperparameters"], data["scaling"], spec_value.world_size))
         with transaction.atomic():
             job = Job.objects.create(name=data["name"], spec=data, owner=request.user)
             JSONRenderer().render(JobDetailOut(job).data)

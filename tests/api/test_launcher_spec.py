@@ -3,7 +3,9 @@
 
 import pytest
 from torchyard_server.bundles.models import Bundle
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job, JobNode
+from torchyard_server.jobs.plan import Plan
 from torchyard_server.jobs.services import _launch_payload
 
 pytestmark = pytest.mark.django_db
@@ -104,7 +106,7 @@ def test_the_launch_payload_carries_the_launcher_the_command_and_the_peers(api, 
                 {"node_rank": 0, "host": "10.0.0.1", "machine_name": "a"}]}
     node = JobNode.objects.create(job=job, attempt=0, machine_name="b", host="10.0.0.2", node_rank=1, nproc=2,
                                   rank_start=2, rank_end=3)
-    payload = _launch_payload(job, plan, node, "")
+    payload = _launch_payload(job, JobSpec.from_json(job.spec), Plan.from_json(plan), node, "")
     assert payload["launcher"] == "command" and payload["command"] == COMMAND
     assert payload["peers"] == [{"node_rank": 0, "host": "10.0.0.1", "machine": "a"},
                                 {"node_rank": 1, "host": "10.0.0.2", "machine": "b"}]

@@ -1,11 +1,11 @@
 """The SSE log stream sends live lines from the job's frames only while they follow on from what it
 accounted for (`seen`), and never a line at or below its cursor: the read that took `seen` may
-have read lines stored after it (streaming/sse.py)."""
+have read lines stored after it (live/sse.py)."""
 
 from __future__ import annotations
 
-from torchyard_server.streaming.frames import live_frames
-from torchyard_server.streaming.sse import _live_lines
+from torchyard_server.live.frames import live_frames
+from torchyard_server.live.sse import _live_lines
 
 
 def event(pk: int, kind: str = "log", rank: int = 0) -> tuple[int, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from torchyard_server.jobs import policies
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.planner import Candidate, plan_job
 
 from .conftest import bring_online
@@ -24,7 +25,7 @@ def spec(policy: str, **resources) -> dict:
 
 
 def plan(s: dict, machines: list[Candidate]) -> dict:
-    return plan_job(s, machines, pick_port=lambda m: 29500)
+    return plan_job(JobSpec.from_json(s), machines, pick_port=lambda m: 29500)
 
 
 def chosen(policy: str, machines: list[Candidate], **resources) -> tuple[str, list[int]]:

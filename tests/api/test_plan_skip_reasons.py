@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
 from torchyard_server.machines.models import Machine
 from torchyard_server.machines.services import machine_mark_suspect, machine_update
@@ -24,7 +25,7 @@ def spec(**resources) -> dict:
 
 
 def plan(s: dict, machines: list[Candidate]) -> dict:
-    return plan_job(s, machines, pick_port=lambda m: 29500)
+    return plan_job(JobSpec.from_json(s), machines, pick_port=lambda m: 29500)
 
 
 def reasons(skipped: list[dict]) -> dict[str, str]:

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from django.db import connection
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
 
 from .conftest import bring_online
@@ -27,7 +28,7 @@ def spec(**resources) -> dict:
 
 
 def plan(s: dict, machines: list[Candidate]) -> dict:
-    return plan_job(s, machines, pick_port=lambda m: 29500)
+    return plan_job(JobSpec.from_json(s), machines, pick_port=lambda m: 29500)
 
 
 def names(p: dict) -> list[str]:

@@ -27,7 +27,7 @@ from torchyard_server.jobs.services import (
     job_stop,
     node_report_state,
 )
-from torchyard_server.streaming import groups
+from torchyard_server.live import groups
 from torchyard_server.streaming.ingest import Ingest
 
 from .conftest import bring_online

@@ -1,5 +1,5 @@
 """The queue, live on the cluster stream: after a queue pass the queue as it now stands goes to the
-cluster group (streaming/queue.py) when it changed and a dashboard listens, and each client gets
+cluster group (live/queue.py) when it changed and a dashboard listens, and each client gets
 only its projects' jobs, with their place in the whole queue."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from torchyard_server.live import groups
+from torchyard_server.live.queue import DIGEST_KEY, broadcast_queue
 from torchyard_server.projects.models import Project
-from torchyard_server.streaming import groups, telemetry
-from torchyard_server.streaming.queue import DIGEST_KEY, broadcast_queue
+from torchyard_server.streaming import telemetry
 
 from .conftest import token_for
 

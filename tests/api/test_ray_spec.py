@@ -5,7 +5,9 @@ lost worker is tolerated only when fault_tolerance.ray_worker_loss says so."""
 import pytest
 from torchyard import protocol
 from torchyard_server.bundles.models import Bundle
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job, JobNode
+from torchyard_server.jobs.plan import Plan
 from torchyard_server.jobs.services import _launch_payload, node_report_state
 
 SHA = "d" * 64
@@ -33,7 +35,7 @@ def test_framework_ray_is_launcher_ray_in_the_spec_the_plan_and_the_launch(api, 
     job = Job.objects.get(pk=response.json()["id"])
     node = job.nodes.order_by("node_rank").first()
     if node is not None:
-        payload = _launch_payload(job, node)
+        payload = _launch_payload(job, JobSpec.from_json(job.spec), Plan.from_json(job.plan), node, "")
         assert payload["launcher"] == "ray" and payload["nnodes"] == 2
 
 

@@ -36,6 +36,7 @@ from torchyard import protocol
 from torchyard_server.artifacts.models import Artifact
 from torchyard_server.bundles.models import Bundle
 from torchyard_server.checkpoints.models import CheckpointManifest
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.jobs.services import job_preview_plan
 from torchyard_server.jobs.spec import JobSpecSerializer
@@ -104,7 +105,7 @@ def world(settings, tmp_path, django_user_model):
         Machine.objects.filter(pk=machine.pk).update(id=pk)
         machines.append(Machine.objects.get(pk=pk))
     spec = _validated(SPEC)
-    theirs = Job.objects.create(pk=THEIR_JOB, name="ada's", spec=spec, plan=job_preview_plan(spec=spec), owner=ada,
+    theirs = Job.objects.create(pk=THEIR_JOB, name="ada's", spec=spec, plan=job_preview_plan(spec=JobSpec.from_json(spec)), owner=ada,
                                 status=Job.Status.COMPLETED, world_size=2, started_at=timezone.now(),
                                 finished_at=timezone.now())
     node = JobNode.objects.create(job=theirs, attempt=0, machine=machines[0], machine_name="gpu-a", host="10.0.0.1",

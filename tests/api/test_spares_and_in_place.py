@@ -5,6 +5,7 @@ lost one onto a spare (planner.plan_in_place)."""
 from __future__ import annotations
 
 import pytest
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.planner import Candidate, PlanError, plan_in_place, plan_job
 
 from .test_planner import gpus, names, plan, spec
@@ -41,7 +42,7 @@ def test_a_recovery_stays_in_place_or_moves_only_the_lost_node_onto_a_spare():
     first = plan(s, machines(3))
 
     def again(cluster: list[Candidate]):
-        return plan_in_place(s, first, cluster, pick_port=lambda m: 29600)
+        return plan_in_place(JobSpec.from_json(s), first, cluster, pick_port=lambda m: 29600)
 
     same, how = again(machines(3))
     assert how == "in place on the same machines"
@@ -76,11 +77,11 @@ def test_a_recovery_stays_in_place_or_moves_only_the_lost_node_onto_a_spare():
 def test_no_spares_means_a_lost_machine_is_planned_anew_and_elastic_jobs_never_in_place():
     s = spec(nodes=2, procs_per_node=1)
     cpu = [Candidate(i, f"c{i}", f"h{i}", "online", cpu_count=4) for i in (1, 2, 3)]
-    first = plan_job(s, cpu, pick_port=lambda m: 1)
+    first = plan_job(JobSpec.from_json(s), cpu, pick_port=lambda m: 1)
     assert first["spares"] == []
     cpu[1].status = "offline"
-    assert plan_in_place(s, first, cpu, pick_port=lambda m: 2) is None
-    elastic = spec(nodes=3, min_nodes=2, procs_per_node=1)
+    assert plan_in_place(JobSpec.from_json(s), first, cpu, pick_port=lambda m: 2) is None
+    elastic = JobSpec.from_json(spec(nodes=3, min_nodes=2, procs_per_node=1))
     assert plan_in_place(elastic, plan_job(elastic, cpu, pick_port=lambda m: 1), cpu, pick_port=lambda m: 2) is None
 
 

@@ -18,10 +18,11 @@ from channels.testing import WebsocketCommunicator
 from drf_spectacular.generators import SchemaGenerator
 from torchyard import stream_contract as contract
 from torchyard_server.jobs.models import Job
-from torchyard_server.streaming import consumers, frames, jsontext
+from torchyard_server.live import consumers, frames
+from torchyard_server.live.routing import websocket_urlpatterns
+from torchyard_server.streaming import jsontext
 from torchyard_server.streaming.bulk import StoredEvent, insert_events
 from torchyard_server.streaming.models import event_message
-from torchyard_server.streaming.routing import websocket_urlpatterns
 from torchyard_server.streaming.serializers import EventOut
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,8 +77,8 @@ def test_the_event_envelope_is_the_published_one_wherever_the_server_writes_an_e
     message = event_message(pk=1, job_id=2, node_id=None, node_rank=None, rank=None, attempt=0, dedupe_key="c2-1",
                             type="result", ts=now, payload={"ok": True})
     assert tuple(message)[1:] == contract.EVENT_ENVELOPE
-    text = frames.event_text('{"ok":true}', pk=1, job_id=2, node_id=None, node_rank=None, rank=None, attempt=0,
-                             seq=None, type="result", ts=now.isoformat())
+    text = jsontext.event_text('{"ok":true}', pk=1, job_id=2, node_id=None, node_rank=None, rank=None, attempt=0,
+                               seq=None, type="result", ts=now.isoformat())
     assert tuple(jsontext.decode(text))[1:] == contract.EVENT_ENVELOPE
     frame = jsontext.decode(frames.frame_text([text], prev=0, last=1, replay=True))
     validator(schema, "EventsFrame").validate(frame)

@@ -16,8 +16,8 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torchyard_server.streaming import groups
-from torchyard_server.streaming.inbound import NOT_TAKEN
+from torchyard_server.live import groups
+from torchyard_server.live.inbound import NOT_TAKEN
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

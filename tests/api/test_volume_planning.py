@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job
+from torchyard_server.jobs.plan import Plan
 from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
 from torchyard_server.jobs.services import _launch_payload
 from torchyard_server.machines.models import Machine
@@ -86,11 +88,11 @@ def candidate(id_: int, name: str, **volumes: dict) -> Candidate:
     return Candidate(id_, name, f"h{id_}", "online", cpu_count=4, volumes=volumes)
 
 
-def spec(volumes: list[dict], nodes: int = 2) -> dict:
-    return {"resources": {"nodes": nodes, "procs_per_node": 1, "gpus_per_node": 0, "min_gpu_memory": 0},
+def spec(volumes: list[dict], nodes: int = 2) -> JobSpec:
+    return JobSpec.from_json({"resources": {"nodes": nodes, "procs_per_node": 1, "gpus_per_node": 0, "min_gpu_memory": 0},
             "placement": {"policy": "pack", "machines": [], "oversubscribe": False},
             "distributed": {"backend": "auto"}, "hyperparameters": {}, "scaling": {"mode": "none"},
-            "volumes": volumes}
+            "volumes": volumes})
 
 
 def test_the_planner_places_only_where_every_volume_is_and_says_why_not():
@@ -158,7 +160,7 @@ def test_each_nodes_launch_carries_its_machines_path_and_a_volume_checkpoint_sto
             self.node_rank, self.machine_name = node["node_rank"], node["machine_name"]
 
     for node in body["nodes"]:
-        launch = _launch_payload(job, body, Node(node), "")
+        launch = _launch_payload(job, JobSpec.from_json(job.spec), Plan.from_json(body), Node(node), "")
         path = f"/mnt/{node['machine_name']}"
         assert launch["volumes"] == [{"name": "shared-data", "path": path, "mount_path": "data",
                                       "access_mode": "ReadWriteMany", "machine": node["machine_name"]}]

@@ -4,7 +4,7 @@
 Named here once, beside protocol.py (what travels between the control plane and the workers), and
 plain standard library like it: the server's consumers and the CLI's follower take their close codes
 and message names from here, and the server publishes the shapes below in its OpenAPI schema
-(streaming/contract_schema.py: one component per TypedDict, under its class name), from which the
+(live/contract_schema.py: one component per TypedDict, under its class name), from which the
 dashboard's types are generated with the REST ones. A change here is a change of the wire.
 """
 

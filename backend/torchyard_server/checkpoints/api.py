@@ -1,6 +1,5 @@
-"""A job's committed checkpoints (listed, their manifests and files read back from the store), and
-the job summary, which counts them: a view that needs both jobs and checkpoints lives in the
-higher of the two apps."""
+"""A job's committed checkpoints (listed, their manifests and files read back from the store). The
+job summary, which counts them, is a report (reports/summaries.py)."""
 
 from __future__ import annotations
 
@@ -18,18 +17,8 @@ from ..jobs.selectors import job_visible_or_404
 from ..rest.renderers import DOWNLOAD_RENDERERS, StreamedFileResponse
 from .models import CheckpointManifest
 from .selectors import checkpoint_list
-from .serializers import CheckpointOut, JobReportOut
+from .serializers import CheckpointOut
 from .storage import OutsideJobStore, storage_for
-from .summaries import job_summaries
-
-
-class JobSummaryView(APIView):
-    """Steps, throughput and ETA, and how each node is doing (seed 001's job summary)."""
-
-    @extend_schema(responses=JobReportOut)
-    def get(self, request, job_id: int):
-        job = job_visible_or_404(user=request.user, job_id=job_id)
-        return Response(JobReportOut(job_summaries([job])[0]).data)
 
 
 class JobCheckpointManifestView(APIView):

@@ -7,19 +7,21 @@ from rest_framework.views import APIView
 
 from ..projects.permissions import require_job_control
 from ..rest.params import int_param
+from .jobspec import JobSpec
 from .queue import job_set_priority
 from .queue_api import JobPatchIn
+from .recipes import recipe_catalog
 from .selectors import job_get, job_list, job_visible_or_404
 from .serializers import JobDetailOut, JobSummaryOut, PlanOut, RecipeOut
 from .services import job_delete, job_preview_plan, job_stop, job_submit
-from .spec import JobSpecSerializer, recipe_catalog
+from .spec import JobSpecSerializer
 from .states import JOB_LIVE
 
 
-def _validated_spec(request) -> dict:
+def _validated_spec(request) -> JobSpec:
     data = JobSpecSerializer(data=request.data, context={"request": request})
     data.is_valid(raise_exception=True)
-    return data.validated_data
+    return JobSpec.from_json(data.validated_data)
 
 
 class RecipeListView(APIView):

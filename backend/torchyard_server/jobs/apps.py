@@ -7,17 +7,16 @@ class JobsConfig(AppConfig):
     label = "jobs"
 
     def ready(self) -> None:
-        from ..machines.registries import register_usage_lookup
-        from ..machines.services import machine_deleting
-        from ..projects.registries import register_held_lookup, register_project_changed
+        from ..machines.registries import machine_removals, usage_lookups
+        from ..projects.registries import held_lookups, project_change_listeners
+        from . import hooks
         from .policies import default_policy_check
-        from .queue_poke import queue_poke_on_commit
-        from .quotas import held_by_project
-        from .selectors import usage_by_machine
-        from .services import nodes_on_removed_machine
+        from .registries import event_appliers
 
-        machine_deleting.connect(nodes_on_removed_machine, dispatch_uid="jobs.nodes_on_removed_machine")
-        register_usage_lookup(usage_by_machine)
-        register_held_lookup(held_by_project)
-        register_project_changed(queue_poke_on_commit)
+        machine_removals.register(hooks.LiveNodesOnRemovedMachine())
+        usage_lookups.register(hooks.NodeUsage())
+        held_lookups.register(hooks.NodesHeld())
+        project_change_listeners.register(hooks.QueuePassOnProjectChange())
+        for applier in (hooks.NodeStateApplier(), hooks.ProgressApplier(), hooks.StallApplier()):
+            event_appliers.register(applier)
         checks.register(default_policy_check)

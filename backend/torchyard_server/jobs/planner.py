@@ -10,6 +10,7 @@ from typing import Any
 from torchyard.sdk.scaling import adjust_hyperparameters
 
 from . import policies
+from .jobspec import JobSpec
 
 
 class PlanError(Exception):
@@ -191,19 +192,19 @@ def order_machines(machines: list[Candidate], policy: str, need: Need | None = N
     return policies.ordered(policy, machines, need or Need(procs=1))[0]
 
 
-def _shapes(spec: dict[str, Any], online: int) -> list[tuple[int, Need]]:
+def _shapes(spec: JobSpec, online: int) -> list[tuple[int, Need]]:
     """(nodes, what each node needs), in order of preference. DistroML's `workers` is a world size
     of processes with `gpus_per_worker` GPUs each, spread over as many machines as can hold them;
     torchrun's static ranks need the same process count on every node, so node counts divide it."""
-    resources, placement = spec["resources"], spec["placement"]
-    oversubscribe = bool(placement.get("oversubscribe"))
-    min_memory = resources.get("min_gpu_memory", 0)
-    if "workers" not in resources:
+    resources = spec.resources
+    oversubscribe = bool(spec.placement.oversubscribe)
+    min_memory = resources.min_gpu_memory
+    if resources.workers is None:
         # An elastic range (min_nodes..nodes): every count from the most down, one node's need for all.
-        need = Need(resources["procs_per_node"], resources.get("gpus_per_node", 0), min_memory, oversubscribe)
-        return [(nodes, need) for nodes in range(resources["nodes"], min_nodes(spec) - 1, -1)]
-    workers, per_worker = resources["workers"], resources.get("gpus_per_worker", 0)
-    if (spec.get("distributed") or {}).get("launcher") in ("none", "ray"):
+        need = Need(int(resources.procs_per_node or 1), resources.gpus_per_node, min_memory, oversubscribe)
+        return [(nodes, need) for nodes in range(resources.most_nodes, resources.fewest_nodes - 1, -1)]
+    workers, per_worker = resources.workers, resources.gpus_per_worker or 0
+    if spec.distributed.launcher in ("none", "ray"):
         # One plain process per node: the world is spread one worker to a machine, or not at all.
         return [(workers, Need(1, per_worker, min_memory, oversubscribe))]
     return [
@@ -211,19 +212,6 @@ def _shapes(spec: dict[str, Any], online: int) -> list[tuple[int, Need]]:
         for nodes in range(min(workers, max(online, 1)), 0, -1)
         if workers % nodes == 0
     ]
-
-
-def min_nodes(spec: dict[str, Any]) -> int:
-    """The fewest nodes the job runs on: resources.min_nodes of an elastic job (nodes "MIN:MAX",
-    stored as nodes: MAX, min_nodes: MIN), else its node count."""
-    resources = spec.get("resources") or {}
-    most = int(resources.get("nodes") or 1)
-    return min(int(resources.get("min_nodes") or most), most)
-
-
-def is_elastic(spec: dict[str, Any]) -> bool:
-    resources = spec.get("resources") or {}
-    return "workers" not in resources and min_nodes(spec) < int(resources.get("nodes") or 1)
 
 
 def _could_hold(machine: Candidate, need: Need) -> bool:
@@ -236,17 +224,17 @@ def _holders(machines: list[Candidate], need: Need) -> int:
     return sum(1 for m in machines if _could_hold(m, need))
 
 
-def _asks(spec: dict[str, Any]) -> dict[str, Any]:
+def _asks(spec: JobSpec) -> dict[str, Any]:
     """What every node asks of its machine beyond processes and GPUs (Need's other fields)."""
-    return {"volumes": tuple(v["name"] for v in spec.get("volumes") or []),
-            "cpus": int(spec["resources"].get("cpus_per_node") or 0),
-            "memory": int(spec["resources"].get("memory_per_node") or 0),
-            "labels": tuple(sorted((str(k), str(v)) for k, v in (spec["placement"].get("labels") or {}).items())),
-            "python": str((spec.get("function") or {}).get("python") or "")}
+    return {"volumes": spec.volume_names,
+            "cpus": int(spec.resources.cpus_per_node or 0),
+            "memory": int(spec.resources.memory_per_node or 0),
+            "labels": tuple(sorted((str(k), str(v)) for k, v in (spec.placement.labels or {}).items())),
+            "python": str(spec.function.python if spec.function else "")}
 
 
 def plan_job(
-    spec: dict[str, Any],
+    spec: JobSpec,
     machines: list[Candidate],
     *,
     pick_port: Callable[[Candidate], int],
@@ -254,15 +242,15 @@ def plan_job(
     """The execution plan for `spec` on `machines`, or PlanError saying what is missing. Either
     names, for every machine it did not choose, why (`skipped`): "offline", "draining", "2 GPUs
     free, 4 asked", "less than 40 GB per GPU", "busy: 3 processes of 4", "versions differ" ..."""
-    placement = spec["placement"]
+    placement = spec.placement
     manual: list[Candidate] | None = None
     reasons: dict[int, str] = {}
-    if placement["machines"]:
+    if placement.machines:
         by_key = {m.name: m for m in machines} | {str(m.id): m for m in machines}
-        missing = [key for key in placement["machines"] if key not in by_key]
+        missing = [key for key in placement.machines if key not in by_key]
         if missing:
             raise PlanError(f"unknown machines in placement: {', '.join(missing)}", kind="invalid")
-        manual = [by_key[key] for key in placement["machines"]]
+        manual = [by_key[key] for key in placement.machines]
         listed = {m.id for m in manual}
         reasons = {m.id: "not in the job's placement" for m in machines if m.id not in listed}
     candidates = manual if manual is not None else machines
@@ -275,15 +263,15 @@ def plan_job(
     if manual is not None:
         pool = manual
     else:
-        pool, policy_warnings = policies.ordered(placement["policy"], machines, need)
+        pool, policy_warnings = policies.ordered(placement.policy, machines, need)
         kept = {m.id for m in pool}
-        reasons |= {m.id: f"left out by placement policy {placement['policy']}" for m in machines if m.id not in kept}
+        reasons |= {m.id: f"left out by placement policy {placement.policy}" for m in machines if m.id not in kept}
     for machine in pool:
         reason = why_not(machine, need)
         if reason is not None:
             reasons[machine.id] = reason
 
-    elastic = is_elastic(spec)
+    elastic, fewest = spec.is_elastic, spec.resources.fewest_nodes
     at_least = "at least " if elastic else ""
 
     def refuse(message: str, kind: str) -> PlanError:
@@ -307,7 +295,7 @@ def plan_job(
     if elastic:
         # As many nodes as fit now, up to the most; never fewer than the least (refused below). A
         # suspect machine only makes up the least, it does not grow the job.
-        nodes = max(min_nodes(spec), min(nodes, len([m for m in ready if not m.suspect_reason])))
+        nodes = max(fewest, min(nodes, len([m for m in ready if not m.suspect_reason])))
     if len(ready) < nodes:
         what = "free GPUs" if need.gpus else f"room for {need.procs} more process{'' if need.procs == 1 else 'es'}"
         # A queued job shows this as its reason: say what holds the busy machines back.
@@ -316,7 +304,7 @@ def plan_job(
                      + (f" ({'; '.join(busy)})" if busy else ""), "busy")
 
     try:
-        chosen = _agreeing(ready, nodes, manual=manual is not None, least=min_nodes(spec) if elastic else nodes)
+        chosen = _agreeing(ready, nodes, manual=manual is not None, least=fewest if elastic else nodes)
         nodes = len(chosen)
     except PlanError as exc:
         for machine in ready:
@@ -333,7 +321,7 @@ def plan_job(
         reasons[machine.id] = "held as a hot spare of the job"
     procs, gpus_per_node = need.procs, need.gpus
     world_size = nodes * procs
-    backend = spec["distributed"]["backend"]
+    backend = spec.distributed.backend
     if backend == "auto":
         backend = "nccl" if gpus_per_node > 0 else "gloo"
     warnings = policy_warnings + [
@@ -353,15 +341,15 @@ def plan_job(
                 "rank_start": node_rank * procs,
                 "rank_end": node_rank * procs + procs - 1,
                 # Which free GPUs: the policy's choice (simple: the smallest that are big enough).
-                "gpus": policies.chosen_gpus(placement["policy"], machine, need),
+                "gpus": policies.chosen_gpus(placement.policy, machine, need),
             }
         )
-        if spec.get("volumes"):
+        if spec.volumes:
             # Each volume as this machine has it: the node's launch carries its own path.
             plan_nodes[-1]["volumes"] = [
-                {"name": v["name"], "path": machine.volumes[v["name"]]["path"],
-                 "mount_path": v.get("mount_path") or v["name"], "access_mode": v.get("access_mode") or "ReadWriteMany"}
-                for v in spec["volumes"]]
+                {"name": v.name, "path": machine.volumes[v.name]["path"],
+                 "mount_path": v.mount_path or v.name, "access_mode": v.access_mode or "ReadWriteMany"}
+                for v in spec.volumes]
     return {
         "world_size": world_size,
         "nnodes": nodes,
@@ -369,15 +357,15 @@ def plan_job(
         "master_addr": chosen[0].host,
         "master_port": port,
         "backend": backend,
-        "launcher": (spec.get("distributed") or {}).get("launcher", "torchrun"),
+        "launcher": spec.distributed.launcher,
         "nodes": plan_nodes,
         # resources.spares: machines held for the job, warmed with its code, each taking the place of a
         # lost one (services.job_recover).
         "spares": [{"machine_id": m.id, "machine_name": m.name, "host": m.host,
-                    "gpus": policies.chosen_gpus(placement["policy"], m, need)} for m in spares],
-        "hyperparameters": adjust_hyperparameters(spec["hyperparameters"], spec["scaling"], world_size),
+                    "gpus": policies.chosen_gpus(placement.policy, m, need)} for m in spares],
+        "hyperparameters": adjust_hyperparameters(spec.hyperparameters, spec.scaling.to_json(), world_size),
         # An elastic job's range [MIN, MAX]: it starts with `nnodes` of them (the world size above).
-        **({"nodes_range": [min_nodes(spec), int(spec["resources"]["nodes"])]} if elastic else {}),
+        **({"nodes_range": [fewest, spec.resources.most_nodes]} if elastic else {}),
         "warnings": warnings,
         "skipped": _skipped(machines, reasons),
         # What the nodes' preflight will check before any rank starts (the job's preflight events
@@ -389,11 +377,11 @@ def plan_job(
     }
 
 
-def _spares(spec: dict[str, Any], ready: list[Candidate], chosen: list[Candidate], could_hold: list[Candidate],
+def _spares(spec: JobSpec, ready: list[Candidate], chosen: list[Candidate], could_hold: list[Candidate],
             refuse: Callable[[str, str], PlanError]) -> list[Candidate]:
     """resources.spares machines beside the chosen ones, as ready as they are and agreeing with them (a
     spare replaces a node as it is); never a suspect one. Short of them the job waits like for nodes."""
-    wanted = int(spec["resources"].get("spares") or 0)
+    wanted = int(spec.resources.spares or 0)
     if not wanted:
         return []
     taken = {m.id for m in chosen}
@@ -432,17 +420,17 @@ def _agreeing(ready: list[Candidate], nodes: int, *, manual: bool, least: int | 
                     kind="invalid" if manual else "capacity")
 
 
-def plan_in_place(spec: dict[str, Any], previous: dict[str, Any], machines: list[Candidate], *,
+def plan_in_place(spec: JobSpec, previous: dict[str, Any], machines: list[Candidate], *,
                   pick_port: Callable[[Candidate], int]) -> tuple[dict[str, Any], str] | None:
     """The next attempt's plan without re-planning (recovery in place): every node stays on its
     machine with its GPUs, except that a node whose machine is gone (offline, suspect, or taken by
     another job since) is given one of the job's hot spares (resources.spares) as it is, the rest
     untouched. None when that cannot be (an elastic job, a volume to re-place, no spare left): the
     caller plans anew. Returns the plan and what it did, in words."""
-    if not previous.get("nodes") or is_elastic(spec):
+    if not previous.get("nodes") or spec.is_elastic:
         return None
     by_id = {m.id: m for m in machines}
-    need = Need(int(previous["procs_per_node"]), 0, 0, bool(spec["placement"].get("oversubscribe")))
+    need = Need(int(previous["procs_per_node"]), 0, 0, bool(spec.placement.oversubscribe))
 
     def usable(machine_id: int, gpus: list[int]) -> Candidate | None:
         machine = by_id.get(machine_id)
@@ -478,17 +466,17 @@ def plan_in_place(spec: dict[str, Any], previous: dict[str, Any], machines: list
     return plan, ("; ".join(replaced) if replaced else "in place on the same machines")
 
 
-def replacement_spares(spec: dict[str, Any], plan: dict[str, Any], machines: list[Candidate]) -> list[dict[str, Any]]:
+def replacement_spares(spec: JobSpec, plan: dict[str, Any], machines: list[Candidate]) -> list[dict[str, Any]]:
     """Hot spares to hold again for a running job that used some (a spare took a lost node's place):
     free machines, in policy order, that could take one of its nodes as they are now (as `_spares`
     picks them: not the job's, agreeing with its nodes' versions, never a suspect one). As many as
     it lacks of resources.spares, fewer when fewer fit; [] when it lacks none."""
-    wanted = int(spec["resources"].get("spares") or 0) - len(plan.get("spares") or [])
+    wanted = int(spec.resources.spares or 0) - len(plan.get("spares") or [])
     if wanted <= 0 or not plan.get("nodes"):
         return []
-    policy, first = spec["placement"]["policy"], plan["nodes"][0]
+    policy, first = spec.placement.policy, plan["nodes"][0]
     need = Need(int(plan["procs_per_node"]), len(first.get("gpus") or []),
-                int(spec["resources"].get("min_gpu_memory") or 0), bool(spec["placement"].get("oversubscribe")),
+                int(spec.resources.min_gpu_memory or 0), bool(spec.placement.oversubscribe),
                 **_asks(spec))
     by_id = {m.id: m for m in machines}
     taken = {int(x["machine_id"]) for x in [*plan["nodes"], *(plan.get("spares") or [])]}

@@ -6,8 +6,8 @@ Staff may purge any project; a project's admin, that project's jobs. A job's fil
 before its rows, and a job whose files could not all be deleted keeps its rows (and says why), so a
 purge that fails half-way never leaves rows pointing at nothing or files nobody can find again.
 
-The rows that go with a job are counted through the job's reverse relations by name: this app sits
-below checkpoints, artifacts and streaming and does not import them."""
+The rows that go with a job (in apps above this one) are counted by the view, a report
+(reports/purge_api.py, reports/job_rows.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.files.storage import FileSystemStorage, Storage
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from django.db.models.functions import Coalesce
 from rest_framework.exceptions import PermissionDenied
 
@@ -29,15 +29,11 @@ from .models import Job
 from .services import job_delete
 from .states import JOB_FINAL, NODE_LIVE
 
-# Reverse relations of Job whose rows are deleted with it (on_delete=CASCADE), as the answer names them.
-COUNTED = ("nodes", "events", "checkpoints", "artifacts")
-
 
 @dataclass
 class PurgedJob:
     job: Job
     job_id: int  # the job's pk is None once it is deleted
-    rows: dict[str, int]
     stored_files: int = 0
     stored_bytes: int = 0
     error: str | None = None
@@ -78,18 +74,6 @@ def purge_candidates(*, projects: QuerySet[Project] | None, cutoff: dt.datetime,
     return qs if projects is None else qs.filter(project__in=projects)
 
 
-def _row_counts(job_ids: list[int]) -> dict[int, dict[str, int]]:
-    counts: dict[int, dict[str, int]] = {pk: dict.fromkeys(COUNTED, 0) for pk in job_ids}
-    for name in COUNTED:
-        relation = Job._meta.get_field(name)
-        model, column = relation.related_model, relation.field.attname  # type: ignore[union-attr]
-        rows = (model._default_manager.filter(**{f"{column}__in": job_ids}).values(column)  # type: ignore[union-attr]
-                .order_by(column).annotate(n=Count("pk")))
-        for row in rows:
-            counts[row[column]][name] = row["n"]
-    return counts
-
-
 def _walk(storage: Storage, folder: str = "") -> StoreWalk:
     """Every file under `folder` of the store (with its size) and every folder, deepest first."""
     walk = StoreWalk()
@@ -124,10 +108,9 @@ def _delete_stored(storage: Storage, walk: StoreWalk) -> None:
 
 def jobs_purge(*, jobs: list[Job], dry_run: bool) -> list[PurgedJob]:
     """Delete each job's files, then the job with its rows; with dry_run, only count them."""
-    counts = _row_counts([j.pk for j in jobs])
     purged = []
     for job in jobs:
-        result = PurgedJob(job=job, job_id=job.pk, rows=counts[job.pk])
+        result = PurgedJob(job=job, job_id=job.pk)
         purged.append(result)
         try:
             storage = storage_at(store_url(f"job-{job.pk}"))

@@ -65,7 +65,9 @@ from ..projects.priorities import priority_label
 from ..usage.services import usage_close_many, usage_open_node_ids
 from . import secretbox
 from .events import publish_on_commit
+from .jobspec import JobSpec, grace_of
 from .models import Job, JobNode
+from .plan import Plan, PlanSpare
 from .planner import Candidate, PlanError, plan_job, plural, replacement_spares
 from .queue_poke import queue_pass_started, queue_poke_on_commit
 from .quotas import Quota, least_need, over_quota, plan_need, project_quotas
@@ -80,7 +82,7 @@ from .services import (
     job_preempt,
     job_stop,
 )
-from .spec_queue import check_priority_ceiling, duration_text, preemptible, preemption_grace
+from .spec_queue import check_priority_ceiling, duration_text
 from .states import JOB_FINAL, JOB_WAITING, NODE_LIVE, transition_job
 
 log = logging.getLogger(__name__)
@@ -97,7 +99,7 @@ class Waiting:
 
     id: int
     name: str
-    spec: dict[str, Any]
+    spec: JobSpec
     priority: int
     project_id: int
     project: str
@@ -180,9 +182,10 @@ def _no_port(machine: Candidate) -> int:
     return 0
 
 
-def _shape(spec: dict[str, Any]) -> str:
+def _shape(spec: JobSpec) -> str:
     """What the planner reads of a spec: two queued jobs of one shape fit or not alike."""
-    return json.dumps({key: spec.get(key) for key in (
+    stored = spec.to_json()
+    return json.dumps({key: stored.get(key) for key in (
         "resources", "placement", "volumes", "distributed", "function", "framework")}, sort_keys=True, default=str)
 
 
@@ -205,12 +208,10 @@ def _names(job_ids: list[int]) -> str:
     return shown + (f" and {len(job_ids) - 3} more" if len(job_ids) > 3 else "")
 
 
-def expected_end(spec: dict[str, Any], now: float, started: float | None = None,
-                 eta: Any = None) -> float | None:
-    """When a job is expected to end: its time limit from its start (from now, not started yet),
-    or its ETA, whichever comes first; None when neither is known."""
+def expected_end(limit: Any, now: float, started: float | None = None, eta: Any = None) -> float | None:
+    """When a job is expected to end: its time limit (spec.time_limit, as stored) from its start (from
+    now, not started yet), or its ETA, whichever comes first; None when neither is known."""
     ends = []
-    limit = spec.get("time_limit")
     if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0:
         ends.append((started if started is not None else now) + float(limit))
     if isinstance(eta, (int, float)) and not isinstance(eta, bool) and eta >= 0:
@@ -314,7 +315,7 @@ def may_preempt(job: Waiting, holding: Holding, quotas: dict[int, Quota]) -> boo
     return holding.priority < job.priority or (holding.priority == job.priority and reclaims(job, holding, quotas))
 
 
-def _fits(spec: dict[str, Any], state: dict[int, Candidate]) -> bool:
+def _fits(spec: JobSpec, state: dict[int, Candidate]) -> bool:
     try:
         plan_job(spec, list(state.values()), pick_port=_no_port)
     except PlanError:
@@ -388,7 +389,7 @@ def evaluate(waiting: list[Waiting], machines: list[Candidate], holdings: list[H
     decisions: list[Decision] = []
     borrowers: list[tuple[Decision, str]] = []
 
-    def attempt(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, PlanError | None]:
+    def attempt(spec: JobSpec) -> tuple[dict[str, Any] | None, PlanError | None]:
         shape = _shape(spec)
         if shape in failed:
             return None, failed[shape]
@@ -415,7 +416,7 @@ def evaluate(waiting: list[Waiting], machines: list[Candidate], holdings: list[H
         need = plan_need(plan)
         g, p = held.get(job.project_id, (0, 0))
         held[job.project_id] = (g + need[0], p + need[1])
-        holdings.append(Holding(job.id, job.project_id, expected_end(job.spec, now), nodes, job.priority,
+        holdings.append(Holding(job.id, job.project_id, expected_end(job.spec.time_limit, now), nodes, job.priority,
                                 order=1 << 62, borrowing=decision.borrowing))
         decision.start, decision.plan, decision.need, decision.reason = True, plan, need, reason
 
@@ -429,7 +430,7 @@ def evaluate(waiting: list[Waiting], machines: list[Candidate], holdings: list[H
         decision.need = plan_need(plan) if plan is not None else least_need(job.spec)
         quota = quotas.get(job.project_id)
         over = over_quota(quota, held.get(job.project_id, (0, 0)), decision.need)
-        if over and quota is not None and quota.borrow and preemptible(job.spec):
+        if over and quota is not None and quota.borrow and job.spec.may_be_preempted:
             # Borrowed capacity is what preemption takes back: a job that may not be preempted never borrows.
             borrowers.append((decision, over))  # after every job within its quota
             continue
@@ -455,7 +456,7 @@ def evaluate(waiting: list[Waiting], machines: list[Candidate], holdings: list[H
             start(decision, plan)
             continue
         same = quotas.get(job.project_id) if job.project_id == head.job.project_id else None
-        why = head.admits(plan, expected_end(job.spec, now), same_project_quota=same,
+        why = head.admits(plan, expected_end(job.spec.time_limit, now), same_project_quota=same,
                           held=held.get(job.project_id, (0, 0)), need=decision.need)
         if why is not None:
             decision.blocked_by, decision.reason = HEAD, f"fits now, but would delay #{head.job.id} (first in line): {why}"
@@ -472,7 +473,7 @@ def evaluate(waiting: list[Waiting], machines: list[Candidate], holdings: list[H
             decision.blocked_by = QUOTA
             decision.reason = _join(error.reason if error else "", f"{over}: it may borrow idle capacity, when some fits it")
             continue
-        why = head.admits(plan, expected_end(job.spec, now)) if head is not None else None
+        why = head.admits(plan, expected_end(job.spec.time_limit, now)) if head is not None else None
         if why is not None:
             decision.blocked_by = QUOTA
             decision.reason = f"{over}: it may borrow idle capacity, but would delay #{head.job.id} (first in line): {why}" \
@@ -567,7 +568,8 @@ def queued_jobs() -> list[Waiting]:
     rows = Job.objects.filter(status__in=JOB_WAITING).order_by("-priority", "created_at", "id").values_list(
         "id", "name", "spec", "priority", "project_id", "project__name", "owner__username", "created_at", "queued_at",
         "status_reason", "status")
-    return [Waiting(*row) for row in rows]
+    # Each spec read into its value once, for the whole pass.
+    return [Waiting(job_id, name, JobSpec.from_json(spec), *rest) for job_id, name, spec, *rest in rows]
 
 
 def live_holdings(now: float) -> list[Holding]:
@@ -589,9 +591,9 @@ def live_holdings(now: float) -> list[Holding]:
          resumed) in Job.objects.filter(pk__in=list(nodes)).values_list(
             "id", "project_id", "status", "spec__time_limit", "progress__eta_seconds", "started_at", "priority",
             "borrowing", "spec__preemptible", "spec__preemption", "plan__after_preemption"):
-        ends_at = expected_end({"time_limit": limit}, now, started.timestamp() if started else None,
+        ends_at = expected_end(limit, now, started.timestamp() if started else None,
                                eta if status == J.RUNNING else None)
-        grace = preemption_grace({"preemption": preemption})
+        grace = grace_of(preemption)
         if status == J.STOPPING:
             ends_at = min(ends_at or float("inf"), now + float(settings.STOP_TIMEOUT))
         elif status == J.PREEMPTING:
@@ -663,14 +665,14 @@ def _start(decision: Decision) -> bool:
         if not transition_job(job, J.PLANNING, decision.reason):
             return False
         try:
-            _open_secrets(job.spec)
+            _open_secrets(JobSpec.from_json(job.spec))
         except secretbox.SecretUnreadable as exc:
             transition_job(job, J.FAILED, str(exc))
             return False
         if job.borrowing != decision.borrowing:
             Job.objects.filter(pk=job.pk).update(borrowing=decision.borrowing)
             job.borrowing = decision.borrowing
-        _dispatch(job, decision.plan, after_preemption=resumed)
+        _dispatch(job, Plan.from_json(decision.plan), after_preemption=resumed)
     return True
 
 
@@ -713,17 +715,18 @@ def _replace_used_spares(decisions: list[Decision]) -> list[int]:
         if job is None or not job.plan:
             continue
         # Afresh for each job: the spares given to the one before are held now.
-        more = replacement_spares(job.spec, job.plan, machine_candidates())
+        spec = JobSpec.from_json(job.spec)
+        more = replacement_spares(spec, job.plan, machine_candidates())
         if not more:
             continue
         plan = {**job.plan, "spares": [*(job.plan.get("spares") or []), *more]}
         Job.objects.filter(pk=job.pk).update(plan=plan)
-        _warm_spares(job, {"spares": more})
+        _warm_spares(spec, Plan(spares=[PlanSpare.from_json(spare) for spare in more]))
         names = ", ".join(x["machine_name"] for x in more)
         publish_on_commit({"type": protocol.STATE, "job": job.pk, "attempt": job.attempt, "scope": "job",
                            "status": job.status, "previous": job.status, "spares": [x["machine_id"] for x in more],
                            "reason": f"holding {names} as a hot spare again, in place of the one it used "
-                                     f"({len(plan['spares'])} of {job.spec['resources']['spares']})"})
+                                     f"({len(plan['spares'])} of {spec.resources.spares})"})
         given.append(job.pk)
     return given
 

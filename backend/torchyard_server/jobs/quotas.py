@@ -10,8 +10,9 @@ from typing import Any
 from django.db.models import Q
 
 from ..projects.models import Project
+from .jobspec import JobSpec
 from .models import Job, JobNode
-from .planner import min_nodes, plural
+from .planner import plural
 from .states import NODE_LIVE
 
 
@@ -47,13 +48,13 @@ def plan_need(plan: dict[str, Any]) -> tuple[int, int]:
     return sum(len(n["gpus"]) for n in plan["nodes"]), sum(int(n["nproc"]) for n in plan["nodes"])
 
 
-def least_need(spec: dict[str, Any]) -> tuple[int, int]:
+def least_need(spec: JobSpec) -> tuple[int, int]:
     """GPUs and processes of the smallest run the spec allows (an elastic job's fewest nodes)."""
-    resources = spec.get("resources") or {}
-    if "workers" in resources:
-        return int(resources["workers"]) * int(resources.get("gpus_per_worker") or 0), int(resources["workers"])
-    nodes = min_nodes(spec)
-    return nodes * int(resources.get("gpus_per_node") or 0), nodes * int(resources.get("procs_per_node") or 1)
+    resources = spec.resources
+    if resources.workers is not None:
+        return int(resources.workers) * int(resources.gpus_per_worker or 0), int(resources.workers)
+    nodes = resources.fewest_nodes
+    return nodes * int(resources.gpus_per_node or 0), nodes * int(resources.procs_per_node or 1)
 
 
 def project_quotas() -> dict[int, Quota]:
@@ -74,12 +75,12 @@ def held_by_project(*, exclude_job: int | None = None) -> dict[int, tuple[int, i
     return held
 
 
-def beyond_quota(project: Project, spec: dict[str, Any]) -> str | None:
+def beyond_quota(project: Project, spec: JobSpec) -> str | None:
     """Why a job could never start within its project's quota when the project may not borrow
     (submission refuses it: it would wait forever); None otherwise. A job with `preemptible: false`
     never borrows (borrowed capacity is what preemption takes back), so for it borrowing does not count."""
     quota = Quota.of(project)
-    pinned = spec.get("preemptible") is False
+    pinned = not spec.may_be_preempted
     if quota is None or (quota.borrow and not pinned):
         return None
     over = over_quota(quota, (0, 0), least_need(spec))

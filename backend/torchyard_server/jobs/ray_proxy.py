@@ -13,6 +13,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import NotFound
 from rest_framework.views import APIView
 
+from .jobspec import JobSpec
 from .models import Job, JobNode
 from .selectors import job_visible_or_404
 
@@ -24,7 +25,7 @@ PASSED_HEADERS = ("Content-Type", "Cache-Control", "Last-Modified", "ETag")
 
 def dashboard_base(job: Job) -> str:
     """http://HEAD:PORT of the job's Ray dashboard; NotFound when the job is no live Ray job."""
-    if job.spec.get("framework") != "ray":
+    if JobSpec.from_json(job.spec).framework != "ray":
         raise NotFound("this job is not a Ray job (framework ray): it has no Ray dashboard.")
     if job.status not in (Job.Status.DISPATCHING, Job.Status.RUNNING):
         raise NotFound(f"the job is {job.status}: its Ray dashboard runs only while it does.")

@@ -1,85 +1,105 @@
-"""Hooks through which apps above jobs take part in what the controller does, without jobs
-importing them (jobs sits below checkpoints: pyproject.toml's import contracts). An app registers
-its hook in its AppConfig.ready()."""
+"""Hook points through which apps above jobs take part in what the controller does, without jobs
+importing them (jobs sits below checkpoints: pyproject.toml's import contracts). Each is a named
+registry (core/registry.py); an app registers its instance in its AppConfig.ready()."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
-from typing import Any
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-log = logging.getLogger(__name__)
-
-# job id -> URI of the manifest the job's next attempt resumes from, "" for none.
-ResumeLookup = Callable[[int], str]
-
-_resume_lookup: ResumeLookup | None = None
+from ..core.registry import Instance, Registry
 
 
-def register_resume_lookup(lookup: ResumeLookup) -> None:
-    global _resume_lookup
-    _resume_lookup = lookup
+class ResumeLookup(Instance):
+    def manifest_uri(self, job_id: int) -> str:
+        """The URI of the manifest the job's next attempt resumes from, "" for none."""
+        raise NotImplementedError
+
+
+# Required: failing loudly beats relaunching a recovered job from scratch without a word.
+resume_lookups: Registry[ResumeLookup] = Registry("resume lookup", single=True)
 
 
 def resume_manifest_uri(*, job_id: int) -> str:
-    # Failing loudly beats relaunching a recovered job from scratch without a word.
-    if _resume_lookup is None:
-        raise RuntimeError("no resume lookup registered: is torchyard_server.checkpoints installed?")
-    return _resume_lookup(job_id)
+    return resume_lookups.one().manifest_uri(job_id)
 
 
-# job ids -> when each last committed a checkpoint (epoch seconds; jobs without one left out): how
-# much work a preemption would lose (jobs/queue.py). Without a lookup every job counts as never
+class CheckpointTimes(Instance):
+    def last_committed(self, job_ids: list[int]) -> dict[int, float]:
+        """When each job last committed a checkpoint (epoch seconds; jobs without one left out)."""
+        raise NotImplementedError
+
+
+# How much work a preemption would lose (jobs/queue.py). Without an answer every job counts as never
 # having checkpointed.
-CheckpointTimes = Callable[[list[int]], dict[int, float]]
-
-_checkpoint_times: CheckpointTimes | None = None
-
-
-def register_checkpoint_times(lookup: CheckpointTimes) -> None:
-    global _checkpoint_times
-    _checkpoint_times = lookup
+checkpoint_times: Registry[CheckpointTimes] = Registry("checkpoint times", single=True)
 
 
 def last_checkpoint_times(job_ids: list[int]) -> dict[int, float]:
-    return _checkpoint_times(job_ids) if _checkpoint_times is not None else {}
+    lookup = checkpoint_times.one_or_none()
+    return lookup.last_committed(job_ids) if lookup is not None else {}
 
 
-# The queue as it now stands (jobs/queue.py queue_entries), after a pass: the streaming app sends it
-# to the dashboards. Called on commit; a listener that fails is logged, never raised into the pass.
-QueueListener = Callable[[list[dict[str, Any]]], None]
+class QueueListener(Instance):
+    def queue_changed(self, entries: list[dict[str, Any]]) -> None:
+        """The queue as it now stands (jobs/queue.py queue_entries), after a pass, on commit."""
+        raise NotImplementedError
 
-_queue_listeners: list[QueueListener] = []
 
-
-def register_queue_listener(listener: QueueListener) -> None:
-    if listener not in _queue_listeners:
-        _queue_listeners.append(listener)
+queue_listeners: Registry[QueueListener] = Registry("queue listeners")
 
 
 def queue_changed(entries: list[dict[str, Any]]) -> None:
-    for listener in _queue_listeners:
-        try:
-            listener(entries)
-        except Exception:
-            log.exception("queue listener %r failed", listener)
+    # A listener that fails is logged, never raised into the pass.
+    queue_listeners.notify(lambda listener: listener.queue_changed(entries))
 
 
-# A bundle a user did not upload but may run: the code of a plugin registered in one of their
-# projects (the plugins app). (sha256, user) -> the Bundle, or None.
-SharedBundleLookup = Callable[[str, Any], Any]
+class SharedBundleLookup(Instance):
+    def bundle_for(self, sha256: str, user: Any) -> Any:
+        """A bundle the user did not upload but may run (the code of a plugin registered in one of
+        their projects), or None."""
+        raise NotImplementedError
 
-_shared_bundle_lookups: list[SharedBundleLookup] = []
 
-
-def register_shared_bundle_lookup(lookup: SharedBundleLookup) -> None:
-    if lookup not in _shared_bundle_lookups:
-        _shared_bundle_lookups.append(lookup)
+shared_bundle_lookups: Registry[SharedBundleLookup] = Registry("shared bundle lookups")
 
 
 def shared_bundle_for(*, sha256: str, user: Any) -> Any:
-    for lookup in _shared_bundle_lookups:
-        bundle = lookup(sha256, user)
+    for lookup in shared_bundle_lookups.all():
+        bundle = lookup.bundle_for(sha256, user)
         if bundle is not None:
             return bundle
     return None
+
+
+class AppliedEvent(Protocol):
+    """A stored event as ingest hands it over (streaming.bulk.StoredEvent)."""
+
+    pk: int
+    job_id: int
+    node_id: int | None
+    attempt: int
+    node_rank: int | None
+    rank: int | None
+    type: str
+    ts: dt.datetime
+    payload: dict[str, Any]
+
+
+class EventApplier(Instance):
+    """Applies what events of one type (`type`: torchyard.protocol's STATE, METRIC...) mean, inside
+    the transaction that stores their batch (streaming/ingest.py): a batch that fails is neither
+    stored nor applied, and read again."""
+
+    # A fold of the batch (metric: the latest step wins) gets all of the batch's events of its type
+    # at once, after the others; the others get each event alone, in the order stored.
+    folds = False
+
+    def apply(self, events: Sequence[AppliedEvent]) -> None:
+        raise NotImplementedError
+
+
+# Declared here, the lowest app that applies events: checkpoints and artifacts, above it, register
+# theirs; an event type nobody registered (log, resource, preflight) is only stored and sent.
+event_appliers: Registry[EventApplier] = Registry("event appliers")

@@ -8,7 +8,7 @@ from torchyard.sdk.choices import HOOKS
 
 from ..rest.listing import StoredJsonOut
 from .models import Job, JobNode
-from .spec import public_spec
+from .spec_secrets import public_spec
 
 
 class RecipeOut(serializers.Serializer):

@@ -3,6 +3,7 @@ API calls the submit and stop ones. Side effects (Celery messages, events) leave
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import re
@@ -27,15 +28,17 @@ from ..projects.selectors import project_by_name
 from . import secretbox
 from .agent_api import bundle_grant
 from .events import publish_on_commit
+from .jobspec import JobSpec
 from .membership import membership_send
 from .models import Job, JobNode
-from .planner import Candidate, PlanError, is_elastic, plan_in_place, plan_job
+from .plan import Plan
+from .planner import Candidate, PlanError, plan_in_place, plan_job
+from .progress import JobProgress
 from .queue_poke import queue_poke_on_commit
 from .quotas import beyond_quota, growth_beyond_quota
-from .rates import PER_ATTEMPT, fold_rates
+from .rates import fold_rates
 from .registries import resume_manifest_uri
 from .selectors import machine_candidates, waiting_ahead_of
-from .spec_queue import preemption_grace
 from .stalls import clear_moved_ranks, stall_verdict
 from .states import JOB_FINAL, NODE_LIVE, transition_job, transition_node
 
@@ -47,8 +50,6 @@ FUNCTION_RUNNER = "torchyard.functions.runner"
 # A node says when a relaunch would fail the same way (its final state's `fatal`): the job's function
 # raised, a volume is not shared, versions disagree.
 NOT_RETRIED = "(not retried: a relaunch would fail the same way)"
-# elastic.min_interval's default: the fewest seconds between two resizes of an elastic job.
-DEFAULT_RESIZE_INTERVAL = 300.0
 
 
 # --- planning -------------------------------------------------------------------------------------
@@ -78,46 +79,46 @@ def _pick_master_port(machine: Candidate) -> int:
     raise PlanError(f"no free master port in {low}-{high} on {machine.name}", kind="busy")
 
 
-def job_preview_plan(*, spec: dict[str, Any]) -> dict[str, Any]:
-    """The plan this spec would get now; raises PlanError. Launches nothing."""
+def job_preview_plan(*, spec: JobSpec) -> dict[str, Any]:
+    """The plan this spec would get now, as Job.plan stores it; raises PlanError. Launches nothing."""
     return plan_job(spec, machine_candidates(), pick_port=_pick_master_port)
 
 
 # --- submit, schedule, dispatch ------------------------------------------------------------------
-def job_submit(*, spec: dict[str, Any], owner) -> Job:
+def job_submit(*, spec: JobSpec, owner) -> Job:
     """Create a queued job. Refuses (PlanError) a spec that the online machines can never hold,
     except an elastic one short of machines: it waits, saying why, until enough of them join."""
     try:
         job_preview_plan(spec=spec)
     except PlanError as exc:
-        if exc.kind != "busy" and not (exc.kind == "capacity" and is_elastic(spec)):
+        if exc.kind != "busy" and not (exc.kind == "capacity" and spec.is_elastic):
             raise
     with transaction.atomic():
-        project = project_by_name(spec.get("project") or DEFAULT_PROJECT)
+        project = project_by_name(spec.project or DEFAULT_PROJECT)
         if project is not None and (too_big := beyond_quota(project, spec)):
             raise PlanError(too_big, kind="capacity")
         job = Job.objects.create(
-            name=spec["name"], spec=spec, owner=owner, project=project, progress=_initial_progress(spec),
-            priority=int(spec.get("priority") or 0), queued_at=timezone.now(),
+            name=spec.name, spec=spec.to_json(), owner=owner, project=project, progress=_initial_progress(spec).to_json(),
+            priority=int(spec.priority or 0), queued_at=timezone.now(),
         )
         publish_on_commit(
             {"type": protocol.STATE, "job": job.pk, "attempt": 0, "scope": "job",
              "status": J.QUEUED, "previous": None, "reason": "submitted"}
         )
-        audit.record(None, audit.Action.JOB_SUBMIT, job, resources=spec.get("resources") or {})
+        audit.record(None, audit.Action.JOB_SUBMIT, job, resources=spec.resources.to_json())
         # A queue pass (jobs/queue.py), shared with whatever else asked for one meanwhile.
         queue_poke_on_commit()
     return job
 
 
-def _initial_progress(spec: dict[str, Any]) -> dict[str, Any]:
-    args = spec.get("args") or []
+def _initial_progress(spec: JobSpec) -> JobProgress:
+    args = spec.args
     total = None
     if "--steps" in args:
         i = args.index("--steps")
         if i + 1 < len(args) and args[i + 1].isdigit():
             total = int(args[i + 1])
-    return {"step": None, "total_steps": total, "throughput": None, "loss": None, "eta_seconds": None}
+    return JobProgress(total_steps=total)
 
 
 def _send_control(task_name: str, *args: Any) -> None:
@@ -155,12 +156,13 @@ def _plan_and_dispatch(*, job_id: int, from_status: str, prefix: str = "") -> No
         job = Job.objects.select_for_update().filter(pk=job_id).first()
         if job is None or job.status != from_status or _live_nodes(job):
             return
+        spec = JobSpec.from_json(job.spec)
         try:
-            placed = _recovery_plan(job) if from_status == J.RECOVERING else (job_preview_plan(spec=job.spec), "")
+            placed = _recovery_plan(job, spec) if from_status == J.RECOVERING else (job_preview_plan(spec=spec), "")
             if placed is None:
                 transition_job(job, J.QUEUED, prefix + _waits_its_turn(waiting_ahead_of(job)))
                 return
-            _open_secrets(job.spec)
+            _open_secrets(spec)
         except PlanError as exc:
             transition_job(job, J.FAILED if exc.kind == "invalid" else J.QUEUED, prefix + exc.reason)
             return
@@ -168,12 +170,13 @@ def _plan_and_dispatch(*, job_id: int, from_status: str, prefix: str = "") -> No
             # Nothing will open them later either: fail now rather than leave the job half-dispatched.
             transition_job(job, J.FAILED, prefix + str(exc))
             return
-        _dispatch(job, placed[0], how=placed[1])
-        if len(placed[0].get("spares") or []) < int(job.spec["resources"].get("spares") or 0):
+        plan = Plan.from_json(placed[0])
+        _dispatch(job, plan, how=placed[1])
+        if len(plan.spares or []) < int(spec.resources.spares or 0):
             queue_poke_on_commit()  # a hot spare was used: the pass holds another when one is free
 
 
-def _recovery_plan(job: Job) -> tuple[dict[str, Any], str] | None:
+def _recovery_plan(job: Job, spec: JobSpec) -> tuple[dict[str, Any], str] | None:
     """Where a recovering job relaunches and how, in words; None: it waits its turn in the queue.
     In place on its machines, or with a lost node onto its own hot spare (plan_in_place), or an
     elastic job shrunk onto the machines it had, it takes nothing from anyone: at once. Needing
@@ -181,14 +184,14 @@ def _recovery_plan(job: Job) -> tuple[dict[str, Any], str] | None:
     order (priority, then submission); otherwise it waits in the queue with them, as a preempted job
     does, and a pass starts it in its turn. Raises PlanError."""
     own = machine_candidates(exclude_job=job.pk)
-    in_place = plan_in_place(job.spec, job.plan or {}, own, pick_port=_pick_master_port)
+    in_place = plan_in_place(spec, job.plan or {}, own, pick_port=_pick_master_port)
     if in_place is not None:
         return in_place
     if not waiting_ahead_of(job):
-        return job_preview_plan(spec=job.spec), ""
-    held = {int(n["machine_id"]) for n in [*(job.plan or {}).get("nodes", []), *(job.plan or {}).get("spares", [])]}
+        return job_preview_plan(spec=spec), ""
+    held = Plan.from_json(job.plan).held_machine_ids
     try:
-        return plan_job(job.spec, [m for m in own if m.id in held], pick_port=_pick_master_port), \
+        return plan_job(spec, [m for m in own if m.id in held], pick_port=_pick_master_port), \
             "re-planned on the machines it held"
     except PlanError:  # of any kind: other machines might do, in its turn
         return None
@@ -202,9 +205,9 @@ def _waits_its_turn(ahead: list[tuple[int, int]]) -> str:
             f"{'wait' if others else 'waits'} ahead of it in the queue: it waits its turn for other machines")
 
 
-def _open_secrets(spec: dict[str, Any]) -> dict[str, str]:
+def _open_secrets(spec: JobSpec) -> dict[str, str]:
     """The job's secret_env in clear, for its launches only; raises SecretUnreadable."""
-    return {name: secretbox.unseal(sealed) for name, sealed in (spec.get("secret_env") or {}).items()}
+    return {name: secretbox.unseal(sealed) for name, sealed in (spec.secret_env or {}).items()}
 
 
 def _next_attempt(job: Job) -> int:
@@ -213,27 +216,26 @@ def _next_attempt(job: Job) -> int:
     return 0 if last is None else last + 1
 
 
-def _dispatch(job: Job, plan: dict[str, Any], how: str = "", *, after_preemption: bool = False) -> None:
+def _dispatch(job: Job, plan: Plan, how: str = "", *, after_preemption: bool = False) -> None:
     """Create the attempt's nodes and send their launches on commit (the caller holds the locks);
     `how` says how a recovery was placed (in place, onto a spare). `after_preemption`: the attempt
     resumes a preempted job, which the queue then leaves running for PREEMPTION_MIN_RUN seconds
     (the plan says so: it is the attempt's)."""
-    plan = {key: value for key, value in plan.items() if key != "after_preemption"}
-    if after_preemption:
-        plan["after_preemption"] = True
+    spec = JobSpec.from_json(job.spec)
+    plan = dataclasses.replace(plan, after_preemption=True if after_preemption else None)
     attempt = _next_attempt(job)
-    machines = {m.pk: m for m in Machine.objects.filter(pk__in=[n["machine_id"] for n in plan["nodes"]])}
+    machines = {m.pk: m for m in Machine.objects.filter(pk__in=[n.machine_id for n in plan.nodes])}
     nodes = [
         JobNode.objects.create(
-            job=job, attempt=attempt, machine=machines[n["machine_id"]], machine_name=n["machine_name"],
-            host=n["host"], node_rank=n["node_rank"], nproc=n["nproc"], rank_start=n["rank_start"],
-            rank_end=n["rank_end"], gpus=n["gpus"],
+            job=job, attempt=attempt, machine=machines[n.machine_id], machine_name=n.machine_name,
+            host=n.host, node_rank=n.node_rank, nproc=n.nproc, rank_start=n.rank_start,
+            rank_end=n.rank_end, gpus=n.gpus,
         )
-        for n in plan["nodes"]
+        for n in plan.nodes
     ]
     resume = resume_manifest_uri(job_id=job.pk) if attempt > 0 else ""
-    what = f"launching {len(nodes)} node(s), world size {plan['world_size']}"
-    resized = _resized(job, attempt, plan) if attempt > 0 and is_elastic(job.spec) else ""
+    what = f"launching {len(nodes)} node(s), world size {plan.world_size}"
+    resized = _resized(job, attempt, plan) if attempt > 0 and spec.is_elastic else ""
     if resized:
         what = f"{resized}; {what}"
     if how:
@@ -242,16 +244,15 @@ def _dispatch(job: Job, plan: dict[str, Any], how: str = "", *, after_preemption
         what += f", attempt {attempt}, " + (f"resuming from {resume}" if resume else "from scratch (no checkpoint yet)")
     transition_job(
         job, J.DISPATCHING, what,
-        plan=plan, world_size=plan["world_size"], master_addr=plan["master_addr"],
-        master_port=plan["master_port"], attempt=attempt,
+        plan=plan.to_json(), world_size=plan.world_size, master_addr=plan.master_addr,
+        master_port=plan.master_port, attempt=attempt,
         # A new attempt may have other ranks: throughput and the ranks' steps restart from its own reports.
-        progress={**{k: v for k, v in (job.progress or {}).items() if k != "stall"},
-                  "throughput_by_rank": {}, "throughput": None, "step_by_rank": {}, **PER_ATTEMPT},
+        progress=JobProgress.from_json(job.progress).for_new_attempt().to_json(),
     )
-    _warm_spares(job, plan)
+    _warm_spares(spec, plan)
     for node in nodes:
         transition_node(node, N.LAUNCHING, f"sent to {node.machine_name}")
-        launch = _launch_payload(job, plan, node, resume)
+        launch = _launch_payload(job, spec, plan, node, resume)
         machine_id = node.machine_id
         transaction.on_commit(
             lambda launch=launch, machine_id=machine_id: celery_app.send_task(
@@ -260,30 +261,30 @@ def _dispatch(job: Job, plan: dict[str, Any], how: str = "", *, after_preemption
         )
 
 
-def _warm_spares(job: Job, plan: dict[str, Any]) -> None:
+def _warm_spares(spec: JobSpec, plan: Plan) -> None:
     """Each hot spare prepares the job's code and environment into its machine's cache, and a warm
     pool of that environment's Python, as a node of the job would: taking a lost node's place then
     costs what a recovery in place does."""
-    code, pip = _code_payload(job.spec), list((job.spec.get("runtime") or {}).get("pip") or [])
-    for spare in plan.get("spares") or []:
-        machine_id = int(spare["machine_id"])
+    code, pip = _code_payload(spec), list(spec.runtime.pip)
+    for spare in plan.spares or []:
+        machine_id = int(spare.machine_id)
         granted = {**code, "grant": bundle_grant(sha256=code["bundle"], machine_id=machine_id)} if code else {}
         transaction.on_commit(lambda granted=granted, machine_id=machine_id: celery_app.send_task(
             protocol.TASK_WARM_CACHES, kwargs={"code": granted, "pip": pip, "pool": True},
             queue=protocol.machine_queue(machine_id)))
 
 
-def _resized(job: Job, attempt: int, plan: dict[str, Any]) -> str:
+def _resized(job: Job, attempt: int, plan: Plan) -> str:
     """An elastic job's new attempt next to its last one: "shrunk from 3 to 2 nodes: machine m3 lost",
     "grown from 2 to 3 nodes", or "" for the same count."""
     before = list(job.nodes.filter(attempt=attempt - 1).select_related("machine").order_by("node_rank"))
-    if not before or len(before) == len(plan["nodes"]):
+    if not before or len(before) == len(plan.nodes):
         return ""
-    if len(plan["nodes"]) > len(before):
-        return f"grown from {len(before)} to {len(plan['nodes'])} nodes"
-    kept = {n["machine_id"] for n in plan["nodes"]}
+    if len(plan.nodes) > len(before):
+        return f"grown from {len(before)} to {len(plan.nodes)} nodes"
+    kept = {n.machine_id for n in plan.nodes}
     why = [f"machine {n.machine_name} {_gone(n)}" for n in before if n.machine_id not in kept]
-    return f"shrunk from {len(before)} to {len(plan['nodes'])} nodes" + (f": {', '.join(why)}" if why else "")
+    return f"shrunk from {len(before)} to {len(plan.nodes)} nodes" + (f": {', '.join(why)}" if why else "")
 
 
 def _gone(node: JobNode) -> str:
@@ -301,18 +302,19 @@ def job_grow_at_checkpoint(*, job_id: int, attempt: int) -> bool:
     when more machines fit it now and its attempt has run elastic.min_interval seconds, stop the
     attempt (without counting a restart) so that recovery relaunches it larger from that checkpoint.
     True when it asked."""
-    spec = Job.objects.filter(pk=job_id, status=J.RUNNING, attempt=attempt).values_list("spec", flat=True).first()
-    if spec is None or not is_elastic(spec):
+    stored = Job.objects.filter(pk=job_id, status=J.RUNNING, attempt=attempt).values_list("spec", flat=True).first()
+    if stored is None or not JobSpec.from_json(stored).is_elastic:
         return False  # most jobs: no placement lock taken for their checkpoints
     with transaction.atomic():
         _placement_lock()
         job = Job.objects.select_for_update().filter(pk=job_id).first()
-        if job is None or job.status != J.RUNNING or job.attempt != attempt or not is_elastic(job.spec):
+        spec = JobSpec.from_json(job.spec if job is not None else None)
+        if job is None or job.status != J.RUNNING or job.attempt != attempt or not spec.is_elastic:
             return False
-        current = int((job.plan or {}).get("nnodes") or 0)
-        if not current or current >= int(job.spec["resources"]["nodes"]):
+        current = Plan.from_json(job.plan).nnodes
+        if not current or current >= spec.resources.most_nodes:
             return False
-        interval = float((job.spec.get("elastic") or {}).get("min_interval", DEFAULT_RESIZE_INTERVAL))
+        interval = spec.resize_interval
         started = job.nodes.filter(attempt=attempt).aggregate(first=Min("created_at"))["first"]
         if started is None or started > timezone.now() - timedelta(seconds=interval):
             return False
@@ -320,7 +322,7 @@ def job_grow_at_checkpoint(*, job_id: int, attempt: int) -> bool:
             return False  # the free machines are theirs first (its relaunch would wait behind them)
         try:
             # As if this job's own nodes were gone: they are stopped before the relaunch.
-            larger = plan_job(job.spec, machine_candidates(exclude_job=job.pk), pick_port=lambda machine: 0)
+            larger = plan_job(spec, machine_candidates(exclude_job=job.pk), pick_port=lambda machine: 0)
         except PlanError:
             return False
         if larger["nnodes"] <= current:
@@ -333,60 +335,64 @@ def job_grow_at_checkpoint(*, job_id: int, attempt: int) -> bool:
     return True
 
 
-def _launch_payload(job: Job, plan: dict[str, Any], node: JobNode, resume_manifest: str) -> dict[str, Any]:
-    spec = job.spec
-    env = dict(spec.get("env") or {})
+def _launch_payload(job: Job, spec: JobSpec, plan: Plan, node: JobNode, resume_manifest: str) -> dict[str, Any]:
+    env = dict(spec.env)
     if node.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in node.gpus)
-    timeout = float(spec["fault_tolerance"]["heartbeat_timeout"])
+    timeout = float(spec.fault_tolerance.heartbeat_timeout)
     volumes = _node_volumes(plan, node)
     return protocol.NodeLaunch(
         job_id=job.pk,
         attempt=node.attempt,
         node_id=node.pk,
         node_rank=node.node_rank,
-        nnodes=plan["nnodes"],
-        nproc_per_node=plan["procs_per_node"],
-        world_size=plan["world_size"],
-        master_addr=plan["master_addr"],
-        master_port=plan["master_port"],
-        entrypoint=spec.get("entrypoint") or "",
-        module=FUNCTION_RUNNER if spec.get("function") else spec.get("module") or "",
+        nnodes=plan.nnodes,
+        nproc_per_node=plan.procs_per_node,
+        world_size=plan.world_size,
+        master_addr=plan.master_addr,
+        master_port=plan.master_port,
+        entrypoint=spec.entrypoint or "",
+        module=FUNCTION_RUNNER if spec.function else spec.module or "",
         code=_code_payload(spec),
-        function=_function_payload(job),
-        pip=list((spec.get("runtime") or {}).get("pip") or []),
-        args=list(spec.get("args") or []),
+        function=_function_payload(job, spec),
+        pip=list(spec.runtime.pip),
+        args=list(spec.args),
         env=env,
         # Opened only here: the payload crosses Redis to the agent, which gives them to the ranks.
         secret_env=_open_secrets(spec),
-        config={key: spec.get(key) for key in (
-            "hyperparameters", "scaling", "distributed", "checkpointing", "compression", "resources")}
-        | {"backend": plan["backend"], "job_name": job.name, "dataset": spec.get("dataset")},
-        checkpoint_url=_checkpoint_url(job, volumes),
+        config=_script_config(spec) | {"backend": plan.backend, "job_name": job.name, "dataset": spec.dataset},
+        checkpoint_url=_checkpoint_url(job, spec, volumes),
         resume_manifest=resume_manifest,
-        backend=plan["backend"],
+        backend=plan.backend,
         heartbeat_interval=max(0.5, min(2.0, timeout / 4)),
-        stall_timeout=spec["fault_tolerance"].get("stall_timeout"),
-        on_stall=spec["fault_tolerance"].get("on_stall", "report"),
+        stall_timeout=spec.fault_tolerance.stall_timeout,
+        on_stall=spec.fault_tolerance.on_stall,
         volumes=volumes,
-        launcher=spec["distributed"].get("launcher", "torchrun"),
-        command=list(spec["distributed"].get("command") or []),
-        peers=[{"node_rank": n["node_rank"], "host": n["host"], "machine": n["machine_name"]}
-               for n in sorted(plan["nodes"], key=lambda n: n["node_rank"])],
+        launcher=spec.distributed.launcher,
+        command=list(spec.distributed.command or []),
+        peers=[{"node_rank": n.node_rank, "host": n.host, "machine": n.machine_name}
+               for n in sorted(plan.nodes, key=lambda n: n.node_rank)],
     ).to_dict()
 
 
-def _node_volumes(plan: dict[str, Any], node: JobNode) -> list[dict[str, Any]]:
+def _script_config(spec: JobSpec) -> dict[str, Any]:
+    """The spec's sections the script's config holds (torchyard.sdk reads them), as stored."""
+    return {"hyperparameters": spec.hyperparameters, "scaling": spec.scaling.to_json(),
+            "distributed": spec.distributed.to_json(), "checkpointing": spec.checkpointing.to_json(),
+            "compression": spec.compression.to_json(), "resources": spec.resources.to_json()}
+
+
+def _node_volumes(plan: Plan, node: JobNode) -> list[dict[str, Any]]:
     """The job's volumes with this node's machine's paths (the plan's), and the machine's name for
     the preflight's messages."""
-    planned: dict[str, Any] = next((n for n in plan["nodes"] if n["node_rank"] == node.node_rank), {})
-    return [{**v, "machine": node.machine_name} for v in planned.get("volumes") or []]
+    planned = plan.node(node.node_rank)
+    return [{**v.to_json(), "machine": node.machine_name} for v in (planned.volumes if planned else None) or []]
 
 
-def _checkpoint_url(job: Job, volumes: list[dict[str, Any]]) -> str:
+def _checkpoint_url(job: Job, spec: JobSpec, volumes: list[dict[str, Any]]) -> str:
     """The store's folder of the job, or with `checkpointing.store: volume:NAME` a folder on that
     volume at this node's machine's path (the server need not see it)."""
-    store = str((job.spec.get("checkpointing") or {}).get("store") or "default")
+    store = str(spec.checkpointing.store or "default")
     if store.startswith("volume:"):
         name = store.split(":", 1)[1]
         path = next(v["path"] for v in volumes if v["name"] == name)
@@ -399,27 +405,26 @@ def _job_store_url(job: Job) -> str:
     return f"{settings.STORAGE_URL.rstrip('/')}/job-{job.pk}"
 
 
-def _function_payload(job: Job) -> dict[str, Any]:
+def _function_payload(job: Job, spec: JobSpec) -> dict[str, Any]:
     """A function job's payload bundle and where its ranks' results go (the server's store, always:
     the API reads them from there)."""
-    function = job.spec.get("function")
+    function = spec.function
     if not function:
         return {}
-    sha256 = function["payload"]
+    sha256 = function.payload
     return {
-        "payload": {"bundle": sha256, "size": function.get("size"), "uri": f"{bundles_url()}/{sha256}.tar.zst"},
-        "name": function["name"],
-        "result_max_bytes": int(function.get("result_max_bytes") or settings.RESULT_MAX_BYTES),
+        "payload": {"bundle": sha256, "size": function.size, "uri": f"{bundles_url()}/{sha256}.tar.zst"},
+        "name": function.name,
+        "result_max_bytes": int(function.result_max_bytes or settings.RESULT_MAX_BYTES),
         "results_url": f"{_job_store_url(job)}/results",
     }
 
 
-def _code_payload(spec: dict[str, Any]) -> dict[str, Any]:
-    code = spec.get("code")
+def _code_payload(spec: JobSpec) -> dict[str, Any]:
+    code = spec.code
     if not code:
         return {}
-    sha256 = code["bundle"]
-    return {"bundle": sha256, "size": code.get("size"), "uri": f"{bundles_url()}/{sha256}.tar.zst"}
+    return {"bundle": code.bundle, "size": code.size, "uri": f"{bundles_url()}/{code.bundle}.tar.zst"}
 
 
 # --- stopping -------------------------------------------------------------------------------------
@@ -554,7 +559,7 @@ def node_report_state(*, event: dict[str, Any]) -> None:
                 transition_job(job, J.RUNNING, f"all {job.world_size} ranks running")
         elif status == protocol.NODE_COMPLETED:
             transition_node(node, N.COMPLETED, "exited 0", announce=False, exit_code=0)
-            if _is_ray(job) and node.node_rank == 0 and job.attempt == node.attempt and job.status not in JOB_FINAL \
+            if _is_ray(JobSpec.from_json(job.spec)) and node.node_rank == 0 and job.attempt == node.attempt and job.status not in JOB_FINAL \
                     and job.status not in (J.STOPPING, J.RECOVERING):
                 # A Ray job is its driver on the head: done when it exits 0; the workers' raylets
                 # block until stopped.
@@ -593,8 +598,8 @@ def _quote(node: JobNode, line: Any) -> str:
     return f"[{who}] {line.get('line')}"
 
 
-def _is_ray(job: Job) -> bool:
-    return (job.spec.get("distributed") or {}).get("launcher") == "ray"
+def _is_ray(spec: JobSpec) -> bool:
+    return spec.distributed.launcher == "ray"
 
 
 def _node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: list[Any], fatal: bool = False) -> None:
@@ -612,14 +617,15 @@ def _node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: li
     if tail:
         full_reason += "\nlast log lines:\n" + tail
     others = [n for n in _live_nodes(job) if n.pk != node.pk]
-    if (not fatal and _is_ray(job) and node.node_rank != 0 and job.status not in JOB_FINAL
-            and (job.spec.get("fault_tolerance") or {}).get("ray_worker_loss") == "tolerate"
+    spec = JobSpec.from_json(job.spec)
+    if (not fatal and _is_ray(spec) and node.node_rank != 0 and job.status not in JOB_FINAL
+            and spec.fault_tolerance.ray_worker_loss == "tolerate"
             and any(n.node_rank == 0 for n in others)):
         # fault_tolerance.ray_worker_loss: tolerate: the driver handles a lost Ray worker itself.
         log.warning("job %s: %s; the Ray job goes on (ray_worker_loss: tolerate)", job.pk, full_reason)
         return
     _stop_nodes(others)
-    max_restarts = int(job.spec["fault_tolerance"]["max_restarts"])
+    max_restarts = int(spec.fault_tolerance.max_restarts)
     if not fatal and job.status in (J.DISPATCHING, J.RUNNING) and job.restarts < max_restarts:
         transition_job(job, J.RECOVERING, f"restart {job.restarts + 1} of {max_restarts} after {full_reason}",
                        restarts=job.restarts + 1)
@@ -695,29 +701,28 @@ def job_record_progress(*, job_id: int, metrics: list[dict[str, Any]]) -> None:
 
 
 def _fold_progress(job: Job, metrics: list[dict[str, Any]]) -> None:
-    job_id = job.pk
-    progress = dict(job.progress or {})
+    progress = JobProgress.from_json(job.progress)
     latest = max(metrics, key=lambda m: (m.get("step") or 0))
     for key in ("step", "loss", "throughput", "lr"):
         if latest.get(key) is not None:
-            progress[key] = latest[key]
+            setattr(progress, key, latest[key])
     # Ranks report their own throughput; the job's is the sum of every rank's latest report.
-    by_rank: dict[str, float] = dict(progress.get("throughput_by_rank") or {})
+    by_rank: dict[str, float] = dict(progress.throughput_by_rank or {})
     for m in metrics:
         if m.get("throughput") is not None:
             by_rank[str(m.get("rank"))] = float(m["throughput"])
     if by_rank:
-        progress["throughput_by_rank"] = by_rank
-        progress["throughput"] = sum(by_rank.values())
+        progress.throughput_by_rank = by_rank
+        progress.throughput = sum(by_rank.values())
     # Every rank's last step: stall verdicts compare a stalled rank with the others (stalls.py).
-    steps: dict[str, int] = dict(progress.get("step_by_rank") or {})
+    steps: dict[str, int] = dict(progress.step_by_rank or {})
     for m in metrics:
         if isinstance(m.get("step"), int) and m.get("rank") is not None:
             steps[str(m["rank"])] = m["step"]
-    progress["step_by_rank"] = steps
+    progress.step_by_rank = steps
     clear_moved_ranks(progress, steps, job.world_size)
     fold_rates(progress, metrics)
-    Job.objects.filter(pk=job_id).update(progress=progress)
+    Job.objects.filter(pk=job.pk).update(progress=progress.to_json())
 
 
 # --- supervision sweep (beat) ---------------------------------------------------------------------
@@ -727,7 +732,8 @@ def jobs_supervise() -> None:
     now = timezone.now()
     for node in JobNode.objects.filter(status__in=NODE_LIVE).select_related("job"):
         job = node.job
-        timeout = float(job.spec["fault_tolerance"]["heartbeat_timeout"])
+        spec = JobSpec.from_json(job.spec)
+        timeout = float(spec.fault_tolerance.heartbeat_timeout)
         if node.status in (N.PREPARING, N.RUNNING) and node.last_heartbeat and node.last_heartbeat < now - timedelta(seconds=timeout):
             _mark_lost(node, f"{_describe(node)} lost: no heartbeat for {timeout:.0f}s")
         elif node.status in (N.PENDING, N.LAUNCHING) and node.created_at < now - timedelta(
@@ -740,7 +746,7 @@ def jobs_supervise() -> None:
             _mark_lost(node, f"{_describe(node)} did not confirm the stop within {settings.STOP_TIMEOUT:.0f}s")
         elif job.status == J.PREEMPTING and job.updated_at < now - timedelta(
             # The supervisor stops it after the grace, or after a commit it waits for (one more grace).
-            seconds=2 * preemption_grace(job.spec) + settings.STOP_TIMEOUT
+            seconds=2 * spec.preemption_grace + settings.STOP_TIMEOUT
         ):
             _mark_lost(node, f"{_describe(node)} did not yield nor stop after its preemption grace")
     _recover_stalled()
@@ -771,8 +777,8 @@ def _mark_lost(node: JobNode, reason: str) -> None:
             _node_lost_or_failed(job, node, reason, last_lines=[])
 
 
-def nodes_on_removed_machine(sender, *, machine: Machine, force: bool, **_: Any) -> None:
-    """A machine is about to be removed (machines.services.machine_deleting): refuse while nodes of
+def nodes_on_removed_machine(*, machine: Machine, force: bool) -> None:
+    """A machine is about to be removed (machines.registries.machine_removals): refuse while nodes of
     live jobs run there, or with force declare them lost, which stops them and recovers their jobs."""
     live = list(JobNode.objects.filter(machine=machine, status__in=NODE_LIVE).select_related("job"))
     if not live:

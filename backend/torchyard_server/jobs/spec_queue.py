@@ -13,13 +13,12 @@ from ..projects.permissions import is_staff
 from ..projects.priorities import priority_label
 from ..projects.selectors import project_by_name
 from ..projects.serializers import PriorityField
+from .jobspec import DEFAULT_PREEMPTION_GRACE
 
-__all__ = ["DEFAULT_PREEMPTION_GRACE", "PreemptionSerializer", "PriorityField", "TimeLimitField",
-           "check_priority_ceiling", "duration_text", "preemptible", "preemption_grace"]
+__all__ = ["PreemptionSerializer", "PriorityField", "TimeLimitField", "check_priority_ceiling", "duration_text"]
 
 DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 MAX_TIME_LIMIT = 90 * 86400
-DEFAULT_PREEMPTION_GRACE = 120.0
 
 
 class PreemptionSerializer(serializers.Serializer):
@@ -27,16 +26,6 @@ class PreemptionSerializer(serializers.Serializer):
         default=DEFAULT_PREEMPTION_GRACE, min_value=1, max_value=3600,
         help_text="seconds a preempted job's ranks have to checkpoint and yield before they are stopped "
                   "(a commit in progress is waited for); it resumes from its last committed checkpoint")
-
-
-def preemptible(spec: dict[str, Any]) -> bool:
-    """JobSpec `preemptible` (default true): false keeps a job from being preempted, and from borrowing."""
-    return spec.get("preemptible") is not False
-
-
-def preemption_grace(spec: dict[str, Any]) -> float:
-    grace = (spec.get("preemption") or {}).get("grace")
-    return float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else DEFAULT_PREEMPTION_GRACE
 
 
 @extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_TIME_LIMIT},

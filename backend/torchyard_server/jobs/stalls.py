@@ -23,7 +23,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..machines.services import machine_suspect
+from .jobspec import JobSpec
 from .models import Job, JobNode
+from .progress import JobProgress
 from .states import NODE_LIVE
 
 N = JobNode.Status
@@ -158,8 +160,8 @@ def job_record_stall(*, job_id: int, event_id: int, attempt: int, node_id: int |
         job = Job.objects.select_for_update().filter(pk=job_id).first()
         if job is None or job.attempt != attempt:
             return
-        progress = dict(job.progress or {})
-        stall = progress.get("stall") or {}
+        progress = JobProgress.from_json(job.progress)
+        stall = progress.stall or {}
         if stall.get("attempt") != attempt:
             stall = {"attempt": attempt, "ranks": {}}
         node = JobNode.objects.filter(pk=node_id).values("machine_name", "node_rank").first() or {}
@@ -176,30 +178,30 @@ def job_record_stall(*, job_id: int, event_id: int, attempt: int, node_id: int |
         }
         reporting = {info["node_rank"] for info in stall["ranks"].values() if info.get("node_rank") is not None}
         stall["quiet"] = _quiet_nodes(job, attempt, reporting)
-        _judge(stall, progress.get("step_by_rank") or {}, job.world_size)
-        if (job.spec.get("fault_tolerance") or {}).get("on_stall") == "recover":
+        _judge(stall, progress.step_by_rank or {}, job.world_size)
+        if JobSpec.from_json(job.spec).fault_tolerance.on_stall == "recover":
             _suspect_culprits(job, stall)
-        progress["stall"] = stall
-        Job.objects.filter(pk=job_id).update(progress=progress)
+        progress.stall = stall
+        Job.objects.filter(pk=job_id).update(progress=progress.to_json())
 
 
 def stall_verdict(job: Job, attempt: int) -> str:
     """The attempt's verdict when it names who held the job, for the reason of the attempt's end;
     "" otherwise."""
-    stall = (job.progress or {}).get("stall") or {}
+    stall = JobProgress.from_json(job.progress).stall or {}
     return stall.get("summary", "") if stall.get("attempt") == attempt and stall.get("culprits") else ""
 
 
-def clear_moved_ranks(progress: dict[str, Any], steps: dict[str, int], world_size: int) -> None:
+def clear_moved_ranks(progress: JobProgress, steps: dict[str, int], world_size: int) -> None:
     """Drop from the stall view the ranks whose step moved past the one they stalled at, and judge
     again what is left."""
-    stall = progress.get("stall")
+    stall = progress.stall
     if not stall:
         return
     moved = [rank for rank, info in stall["ranks"].items() if steps.get(rank, -1) > (info.get("step") or 0)]
     for rank in moved:
         del stall["ranks"][rank]
     if not stall["ranks"]:
-        progress.pop("stall")
+        progress.stall = None
     elif moved:
         _judge(stall, steps, world_size)

@@ -8,7 +8,6 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Case, F, Value, When
-from django.dispatch import Signal
 from django.utils import timezone
 from torchyard import protocol
 
@@ -16,6 +15,7 @@ from ..audit import services as audit
 from ..celery import app as celery_app
 from . import redis_acl
 from .models import Machine
+from .registries import machine_removing
 from .states import (
     MACHINE_UP,
     drain_status,
@@ -240,13 +240,6 @@ class MachineInUse(Exception):
         self.live_nodes = live_nodes
 
 
-# Sent before a machine row is deleted, with `machine` and `force`. The jobs app answers it (this
-# app sits below jobs and does not import it): without force it raises MachineInUse when nodes of
-# live jobs run there; with force it declares them lost first, which stops them and recovers their
-# jobs elsewhere, instead of leaving their processes orphaned on a machine nobody knows.
-machine_deleting = Signal()
-
-
 def machine_delete(*, machine: Machine, force: bool = False) -> None:
     """Remove a machine: its token stops authenticating with the row, the ingest loop drops what its
     streams still carry, and its agent is told to stop (after the stops of its nodes, which the
@@ -254,7 +247,8 @@ def machine_delete(*, machine: Machine, force: bool = False) -> None:
     (redis_acl.sync_agent_users)."""
     machine_id = machine.pk
     with transaction.atomic():
-        machine_deleting.send(sender=Machine, machine=machine, force=force)
+        # The jobs app answers (registries.machine_removals): it refuses while live nodes run there.
+        machine_removing(machine=machine, force=force)
         audit.record(None, audit.Action.MACHINE_REMOVE, machine, force=force)
         machine.delete()
         transaction.on_commit(lambda: celery_app.send_task(

@@ -24,11 +24,13 @@ from ..artifacts.serializers import ArtifactOut
 from ..bundles.services import bundle_for_user, bundles_url
 from ..celery import app as celery_app
 from ..jobs.agent_api import bundle_grant
+from ..jobs.jobspec import JobSpec
 from ..jobs.models import Job
 from ..jobs.planner import order_machines
 from ..jobs.selectors import job_visible_or_404, machine_candidates
 from ..jobs.services import job_preview_plan, job_stop, job_submit
-from ..jobs.spec import JobSpecSerializer, RuntimeSerializer
+from ..jobs.spec import JobSpecSerializer
+from ..jobs.spec_sections import RuntimeSerializer
 from ..machines.api import MachineDetailView, force_requested
 from ..machines.models import Machine
 from ..machines.selectors import machine_list
@@ -162,7 +164,7 @@ class DistributedPlanView(APIView):
     @extend_schema(request=DistributedTrainingConfig, responses=DistributedPlanOut)
     def post(self, request):
         spec = seed_body(request)
-        execution_plan = job_preview_plan(spec=spec)
+        execution_plan = job_preview_plan(spec=JobSpec.from_json(spec))
         task = plan_keep(spec=spec, owner=request.user)
         return Response({"job_id": task.pk, "task_id": task.pk, "execution_plan": execution_plan, "spec": spec})
 
@@ -185,7 +187,7 @@ class DistributedDispatchView(APIView):
         if is_planned_dispatch(request.data):
             job = planned_job_submit(user=request.user, job_id=request.data["job_id"])
             return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)
-        job = job_submit(spec=seed_body(request), owner=request.user)
+        job = job_submit(spec=JobSpec.from_json(seed_body(request)), owner=request.user)
         return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)
 
 
@@ -239,7 +241,8 @@ class DispatchToMachineView(APIView):
         machine = get_object_or_404(Machine, pk=machine_id)
         validated = JobSpecSerializer(data=request.data, context={"request": request})
         validated.is_valid(raise_exception=True)
-        job = job_submit(spec=on_one_machine(validated.validated_data, machine.name), owner=request.user)
+        job = job_submit(spec=JobSpec.from_json(on_one_machine(validated.validated_data, machine.name)),
+                         owner=request.user)
         return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)
 
 
@@ -288,7 +291,7 @@ class ExecuteJobView(APIView):
         if body.validated_data.get("target_machine"):
             machine = machine_called(body.validated_data["target_machine"], field="target_machine")
             validated = on_one_machine(validated, machine.name)
-        job = job_submit(spec=validated, owner=request.user)
+        job = job_submit(spec=JobSpec.from_json(validated), owner=request.user)
         return Response(_status(Job.objects.get(pk=job.pk), seed_job_id=body.validated_data.get("job_id")),
                         status=status.HTTP_201_CREATED)
 

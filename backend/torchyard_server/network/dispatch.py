@@ -14,6 +14,7 @@ from django.utils import timezone
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound
 
+from ..jobs.jobspec import JobSpec
 from ..jobs.selectors import job_visible_or_404
 from ..jobs.services import job_submit
 from ..machines.models import Machine
@@ -141,7 +142,7 @@ def dispatch_rank(*, request, body: dict[str, Any]) -> tuple[dict[str, Any], int
         # machines cannot hold it: this rank is not kept, the others are, so sending it again retries.
         machines = [r.machine.name for r in rows]
         spec = spec_from_seed(_seed_config(config, world_size, machines), request, name=key)
-        job = job_submit(spec=spec, owner=user)
+        job = job_submit(spec=JobSpec.from_json(spec), owner=user)
         RankDispatch.objects.filter(owner=user, key=key).update(job=job)
     return job_status(job_visible_or_404(user=user, job_id=job.pk), seed_job_id=key), status.HTTP_201_CREATED
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from ..jobs.jobspec import JobSpec
 from ..jobs.models import Job
 from ..jobs.spec import JobSpecSerializer
 from ..plugins.services import plugin_job_parts, plugin_of_spec
@@ -74,28 +75,29 @@ def seed_body(request) -> dict[str, Any]:
     return spec_from_seed(body.validated_data, request)
 
 
-def seed_config_of(spec: dict[str, Any]) -> dict[str, Any]:
+def seed_config_of(stored: dict[str, Any]) -> dict[str, Any]:
     """A JobSpec seen as the seed's DistributedTrainingConfig (what a task shows). `plugin_name` is
     a built-in recipe's short name, a registered plugin's name, else the entrypoint (or module) in the
     job's code; a DistroML spec (`resources.workers`) has no fixed machine count until it is planned (null)."""
-    entrypoint = spec.get("entrypoint") or spec.get("module") or ""
-    builtin = not spec.get("code") and entrypoint.startswith("examples/")
+    spec = JobSpec.from_json(stored)
+    entrypoint = spec.entrypoint or spec.module or ""
+    builtin = not spec.code and entrypoint.startswith("examples/")
     plugin = None if builtin else plugin_of_spec(spec)
-    resources, machines = spec["resources"], spec["placement"]["machines"]
+    resources, machines = spec.resources, spec.placement.machines
     return {
         "plugin_name": (entrypoint.removeprefix("examples/").removesuffix(".py") if builtin
                         else plugin.name if plugin is not None else entrypoint),
-        "config": spec.get("hyperparameters") or {},
+        "config": spec.hyperparameters,
         "resource_requirements": {
-            "num_machines": resources.get("nodes"),
-            "gpus_per_machine": resources.get("gpus_per_node", 0),
-            "min_gpu_memory": resources.get("min_gpu_memory", 0),
-            "procs_per_machine": resources.get("procs_per_node"),
+            "num_machines": resources.nodes,
+            "gpus_per_machine": resources.gpus_per_node,
+            "min_gpu_memory": resources.min_gpu_memory,
+            "procs_per_machine": resources.procs_per_node,
         },
         "machine_selection": "manual" if machines else "auto",
         "selected_machines": list(machines),
-        "args": list(spec.get("args") or []),
-        "project": spec.get("project") or "default",
+        "args": list(spec.args),
+        "project": spec.project or "default",
     }
 
 

@@ -10,7 +10,7 @@ class PluginsConfig(AppConfig):
     label = "plugins"
 
     def ready(self) -> None:
-        from ..jobs.registries import register_shared_bundle_lookup
-        from .selectors import plugin_bundle_for
+        from ..jobs.registries import shared_bundle_lookups
+        from .hooks import PluginBundles
 
-        register_shared_bundle_lookup(plugin_bundle_for)
+        shared_bundle_lookups.register(PluginBundles())

@@ -9,7 +9,8 @@ from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
-from ..jobs.spec import builtin_recipes
+from ..jobs.jobspec import JobSpec
+from ..jobs.recipes import builtin_recipes
 from ..projects.permissions import can_control_job
 from .models import Plugin
 from .selectors import builtin_name, plugins_visible_to
@@ -70,10 +71,9 @@ def plugin_job_parts(*, name: str, project: str, user: Any) -> dict[str, Any]:
             "distributed": {"launcher": PLUGIN_LAUNCHER}, "default_config": dict(plugin.default_config)}
 
 
-def plugin_of_spec(spec: dict[str, Any]) -> Plugin | None:
+def plugin_of_spec(spec: JobSpec) -> Plugin | None:
     """The registered plugin a spec runs (its bundle and entrypoint under launcher accelerate), if any."""
-    bundle = (spec.get("code") or {}).get("bundle")
-    if not bundle or (spec.get("distributed") or {}).get("launcher") != PLUGIN_LAUNCHER:
+    if spec.code is None or not spec.code.bundle or spec.distributed.launcher != PLUGIN_LAUNCHER:
         return None
-    return Plugin.objects.filter(bundle__sha256=bundle, entrypoint=spec.get("entrypoint"),
-                                 project__name=spec.get("project")).order_by("-created_at").first()
+    return Plugin.objects.filter(bundle__sha256=spec.code.bundle, entrypoint=spec.entrypoint,
+                                 project__name=spec.project).order_by("-created_at").first()

@@ -1,38 +1,37 @@
-"""Hooks through which apps above projects add to what it shows, without projects importing them
-(pyproject.toml's import contracts). An app registers its hook in its AppConfig.ready()."""
+"""Hook points through which apps above projects add to what it shows and does, without projects
+importing them (pyproject.toml's import contracts). Each is a named registry (core/registry.py); an
+app registers its instance in its AppConfig.ready()."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-# -> {project id: (gpus, processes)}: what the project's live nodes hold now.
-HeldLookup = Callable[[], dict[int, tuple[int, int]]]
-
-_held_lookup: HeldLookup | None = None
+from ..core.registry import Instance, Registry
 
 
-def register_held_lookup(lookup: HeldLookup) -> None:
-    global _held_lookup
-    _held_lookup = lookup
+class HeldLookup(Instance):
+    def held(self) -> dict[int, tuple[int, int]]:
+        """{project id: (gpus, processes)}: what the project's live nodes hold now."""
+        raise NotImplementedError
+
+
+held_lookups: Registry[HeldLookup] = Registry("held resources lookup", single=True)
 
 
 def held_by_project() -> dict[int, tuple[int, int]]:
     # Without the jobs app nothing runs, so nothing is held.
-    return _held_lookup() if _held_lookup is not None else {}
+    lookup = held_lookups.one_or_none()
+    return lookup.held() if lookup is not None else {}
 
 
-# Called (inside the change's transaction) after a project's settings changed: the jobs app asks
-# for a queue pass, so a raised quota or ceiling lets waiting jobs start at once.
-ChangedHook = Callable[[], None]
+class ProjectChangeListener(Instance):
+    def project_changed(self) -> None:
+        """Called inside the change's transaction after a project's settings changed."""
+        raise NotImplementedError
 
-_changed_hooks: list[ChangedHook] = []
 
-
-def register_project_changed(hook: ChangedHook) -> None:
-    if hook not in _changed_hooks:
-        _changed_hooks.append(hook)
+# The jobs app asks for a queue pass, so a raised quota or ceiling lets waiting jobs start at once.
+project_change_listeners: Registry[ProjectChangeListener] = Registry("project change listeners")
 
 
 def project_changed() -> None:
-    for hook in _changed_hooks:
-        hook()
+    for listener in project_change_listeners.all():
+        listener.project_changed()

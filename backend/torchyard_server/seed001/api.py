@@ -19,6 +19,7 @@ from rest_framework.settings import api_settings
 
 from ..accounts.local_peer import LocalPeerAuthentication
 from ..jobs.api import JobListView
+from ..jobs.jobspec import JobSpec
 from ..jobs.selectors import job_get
 from ..jobs.serializers import JobDetailOut
 from ..jobs.services import job_submit
@@ -139,5 +140,5 @@ class Seed001JobsView(JobListView):
         spec = JobSpecSerializer(data=job_spec(body.validated_data), context={"request": request})
         if not spec.is_valid():
             return unprocessable(fastapi_errors(spec.errors, data, spec=True))
-        job = job_submit(spec=spec.validated_data, owner=request.user)
+        job = job_submit(spec=JobSpec.from_json(spec.validated_data), owner=request.user)
         return Response({"job_id": job.pk, **JobDetailOut(job_get(job_id=job.pk)).data}, status=status.HTTP_201_CREATED)

@@ -17,12 +17,10 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
-from ..checkpoints import api as checkpoints
-from ..checkpoints import summaries
 from ..jobs import api as jobs
-from ..jobs import purge_api
+from ..live import sse
+from ..reports import purge_api, summaries
 from ..streaming import api as streaming
-from ..streaming import sse
 from ..web import views as web
 from .api import AUTHENTICATION, Seed001JobsView
 
@@ -61,7 +59,7 @@ urlpatterns = [
     path("jobs/summaries", _api(summaries.JobSummariesView)),
     path("jobs/purge", _api(purge_api.JobPurgeView)),
     path("jobs/<int:job_id>", _dashboard_or(_api(jobs.JobDetailView))),
-    path("jobs/<int:job_id>/summary", _api(checkpoints.JobSummaryView)),
+    path("jobs/<int:job_id>/summary", _api(summaries.JobSummaryView)),
     path("jobs/<int:job_id>/logs", _api(streaming.JobLogsView)),
     path("jobs/<int:job_id>/logs/stream", _api(sse.JobLogStreamView)),
     path("jobs/<int:job_id>/stop", _api(jobs.JobStopView)),

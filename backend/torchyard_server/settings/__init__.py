@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "torchyard_server.artifacts",
     "torchyard_server.checkpoints",
     "torchyard_server.streaming",
+    "torchyard_server.live",
     "torchyard_server.network",
     "torchyard_server.web",
 ]
@@ -138,8 +139,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     "supervise": {"task": "torchyard_server.jobs.tasks.supervise", "schedule": env_float("TORCHYARD_SUPERVISE_EVERY", 2.0)},
     "schedule-queued": {"task": "torchyard_server.jobs.tasks.schedule_queued", "schedule": 3.0},
-    # The dashboards' machine table (streaming/tasks.py); one left waiting behind busier work is dropped.
-    "broadcast-machines": {"task": "torchyard_server.streaming.tasks.broadcast_machines", "schedule": 2.0,
+    # The dashboards' machine table (live/tasks.py); one left waiting behind busier work is dropped.
+    "broadcast-machines": {"task": "torchyard_server.live.tasks.broadcast_machines", "schedule": 2.0,
                            "options": {"expires": 2.0}},
     # Agents' Redis users: written again after a Redis restart, removed with their machines.
     "sync-agent-redis-users": {"task": "torchyard_server.machines.tasks.sync_agent_redis_users", "schedule": 10.0},
@@ -297,10 +298,10 @@ SPECTACULAR_SETTINGS = {
         "DistributedBackendEnum": ["auto", "gloo", "nccl"],
         "TaskTypeEnum": ["TRAIN"],
     },
-    # The WebSocket streams' messages, events and close codes (streaming/contract_schema.py).
+    # The WebSocket streams' messages, events and close codes (live/contract_schema.py).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "torchyard_server.streaming.contract_schema.add_stream_contract",
+        "torchyard_server.live.contract_schema.add_stream_contract",
     ],
 }
 

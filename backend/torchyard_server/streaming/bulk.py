@@ -17,7 +17,6 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from . import jsontext
-from .frames import event_text
 from .models import JobEvent, event_message, seq_of
 
 _encode = jsontext.encode
@@ -53,9 +52,9 @@ class StoredEvent:
         """JobEvent.as_message as JSON."""
         if "id" in self.payload:  # the envelope's id must win: encode the message whole
             return _encode(self.message())
-        return event_text(self.payload_json, pk=self.pk, job_id=self.job_id, node_id=self.node_id,
-                          node_rank=self.node_rank, rank=self.rank, attempt=self.attempt,
-                          seq=seq_of(self.dedupe_key), type=self.type, ts=self.ts_text)
+        return jsontext.event_text(self.payload_json, pk=self.pk, job_id=self.job_id, node_id=self.node_id,
+                                   node_rank=self.node_rank, rank=self.rank, attempt=self.attempt,
+                                   seq=seq_of(self.dedupe_key), type=self.type, ts=self.ts_text)
 
 
 ROW_FIELDS = ("job_id", "node_id", "attempt", "node_rank", "rank", "type", "ts", "payload", "dedupe_key", "pk")

@@ -1,8 +1,9 @@
-"""The controller's ingest loop: Redis event stream -> database -> channel layer.
+"""The controller's ingest loop: Redis event stream -> database -> the live fan-out.
 
 It is the only writer of JobEvent rows (so ids are a gap-free resume cursor), applies what the
-events mean (node reports, heartbeats, progress, checkpoint commits) through the services, and
-fans each batch out to the job's WebSocket group. A batch is stored and applied in one transaction
+events mean (node reports, progress, checkpoint commits: through the appliers the apps register in
+jobs.registries.event_appliers; heartbeats through the services), and hands each committed batch
+to the live fan-out (registries.batch_listeners). A batch is stored and applied in one transaction
 and acknowledged only after it commits, so every stored event is applied exactly once: a restart,
 or a batch that failed, re-reads the unacknowledged entries, and dedupe keys make that safe.
 
@@ -11,8 +12,8 @@ batch is stored with one COPY under ids taken from the table's sequence in one r
 insert elsewhere than PostgreSQL), without first looking its dedupe keys up: a key stored before
 makes the COPY fail and the batch is stored again the careful way, as it always is when re-reading
 after a restart. Only the events that change something (states, metrics, checkpoints, stalls,
-artifacts) are applied; the batch goes to each job's group as one message of frames written once
-(frames.py), which the WebSocket consumers forward as they are.
+artifacts) are applied; the fan-out (live/broadcast.py) sends the batch to each job's group as
+one message of frames written once, which the WebSocket consumers forward as they are.
 
 A machine acts only as itself: its agent and supervisors write only to its own streams
 (protocol.machine_event_stream / machine_liveness_stream), and from those this loop accepts a node's
@@ -24,47 +25,35 @@ no restart; a removed machine's streams are no longer read, and deleted.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from typing import Any
 
 import redis
 from django.db import IntegrityError, close_old_connections, transaction
-from django.db.models import Max
 from torchyard import protocol
 
-from ..artifacts.services import artifacts_record, function_result_record
-from ..checkpoints.services import checkpoint_record
 from ..jobs.models import Job, JobNode
-from ..jobs.serializers import job_summary_data
-from ..jobs.services import job_record_progress, node_record_heartbeats, node_report_state
-from ..jobs.stalls import job_record_stall
+from ..jobs.registries import event_appliers
+from ..jobs.services import node_record_heartbeats
 from ..machines.models import Machine
 from ..machines.services import machine_record_heartbeats
-from . import groups
 from .bulk import StoredEvent, count_or_none, insert_events, timestamp
-from .frames import live_frames
 from .models import JobEvent
+from .registries import batch_committed
 from .telemetry import IngestStats
 
 log = logging.getLogger(__name__)
 PERSISTED = {protocol.STATE, protocol.LOG, protocol.METRIC, protocol.RESOURCE, protocol.CHECKPOINT, protocol.ARTIFACT,
              protocol.RESULT, protocol.PREFLIGHT, protocol.STALLED}
 ENVELOPE = {"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts", "key"}
-# What apply() acts on; log lines, resource samples and preflights are only stored and sent.
-APPLIED = {protocol.STATE, protocol.METRIC, protocol.CHECKPOINT, protocol.STALLED, protocol.ARTIFACT, protocol.RESULT}
 CONSUMER = "controller"
 # Entries read per stream in one batch: a supervisor packs up to protocol.PACKED_MAX_EVENTS events
 # in one, so a batch holds up to ~10,000 events per stream under a flood, one entry per event for the
 # controller's own.
 READ_ENTRIES = 20
-# Jobs whose last broadcast id is remembered (the `prev` of their next frame); others are looked up.
-REMEMBERED_JOBS = 10_000
-# Metrics move progress and node liveness on the job page; refresh its snapshot this often at most.
-JOB_REFRESH_EVERY = 2.0
 # How often the machine table is read for machines whose streams are not read yet.
 DISCOVER_EVERY = 1.0
 # While heartbeats flow, how long a step waits for events before it reads the liveness streams again.
@@ -91,8 +80,6 @@ class Ingest:
         self.redis = redis.Redis.from_url(redis_url, socket_timeout=30, socket_connect_timeout=5)
         self.batch = batch
         self.block_ms = block_ms
-        self.sender = groups.GroupSender()
-        self._last_refresh: dict[int, float] = {}
         self._backlog = True  # re-read our own unacknowledged entries first
         # Streams read, each with the machine it belongs to (None: the controller's shared streams).
         self.event_streams: dict[str, int | None] = {}
@@ -100,8 +87,6 @@ class Ingest:
         self._last_discover = 0.0
         self.telemetry = IngestStats()  # entries applied and their wait, for /metrics
         self._placed: dict[int, tuple[int | None, int, int]] = {}  # the nodes of the batch, from authorize()
-        # The id of the last event broadcast per job: the `prev` of its next frame.
-        self._last_sent: OrderedDict[int, int] = OrderedDict()
 
     def ensure_group(self) -> None:
         """Create our consumer group on the shared streams and on every machine's."""
@@ -276,7 +261,7 @@ class Ingest:
         if node_beats:
             node_record_heartbeats(beats=node_beats)
         if persisted:
-            self.broadcast(self.store_and_apply(persisted))
+            batch_committed(self.store_and_apply(persisted))
 
     def store_and_apply(self, events: list[dict[str, Any]]) -> list[StoredEvent]:
         """Stored and applied in one transaction: a crash or an error between the two must not leave
@@ -337,82 +322,17 @@ class Ingest:
         return rows
 
     def apply(self, rows: list[StoredEvent]) -> None:
-        metrics: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        """Hand each event to the applier its app registered for its type (jobs.registries
+        .event_appliers: jobs, checkpoints, artifacts); log lines, resource samples and preflights
+        have none: they are only stored and sent."""
+        folded: dict[str, list[StoredEvent]] = defaultdict(list)
         for row in rows:
-            if row.type not in APPLIED:
+            applier = event_appliers.get_or_none(row.type)
+            if applier is None:
                 continue
-            if row.type == protocol.STATE and row.node_id and row.payload.get("scope") == "node" and "previous" not in row.payload:
-                node_report_state(event={**row.payload, "node": row.node_id})
-            elif row.type == protocol.METRIC:
-                metrics[row.job_id].append({**row.payload, "rank": row.rank, "node": row.node_id, "attempt": row.attempt,
-                                            "ts": row.ts.timestamp()})
-            elif row.type == protocol.CHECKPOINT:
-                checkpoint_record(event={**row.payload, "job": row.job_id, "attempt": row.attempt})
-            elif row.type == protocol.STALLED:
-                job_record_stall(job_id=row.job_id, event_id=row.pk, attempt=row.attempt, node_id=row.node_id,
-                                 rank=row.rank, payload=row.payload)
-            elif row.type == protocol.ARTIFACT:
-                artifacts_record(event={**row.payload, "job": row.job_id, "attempt": row.attempt,
-                                        "node_rank": row.node_rank})
-            elif row.type == protocol.RESULT:
-                function_result_record(event={**row.payload, "job": row.job_id, "attempt": row.attempt,
-                                              "node_rank": row.node_rank, "rank": row.rank})
-        for job_id, items in metrics.items():
-            job_record_progress(job_id=job_id, metrics=items)
-
-    # --- fan-out --------------------------------------------------------------------------------
-    def broadcast(self, rows: list[StoredEvent]) -> None:
-        """One group message per job and batch: its events as frames written once (frames.py), each
-        naming the job's event before it, so a client that missed one (a dropped message, a failed
-        send below) knows to resume from its cursor."""
-        by_job: dict[int, list[StoredEvent]] = defaultdict(list)
-        for row in rows:
-            by_job[row.job_id].append(row)
-        messages: list[tuple[str, dict[str, Any]]] = []
-        for job_id, items in by_job.items():
-            prev = self._prev_sent(job_id, items[0].pk)
-            frames = live_frames([(r.pk, r.text()) for r in items], prev=prev)
-            messages.append((groups.job_group(job_id), {"type": "job.events", "frames": frames}))
-            self._last_sent[job_id] = items[-1].pk
-            self._last_sent.move_to_end(job_id)
-            if len(self._last_sent) > REMEMBERED_JOBS:
-                self._last_sent.popitem(last=False)
-            changed = any(r.type in (protocol.STATE, protocol.STALLED) for r in items)
-            now = time.monotonic()
-            due = any(r.type == protocol.METRIC for r in items) and (
-                now - self._last_refresh.get(job_id, 0.0) >= JOB_REFRESH_EVERY
-            )
-            if changed or due:
-                self._last_refresh[job_id] = now
-                job = Job.objects.select_related("owner").filter(pk=job_id).first()
-                if job is not None:
-                    messages.append((groups.job_group(job_id), {"type": "job.changed"}))
-                    summary = _jsonable(job_summary_data(job))
-                    messages.append((groups.CLUSTER, {"type": "cluster.job", "job": summary}))
-        if messages:
-            self._send(messages)
-
-    def _prev_sent(self, job_id: int, first: int) -> int | None:
-        """The id of the job's event before `first`: remembered, or looked up (after a restart)."""
-        if job_id in self._last_sent:
-            return self._last_sent[job_id]
-        return JobEvent.objects.filter(job_id=job_id, id__lt=first).aggregate(last=Max("id"))["last"] or 0
-
-    def _send(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
-        try:
-            self.sender.send(messages)
-        except Exception as exc:  # the database has it; the next frame tells its clients to resume
-            log.warning("ingest: broadcast to %s failed: %s", ", ".join(sorted({g for g, _ in messages})), exc)
-
-
-def _jsonable(value: Any) -> Any:
-    """The channel layer serializes with msgpack: turn datetimes and the like into strings."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, (dt.datetime, dt.date)):
-        return value.isoformat()
-    return str(value)
+            if applier.folds:
+                folded[row.type].append(row)
+            else:
+                applier.apply([row])
+        for kind, items in folded.items():
+            event_appliers.get(kind).apply(items)

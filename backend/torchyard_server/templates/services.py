@@ -9,6 +9,7 @@ from typing import Any
 from rest_framework.exceptions import ValidationError
 
 from ..bundles.models import Bundle
+from ..jobs.jobspec import JobSpec
 from ..jobs.models import Job
 from ..jobs.services import job_submit
 from ..projects.selectors import project_by_name
@@ -56,4 +57,4 @@ def template_submit(*, template: JobTemplate, owner: Any, machine_name: str | No
             f"the task's code bundle {bundle[:12]} is no longer on the server; upload it again and save the task."]}})
     if machine_name is not None:
         spec = on_one_machine(spec, machine_name)
-    return job_submit(spec=spec, owner=owner)
+    return job_submit(spec=JobSpec.from_json(spec), owner=owner)

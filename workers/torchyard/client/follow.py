@@ -4,7 +4,7 @@
 it dicts). `JobFollower` owns the connection: it reconnects with backoff from the last event id it
 saw, so a dropped link neither loses nor repeats a line, and it decides when the job is over.
 
-Messages (backend/torchyard_server/streaming/consumers.py): `{"type": "job", "job": <job detail>}`
+Messages (backend/torchyard_server/live/consumers.py): `{"type": "job", "job": <job detail>}`
 on connect and on every change, `{"type": "events", "events": [...]}` (replayed from the database
 after the cursor, then live), and `{"type": "replayed", "last_id": N}` between the two.
 """

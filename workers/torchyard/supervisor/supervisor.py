@@ -316,6 +316,7 @@ class NodeSupervisor:
         assert self._ranks is not None
         next_beat = time.monotonic()
         while True:
+            published = self.publisher.published
             exit_code = self._ranks.poll()
             self.pump.drain()
             now = time.monotonic()
@@ -339,7 +340,8 @@ class NodeSupervisor:
             if exit_code is not None:
                 return exit_code
             if not self.pump.more_to_read():
-                time.sleep(self.settings.poll_interval_s)
+                flowing = self.publisher.published > published
+                time.sleep(self.settings.flowing_poll_s if flowing else self.settings.poll_interval_s)
 
     def _begin_stop(self, now: float) -> None:
         assert self._ranks is not None

@@ -1,8 +1,7 @@
 """Job summaries (seed 001): where a job stands, how fast it goes and when it should be done, with
 its nodes and checkpoints; one job's (`/api/jobs/{id}/summary`) or every visible job's
 (`/api/jobs/summaries`). The progress numbers are the ones ingest folds from metric events
-(jobs.services.job_record_progress); a summary only reads them. Here, in the lower app that knows
-both jobs and checkpoints."""
+(jobs.services.job_record_progress); a summary only reads them, with the checkpoints' count."""
 
 from __future__ import annotations
 
@@ -15,10 +14,10 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ..checkpoints.models import CheckpointManifest
 from ..jobs.models import Job
-from ..jobs.selectors import job_list
+from ..jobs.selectors import job_list, job_visible_or_404
 from ..rest.params import int_param
-from .models import CheckpointManifest
 from .serializers import JobReportOut
 
 
@@ -59,6 +58,15 @@ def job_summaries(jobs: list[Job]) -> list[dict[str, Any]]:
         .values("job_id").order_by("job_id").annotate(count=Count("id"), last_step=Max("step"))
     }
     return [job_summary(job, counts.get(job.pk)) for job in jobs]
+
+
+class JobSummaryView(APIView):
+    """Steps, throughput and ETA, and how each node is doing (seed 001's job summary)."""
+
+    @extend_schema(responses=JobReportOut)
+    def get(self, request, job_id: int):
+        job = job_visible_or_404(user=request.user, job_id=job_id)
+        return Response(JobReportOut(job_summaries([job])[0]).data)
 
 
 class JobSummariesView(APIView):

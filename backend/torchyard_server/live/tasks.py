@@ -19,14 +19,15 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from ..machines.selectors import machine_list_json
-from . import groups, telemetry
+from ..streaming import telemetry
+from . import groups
 
 log = logging.getLogger(__name__)
 # As often as heartbeats come: a browser redraws its machine table at most this often.
 MACHINES_EVERY = 2.0
 
 
-@shared_task(name="torchyard_server.streaming.tasks.broadcast_machines")
+@shared_task(name="torchyard_server.live.tasks.broadcast_machines")
 def broadcast_machines() -> bool:
     """Send every machine to the cluster group; returns whether it did (no listener: no send).
     Idempotent: a repeated send replaces the table with the same one."""

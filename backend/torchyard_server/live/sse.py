@@ -41,11 +41,12 @@ from ..jobs.selectors import job_visible_or_404, jobs_visible_to
 from ..jobs.states import JOB_FINAL, NODE_LIVE
 from ..rest.params import int_param
 from ..rest.renderers import StreamRenderer
-from . import groups, jsontext
-from .bulk import stored_after
-from .models import JobEvent
-from .selectors import job_events, job_events_tail
-from .serializers import LogStreamEventOut
+from ..streaming import jsontext
+from ..streaming.bulk import stored_after
+from ..streaming.models import JobEvent
+from ..streaming.selectors import job_events, job_events_tail
+from ..streaming.serializers import LogStreamEventOut
+from . import groups
 
 READ_BATCH = 1000
 # Without a wake-up, look at the database (and send a keep-alive comment) this often.

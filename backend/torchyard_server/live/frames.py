@@ -4,36 +4,23 @@
 the id of its last event, `prev` the id of the job's event before its first (null when unknown), so
 a client whose cursor is below `prev` knows it missed events (resume with ?after=<cursor>). Ingest
 writes the live frames once per batch for every client of the job (consumers forward the text
-without decoding it), from each event's JSON (event_text); replayed frames add `"replay": true`.
+without decoding it), from each event's JSON (jsontext.event_text); replayed frames add `"replay": true`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import jsontext
+from ..streaming import jsontext
 
 # Events per frame: a client's message stays ~100-200 KB however large ingest's batch was.
 FRAME_EVENTS = 1000
 _encode = jsontext.encode
-
-
-def _number(value: int | None) -> str:
-    return "null" if value is None else str(int(value))
-
-
-def event_text(payload_json: str, *, pk: int, job_id: int, node_id: int | None, node_rank: int | None,
-               rank: int | None, attempt: int, seq: int | None, type: str, ts: str) -> str:
-    """JobEvent.as_message as JSON, from its payload's JSON (an object without an "id" key): the
-    envelope's fields appended to it, not the whole event encoded again. `type` is one of the
-    stored event types and `ts` an ISO 8601 time: neither needs escaping."""
-    head = payload_json[:-1] + ("," if len(payload_json) > 2 else "")
-    return (f'{head}"id":{pk},"job":{job_id},"node":{_number(node_id)},"node_rank":{_number(node_rank)},'
-            f'"rank":{_number(rank)},"attempt":{attempt},"seq":{_number(seq)},"type":"{type}","ts":"{ts}"}}')
+_number = jsontext.number
 
 
 def frame_text(texts: list[str], *, prev: int | None, last: int, replay: bool = False) -> str:
-    """A frame of events already in JSON (event_text), in id order; `last` is the last one's id."""
+    """A frame of events already in JSON (jsontext.event_text), in id order; `last` is the last one's id."""
     flag = ',"replay":true' if replay else ""
     return (f'{{"type":"events","prev":{_number(prev)},"last":{last},"count":{len(texts)}{flag},'
             f'"events":[{",".join(texts)}]}}')

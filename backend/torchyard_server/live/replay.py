@@ -27,10 +27,11 @@ from django.db.models.functions import Cast
 from torchyard import stream_contract as wire
 
 from ..jobs.models import Job, JobNode
+from ..streaming.bulk import StoredEvent
+from ..streaming.jsontext import event_text
+from ..streaming.models import JobEvent, seq_of
 from .backpressure import send_backlog
-from .bulk import StoredEvent
-from .frames import event_text, frame_text
-from .models import JobEvent, seq_of
+from .frames import frame_text
 
 # The first replay's log lines, all ranks together (a screen shows ~25): a rank's share, within
 # these bounds.
@@ -95,7 +96,7 @@ def rank_tails(job_id: int, type: str, upper: int, per_rank: int, ranks: set[int
 
 def event_texts(job_id: int, ids: list[int]) -> list[str]:
     """The events' JSON (JobEvent.as_message), in id order, from their payloads' stored JSON text
-    with the envelope appended (frames.event_text): decoding every payload only to encode it again
+    with the envelope appended (jsontext.event_text): decoding every payload only to encode it again
     was most of a replay's time."""
     rows = (JobEvent.objects.filter(job_id=job_id, id__in=ids).order_by("id")
             .annotate(payload_text=Cast("payload", TextField()))

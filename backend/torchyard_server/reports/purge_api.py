@@ -10,10 +10,11 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ..jobs.purge import jobs_purge, purge_candidates, purgeable_projects
+from ..jobs.states import JOB_FINAL
 from ..projects.permissions import project_visible_or_404
 from ..rest.openapi import ErrorOut
-from .purge import jobs_purge, purge_candidates, purgeable_projects
-from .states import JOB_FINAL
+from .job_rows import job_row_counts
 
 
 class JobPurgeIn(serializers.Serializer):
@@ -76,10 +77,11 @@ class JobPurgeView(APIView):
         matched = purge_candidates(projects=purgeable_projects(request.user, project), cutoff=cutoff,
                                    statuses=options.get("statuses"))
         jobs = list(matched[:options["limit"]])
+        counts = job_row_counts([job.pk for job in jobs])  # before they go
         results = jobs_purge(jobs=jobs, dry_run=options["dry_run"])
         rows = [{
             "id": r.job_id, "name": r.job.name, "project": r.job.project.name, "status": r.job.status,
-            "finished_at": r.job.finished_at, "deleted": r.deleted, **r.rows,
+            "finished_at": r.job.finished_at, "deleted": r.deleted, **counts[r.job_id],
             "stored_files": r.stored_files, "stored_bytes": r.stored_bytes, "error": r.error,
         } for r in results]
         counted = [row for row in rows if row["deleted"] or (options["dry_run"] and not row["error"])]

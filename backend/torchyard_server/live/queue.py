@@ -16,7 +16,9 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from . import groups, telemetry
+from ..jobs.registries import QueueListener
+from ..streaming import telemetry
+from . import groups
 
 log = logging.getLogger(__name__)
 DIGEST_KEY = "torchyard:queue:digest"
@@ -25,6 +27,13 @@ DIGEST_KEY = "torchyard:queue:digest"
 @functools.cache
 def _redis(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+
+
+class QueueBroadcast(QueueListener):
+    type = "live_queue"
+
+    def queue_changed(self, entries: list[dict[str, Any]]) -> None:
+        broadcast_queue(entries)
 
 
 def broadcast_queue(entries: list[dict[str, Any]]) -> None:

@@ -27,14 +27,15 @@ from ..jobs.selectors import job_list, jobs_visible_to
 from ..jobs.serializers import job_detail_data, job_summary_data
 from ..machines.selectors import machine_list_json
 from ..projects.permissions import projects_visible_to
-from . import groups, jsontext, recent
+from ..streaming import jsontext
+from ..streaming.bulk import stored_after
+from ..streaming.telemetry import WEBSOCKETS
+from . import groups, recent
 from .backpressure import send_backlog
-from .bulk import stored_after
 from .cluster import JobUpdates, QueueUpdates
 from .frames import events_frame, frame_text
 from .inbound import SendOnlyConsumer
 from .replay import send_tail_replay, wants_tail
-from .telemetry import WEBSOCKETS
 
 REPLAY_BATCH = 1000
 SEND_BACKLOG_LIMIT = 4 << 20
@@ -241,7 +242,7 @@ class ClusterStreamConsumer(SendOnlyConsumer):
         self.job_updates.add(message["job"])
 
     async def cluster_queue(self, message):
-        # The queue after a pass (streaming/queue.py): the latest, one message per JOB_UPDATES_EVERY.
+        # The queue after a pass (live/queue.py): the latest, one message per JOB_UPDATES_EVERY.
         if not hasattr(self, "queue_updates"):
             self.queue_updates = QueueUpdates(self.send_json, self._visible_projects)
         self.queue_updates.add(message["jobs"])

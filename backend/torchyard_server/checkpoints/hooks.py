@@ -1,0 +1,37 @@
+"""What the checkpoints app answers through the jobs app's registries; registered in apps.py."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torchyard import protocol
+
+from ..jobs.registries import AppliedEvent, CheckpointTimes, EventApplier, ResumeLookup
+from .selectors import last_committed_at, latest_good_manifest_uri
+from .services import checkpoint_record
+
+
+class NewestGoodManifest(ResumeLookup):
+    """A recovered job's next attempt resumes from the newest good manifest."""
+
+    type = "checkpoints"
+
+    def manifest_uri(self, job_id: int) -> str:
+        return latest_good_manifest_uri(job_id=job_id)
+
+
+class LastCommits(CheckpointTimes):
+    """Preemption chooses the victim that loses the least work: the least time since a commit."""
+
+    type = "checkpoints"
+
+    def last_committed(self, job_ids: list[int]) -> dict[int, float]:
+        return last_committed_at(job_ids=job_ids)
+
+
+class CheckpointApplier(EventApplier):
+    type = protocol.CHECKPOINT
+
+    def apply(self, events: Sequence[AppliedEvent]) -> None:
+        for event in events:
+            checkpoint_record(event={**event.payload, "job": event.job_id, "attempt": event.attempt})

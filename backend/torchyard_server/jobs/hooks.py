@@ -1,0 +1,94 @@
+"""What the jobs app answers through the registries of the apps below it (machines, projects) and
+its own (the events it applies); registered in apps.py."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from torchyard import protocol
+
+from ..machines.models import Machine
+from ..machines.registries import MachineRemoval, UsageLookup
+from ..projects.registries import HeldLookup, ProjectChangeListener
+from .queue_poke import queue_poke_on_commit
+from .quotas import held_by_project
+from .registries import AppliedEvent, EventApplier
+from .selectors import usage_by_machine
+from .services import job_record_progress, node_report_state, nodes_on_removed_machine
+from .stalls import job_record_stall
+
+
+class LiveNodesOnRemovedMachine(MachineRemoval):
+    type = "jobs"
+
+    def removing(self, machine: Machine, *, force: bool) -> None:
+        nodes_on_removed_machine(machine=machine, force=force)
+
+
+class NodeUsage(UsageLookup):
+    type = "jobs"
+
+    def usage(self) -> dict[int, list[dict[str, Any]]]:
+        return usage_by_machine()
+
+
+class NodesHeld(HeldLookup):
+    type = "jobs"
+
+    def held(self) -> dict[int, tuple[int, int]]:
+        return held_by_project()
+
+
+class QueuePassOnProjectChange(ProjectChangeListener):
+    type = "jobs"
+
+    def project_changed(self) -> None:
+        queue_poke_on_commit()
+
+
+class NodeStateApplier(EventApplier):
+    type = protocol.STATE
+
+    def apply(self, events: Sequence[AppliedEvent]) -> None:
+        for event in events:
+            # A supervisor's report of its node; job-scoped states and the controller's own
+            # transitions (which carry `previous`) are records only.
+            if event.node_id and event.payload.get("scope") == "node" and "previous" not in event.payload:
+                node_report_state(event={**event.payload, "node": event.node_id})
+
+
+class ProgressApplier(EventApplier):
+    type = protocol.METRIC
+    folds = True  # one fold per job and batch: the latest step wins
+
+    def apply(self, events: Sequence[AppliedEvent]) -> None:
+        metrics: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for event in events:
+            metrics[event.job_id].append(
+                {
+                    **event.payload,
+                    "rank": event.rank,
+                    "node": event.node_id,
+                    "attempt": event.attempt,
+                    "ts": event.ts.timestamp(),
+                }
+            )
+        for job_id, items in metrics.items():
+            job_record_progress(job_id=job_id, metrics=items)
+
+
+class StallApplier(EventApplier):
+    type = protocol.STALLED
+
+    def apply(self, events: Sequence[AppliedEvent]) -> None:
+        for event in events:
+            job_record_stall(
+                job_id=event.job_id,
+                event_id=event.pk,
+                attempt=event.attempt,
+                node_id=event.node_id,
+                rank=event.rank,
+                payload=event.payload,
+            )

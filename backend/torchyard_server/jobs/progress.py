@@ -1,0 +1,46 @@
+"""A job's progress as a typed value: what its ranks' metric events folded into (services'
+job_record_progress, rates.py, stalls.py) and Job.progress stores as JSON. Its one writer holds
+the job's row lock; JobProgressOut (serializers.py) renders the stored JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .stored import StoredValue
+
+# Per-attempt numbers, written as null when a new attempt starts (its ranks report afresh).
+PER_ATTEMPT_NULLS = frozenset({"rate_anchor", "steps_per_second", "samples_per_second"})
+
+
+@dataclass
+class JobProgress(StoredValue):
+    # Written from submission on (null until reported).
+    step: int | None = None
+    total_steps: int | None = None  # declared by the script, or the spec's --steps
+    throughput: float | None = None  # every rank's latest throughput, summed
+    loss: float | None = None
+    eta_seconds: float | None = None
+    # Written once reported.
+    lr: float | None = None
+    throughput_by_rank: dict[str, float] | None = None
+    step_by_rank: dict[str, int] | None = None  # every rank's last step, for stall verdicts
+    # rates.py: the first step of the attempt and its time ({"step", "ts"}), each rank's samples/s.
+    rate_anchor: dict[str, Any] | None = None
+    samples_by_rank: dict[str, float] | None = None
+    steps_per_second: float | None = None
+    samples_per_second: float | None = None
+    # stalls.py: the current attempt's stall view (StallOut's shape), absent when nothing stalls.
+    stall: dict[str, Any] | None = None
+    OMIT_WHEN_NONE: ClassVar = frozenset({
+        "lr", "throughput_by_rank", "step_by_rank", "rate_anchor", "samples_by_rank", "steps_per_second",
+        "samples_per_second", "stall"})
+
+    def for_new_attempt(self) -> JobProgress:
+        """What a new attempt starts from: its ranks' throughput, steps, rates and stalls cleared,
+        the job's step, loss and total kept."""
+        return dataclasses.replace(
+            self, throughput_by_rank={}, throughput=None, step_by_rank={}, rate_anchor=None, samples_by_rank={},
+            steps_per_second=None, samples_per_second=None, stall=None,
+            stored_null=(self.stored_null - {"stall"}) | PER_ATTEMPT_NULLS)
