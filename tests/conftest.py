@@ -1,4 +1,5 @@
-"""Shared fixtures: real servers started by the tests themselves, ended by PID."""
+"""Shared fixtures: real servers started by the tests themselves, ended by PID, and the cast of roles
+the control plane's tests sign in as."""
 
 from __future__ import annotations
 
@@ -38,3 +39,60 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh_sign_in_rates():
+    """Sign-in throttling counts in the cache (memory), which outlives a test's transaction:
+    every test starts with a clean count, so only a test that means to hits the limit."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture
+def owner(django_user_model):
+    return django_user_model.objects.create_user(username="alice", password="pw-alice", is_staff=True)
+
+
+@pytest.fixture
+def teammate(django_user_model):
+    return django_user_model.objects.create_user(username="bob", password="pw-bob")
+
+
+@pytest.fixture
+def api(owner):
+    from clients import signed_in
+
+    return signed_in(owner)
+
+
+@pytest.fixture
+def anonymous():
+    from rest_framework.test import APIClient
+
+    return APIClient()
+
+
+@pytest.fixture
+def member(django_user_model):
+    """A WebSocket's headers for mia, a member of the default project, signed in with an API token."""
+    from clients import token_for
+
+    django_user_model.objects.create_user("mia", password="pw-mia")  # joins the default project
+    return [(b"authorization", f"Token {token_for(django_user_model.objects.get(username='mia'))}".encode())]
+
+
+@pytest.fixture
+def job(django_user_model, member):
+    """A job of mia's in the default project, for stream tests."""
+    from torchyard_server.jobs.models import Job
+
+    return Job.objects.create(name="streamed", spec={}, owner=django_user_model.objects.get(username="mia"))
+
+
+@pytest.fixture
+def two_machines(db):
+    from factories import bring_online
+
+    return [bring_online("gpu-a")[0], bring_online("gpu-b")[0]]
