@@ -50,9 +50,17 @@ def fresh_sign_in_rates():
     cache.clear()
 
 
+# The cast: alice owns the default project (its admin, not staff), bob is a member of it, carol is
+# signed in but in no project, and sam is staff. A new user joins the default project on creation
+# (projects.services.user_joined), staff as its admin.
 @pytest.fixture
 def owner(django_user_model):
-    return django_user_model.objects.create_user(username="alice", password="pw-alice", is_staff=True)
+    from torchyard_server.projects.models import Membership
+
+    alice = django_user_model.objects.create_user(username="alice", password="pw-alice")
+    # The role set on the row itself: membership_set would add an audit entry that no test asked for.
+    Membership.objects.filter(user=alice).update(role=Membership.Role.ADMIN)
+    return alice
 
 
 @pytest.fixture
@@ -61,10 +69,31 @@ def teammate(django_user_model):
 
 
 @pytest.fixture
+def outsider(django_user_model):
+    from torchyard_server.projects.models import Membership
+
+    carol = django_user_model.objects.create_user(username="carol", password="pw-carol")
+    Membership.objects.filter(user=carol).delete()
+    return carol
+
+
+@pytest.fixture
+def staff(django_user_model):
+    return django_user_model.objects.create_user(username="sam", password="pw-sam", is_staff=True)
+
+
+@pytest.fixture
 def api(owner):
     from clients import signed_in
 
     return signed_in(owner)
+
+
+@pytest.fixture
+def staff_api(staff):
+    from clients import signed_in
+
+    return signed_in(staff)
 
 
 @pytest.fixture
@@ -86,9 +115,9 @@ def member(django_user_model):
 @pytest.fixture
 def job(django_user_model, member):
     """A job of mia's in the default project, for stream tests."""
-    from torchyard_server.jobs.models import Job
+    from factories import make_job
 
-    return Job.objects.create(name="streamed", spec={}, owner=django_user_model.objects.get(username="mia"))
+    return make_job(name="streamed", owner=django_user_model.objects.get(username="mia"))
 
 
 @pytest.fixture

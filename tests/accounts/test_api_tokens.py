@@ -88,10 +88,10 @@ def test_a_token_can_revoke_itself(owner):
     assert client.get("/api/auth/me").status_code == 401
 
 
-def test_someone_elses_tokens_are_invisible_even_to_staff(api, teammate):
+def test_someone_elses_tokens_are_invisible_even_to_staff(staff_api, teammate):
     bobs = signed_in(teammate).post("/api/auth/tokens", {"name": "bob's"}, format="json").json()
-    assert bobs["id"] not in [t["id"] for t in api.get("/api/auth/tokens").json()]  # alice is staff
-    assert api.delete(f"/api/auth/tokens/{bobs['id']}").status_code == 404
+    assert bobs["id"] not in [t["id"] for t in staff_api.get("/api/auth/tokens").json()]
+    assert staff_api.delete(f"/api/auth/tokens/{bobs['id']}").status_code == 404
     assert with_token(bobs["token"]).get("/api/auth/me").json()["username"] == "bob"
 
 

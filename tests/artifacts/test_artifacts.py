@@ -10,8 +10,8 @@ import zipfile
 
 import pytest
 from clients import downloaded
+from factories import make_job
 from torchyard_server.artifacts.services import artifacts_record
-from torchyard_server.jobs.models import Job
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def job_with_outputs(settings, tmp_path, owner):
     settings.STORAGE_URL = (tmp_path / "store").as_uri()
-    job = Job.objects.create(name="outputs", spec={}, owner=owner)
+    job = make_job(name="outputs", owner=owner)
     folder = tmp_path / "store" / f"job-{job.pk}" / "artifacts" / "attempt-0" / "node-1"
     (folder / "sub").mkdir(parents=True)
     files = []

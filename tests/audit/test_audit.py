@@ -17,7 +17,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import connections
 from django.test import Client
 from django.utils import timezone
-from factories import bring_online
+from factories import bring_online, make_job
 from rest_framework.test import APIClient
 from torchyard_server.audit.models import AuditEntry
 from torchyard_server.jobs.models import Job, JobNode
@@ -39,14 +39,14 @@ def client_of(user) -> APIClient:
 
 
 @pytest.fixture
-def team(db, django_user_model, owner):
+def team(db, django_user_model, staff):
     """Project `vision`: ada its admin, mia a member, vic a viewer; oz only views `nlp`."""
     users = {name: django_user_model.objects.create_user(name) for name in ("ada", "mia", "vic", "oz")}
     vision, nlp = Project.objects.create(name="vision"), Project.objects.create(name="nlp")
     for name, role in (("ada", "admin"), ("mia", "member"), ("vic", "viewer")):
         Membership.objects.create(project=vision, user=users[name], role=role)
     Membership.objects.create(project=nlp, user=users["oz"], role="viewer")
-    return {**users, "staff": owner, "vision": vision, "nlp": nlp}
+    return {**users, "staff": staff, "vision": vision, "nlp": nlp}
 
 
 def entries(**filters) -> list[AuditEntry]:
@@ -60,13 +60,13 @@ def log(api: APIClient, query: str = "") -> list[dict]:
 
 
 # --- what is recorded ------------------------------------------------------------------------------
-def test_submitting_stopping_and_deleting_a_job_are_recorded_with_who_and_from_where(api, team, two_machines):
+def test_submitting_stopping_and_deleting_a_job_are_recorded_with_who_and_from_where(staff_api, team, two_machines):
     mia = client_of(team["mia"])
     job_id = mia.post("/api/jobs", SPEC, format="json", REMOTE_ADDR="10.1.2.3").json()["id"]
     assert mia.post(f"/api/jobs/{job_id}/stop").status_code == 202
     assert mia.delete(f"/api/jobs/{job_id}").status_code == 204
 
-    listed = log(api, f"?target_type=job&target_id={job_id}")
+    listed = log(staff_api, f"?target_type=job&target_id={job_id}")
     assert [e["action"] for e in listed] == ["job.delete", "job.stop", "job.submit"]  # newest first
     submit = listed[-1]
     assert submit["actor"] == "mia" and submit["actor_id"] == team["mia"].pk
@@ -85,18 +85,18 @@ def test_deleting_a_live_job_is_recorded_as_its_stop(api, team, two_machines):
     assert len(stop) == 1 and stop[0].detail["reason"] == "cancelled by ada"
 
 
-def test_machine_changes_are_recorded_one_entry_per_action(api, owner):
-    added = api.post("/api/machines", {"name": "box", "host": "10.0.0.5", "labels": {"rack": "a"}}, format="json")
+def test_machine_changes_are_recorded_one_entry_per_action(staff_api):
+    added = staff_api.post("/api/machines", {"name": "box", "host": "10.0.0.5", "labels": {"rack": "a"}}, format="json")
     machine_id = added.json()["id"]
-    assert api.patch(f"/api/machines/{machine_id}", {"status": "draining"}, format="json").status_code == 200
-    assert api.patch(f"/api/machines/{machine_id}", {"status": "online", "port": 9000}, format="json").status_code == 200
-    assert api.post(f"/api/machines/{machine_id}/rotate-token").status_code == 200
-    assert api.delete(f"/api/machines/{machine_id}").status_code == 204
+    assert staff_api.patch(f"/api/machines/{machine_id}", {"status": "draining"}, format="json").status_code == 200
+    assert staff_api.patch(f"/api/machines/{machine_id}", {"status": "online", "port": 9000}, format="json").status_code == 200
+    assert staff_api.post(f"/api/machines/{machine_id}/rotate-token").status_code == 200
+    assert staff_api.delete(f"/api/machines/{machine_id}").status_code == 204
 
     trail = entries(target_type="machine", target_id=str(machine_id))
     assert [e.action for e in trail] == [
         "machine.add", "machine.drain", "machine.undrain", "machine.update", "machine.rotate_token", "machine.remove"]
-    assert {e.actor_label for e in trail} == {"alice"} and {e.target_label for e in trail} == {"box"}
+    assert {e.actor_label for e in trail} == {"sam"} and {e.target_label for e in trail} == {"box"}
     assert trail[0].detail == {"host": "10.0.0.5", "port": 8001, "labels": {"rack": "a"}}
     assert trail[3].detail == {"changed": {"port": {"from": 8001, "to": 9000}}}
     assert trail[-1].detail == {"force": False}
@@ -118,16 +118,16 @@ def test_creating_and_revoking_api_tokens_are_recorded_without_the_token(team):
     assert not any(key in str(e.detail) + e.target_label for e in trail)
 
 
-def test_project_and_member_changes_are_recorded_in_the_project(api, team):
+def test_project_and_member_changes_are_recorded_in_the_project(staff_api, team):
     ada = client_of(team["ada"])
-    assert api.post("/api/projects", {"name": "audio"}, format="json").status_code == 201
+    assert staff_api.post("/api/projects", {"name": "audio"}, format="json").status_code == 201
     assert ada.post("/api/projects/vision/members", {"username": "oz", "role": "viewer"}, format="json").status_code == 201
     assert ada.patch("/api/projects/vision/members/oz", {"role": "member"}, format="json").status_code == 200
     assert ada.patch("/api/projects/vision/members/oz", {"role": "member"}, format="json").status_code == 200
     assert ada.delete("/api/projects/vision/members/oz").status_code == 204
 
     created = entries(action="project.create")
-    assert [(e.actor_label, e.target_label, e.project.name) for e in created] == [("alice", "audio", "audio")]
+    assert [(e.actor_label, e.target_label, e.project.name) for e in created] == [("sam", "audio", "audio")]
     members = entries(project__name="vision")
     assert [(e.action, e.actor_label, e.target_type, e.target_label, e.detail) for e in members] == [
         ("project.member_add", "ada", "user", "oz", {"role": "viewer"}),
@@ -137,16 +137,16 @@ def test_project_and_member_changes_are_recorded_in_the_project(api, team):
     ]
 
 
-def test_the_seeds_aliases_are_recorded_like_the_canonical_routes(api, team, two_machines):
+def test_the_seeds_aliases_are_recorded_like_the_canonical_routes(staff_api, team, two_machines):
     mia = client_of(team["mia"])
     plan = {"plugin_name": "mlp_ddp", "project": "vision", "resource_requirements": {"num_machines": 1}}
     job_id = mia.post("/api/network/distributed/dispatch", plan, format="json").json()["job_id"]
     assert mia.post(f"/api/network/distributed/stop/{job_id}").status_code == 200
-    assert api.delete(f"/api/network/machines/by-name/{two_machines[0].name}").status_code == 200
+    assert staff_api.delete(f"/api/network/machines/by-name/{two_machines[0].name}").status_code == 200
 
     assert [(e.action, e.actor_label) for e in entries(target_type="job", target_id=str(job_id))] == [
         ("job.submit", "mia"), ("job.stop", "mia")]
-    assert [e.actor_label for e in entries(action="machine.remove", target_label=two_machines[0].name)] == ["alice"]
+    assert [e.actor_label for e in entries(action="machine.remove", target_label=two_machines[0].name)] == ["sam"]
 
 
 def test_uploading_a_bundle_is_recorded_each_time_someone_uploads_it(api, team, settings, tmp_path):
@@ -176,7 +176,7 @@ def test_what_the_controller_does_on_its_own_is_recorded_as_the_system(db):
 
 
 # --- what is not ----------------------------------------------------------------------------------
-def test_a_refused_action_records_nothing(api, team, two_machines):
+def test_a_refused_action_records_nothing(staff_api, team, two_machines):
     job_id = client_of(team["ada"]).post("/api/jobs", SPEC, format="json").json()["id"]
     AuditEntry.objects.all().delete()
     mia, vic, oz = client_of(team["mia"]), client_of(team["vic"]), client_of(team["oz"])
@@ -187,69 +187,69 @@ def test_a_refused_action_records_nothing(api, team, two_machines):
     assert mia.post(f"/api/network/distributed/stop/{job_id}").status_code == 403
     assert oz.delete(f"/api/jobs/{job_id}").status_code == 404  # not his project
     assert mia.post("/api/machines", {"name": "mine", "host": "10.0.0.7"}, format="json").status_code == 403
-    assert api.post("/api/machines", {"name": "bad name!", "host": "10.0.0.7"}, format="json").status_code == 400
+    assert staff_api.post("/api/machines", {"name": "bad name!", "host": "10.0.0.7"}, format="json").status_code == 400
     assert mia.patch(f"/api/machines/{two_machines[0].pk}", {"status": "draining"}, format="json").status_code == 403
     assert mia.post(f"/api/machines/{two_machines[0].pk}/rotate-token").status_code == 403
     assert mia.post("/api/projects/vision/members", {"username": "oz", "role": "admin"}, format="json").status_code == 403
-    assert api.post("/api/projects/vision/members", {"username": "nobody"}, format="json").status_code == 400
+    assert staff_api.post("/api/projects/vision/members", {"username": "nobody"}, format="json").status_code == 400
 
     assert list(AuditEntry.objects.all()) == []
 
 
-def test_removing_a_machine_that_runs_nodes_without_force_records_nothing(api, team, two_machines):
-    job = Job.objects.create(name="live", spec={}, owner=team["ada"], project=team["vision"], status=Job.Status.RUNNING)
+def test_removing_a_machine_that_runs_nodes_without_force_records_nothing(staff_api, team, two_machines):
+    job = make_job(name="live", owner=team["ada"], project=team["vision"], status=Job.Status.RUNNING)
     JobNode.objects.create(job=job, attempt=0, machine=two_machines[0], machine_name=two_machines[0].name, host="h",
                            node_rank=0, nproc=1, rank_start=0, rank_end=0, status=JobNode.Status.RUNNING)
     before = AuditEntry.objects.count()
-    assert api.delete(f"/api/machines/{two_machines[0].pk}").status_code == 409
+    assert staff_api.delete(f"/api/machines/{two_machines[0].pk}").status_code == 409
     assert AuditEntry.objects.count() == before
 
 
 # --- who reads it ----------------------------------------------------------------------------------
-def test_only_staff_read_the_log(api, team, anonymous):
+def test_only_staff_read_the_log(staff_api, team, anonymous):
     machine_create(name="m", host="10.0.0.8")
-    assert [e["action"] for e in log(api)] == ["machine.add", "token.create"]  # newest first: the fixture's token
+    assert [e["action"] for e in log(staff_api)] == ["machine.add", "token.create"]  # newest first: the fixture's token
     for name in ("ada", "mia", "vic", "oz"):
         assert client_of(team[name]).get("/api/audit").status_code == 403
     assert anonymous.get("/api/audit").status_code in (401, 403)
     # Read-only: no method writes an entry.
-    entry_id = log(api)[0]["id"]
+    entry_id = log(staff_api)[0]["id"]
     for method in ("post", "put", "patch", "delete"):
-        assert getattr(api, method)("/api/audit", {"id": entry_id}, format="json").status_code == 405
+        assert getattr(staff_api, method)("/api/audit", {"id": entry_id}, format="json").status_code == 405
     assert AuditEntry.objects.filter(pk=entry_id).exists()
 
 
-def test_the_log_filters_and_pages_newest_first(api, team, two_machines):
-    AuditEntry.objects.filter(action="token.create").delete()  # the `api` fixture's own token
+def test_the_log_filters_and_pages_newest_first(staff_api, team, two_machines):
+    AuditEntry.objects.filter(action="token.create").delete()  # the `staff_api` fixture's own token
     ada = client_of(team["ada"])
     job_id = ada.post("/api/jobs", SPEC, format="json").json()["id"]
     ada.post("/api/projects/vision/members", {"username": "oz", "role": "viewer"}, format="json")
     earlier = timezone.now() - timedelta(hours=1)
     AuditEntry.objects.filter(action="machine.add").update(created=earlier)
 
-    assert {e["action"] for e in log(api, "?actor=ada")} == {"job.submit", "project.member_add"}
-    assert [e["target_id"] for e in log(api, "?action=job.submit")] == [str(job_id)]
-    assert [e["action"] for e in log(api, "?project=vision")] == ["project.member_add", "job.submit"]
-    assert [e["target_label"] for e in log(api, "?target_type=user&target_id=" + str(team["oz"].pk))] == ["oz"]
-    assert len(log(api, "?project=nlp")) == 0
+    assert {e["action"] for e in log(staff_api, "?actor=ada")} == {"job.submit", "project.member_add"}
+    assert [e["target_id"] for e in log(staff_api, "?action=job.submit")] == [str(job_id)]
+    assert [e["action"] for e in log(staff_api, "?project=vision")] == ["project.member_add", "job.submit"]
+    assert [e["target_label"] for e in log(staff_api, "?target_type=user&target_id=" + str(team["oz"].pk))] == ["oz"]
+    assert len(log(staff_api, "?project=nlp")) == 0
     since = (earlier + timedelta(minutes=1)).isoformat().replace("+00:00", "Z")
-    assert {e["action"] for e in log(api, f"?since={since}")} == {"job.submit", "project.member_add"}
-    assert {e["action"] for e in log(api, f"?until={since}")} == {"machine.add"}
+    assert {e["action"] for e in log(staff_api, f"?since={since}")} == {"job.submit", "project.member_add"}
+    assert {e["action"] for e in log(staff_api, f"?until={since}")} == {"machine.add"}
 
-    first = api.get("/api/audit?limit=2").json()
+    first = staff_api.get("/api/audit?limit=2").json()
     assert [e["action"] for e in first["results"]] == ["project.member_add", "job.submit"]
-    rest = api.get(first["next"]).json()
+    rest = staff_api.get(first["next"]).json()
     assert [e["action"] for e in rest["results"]] == ["machine.add", "machine.add"] and rest["next"] is None
 
-    bad = api.get("/api/audit?action=job.launch&since=yesterday")
+    bad = staff_api.get("/api/audit?action=job.launch&since=yesterday")
     assert bad.status_code == 400 and set(bad.json()) == {"action", "since"}
 
 
-def test_staff_read_the_log_in_the_admin_and_cannot_change_it(owner, team):
+def test_staff_read_the_log_in_the_admin_and_cannot_change_it(staff, team):
     machine_create(name="m", host="10.0.0.8")
     entry = AuditEntry.objects.get()
     browser = Client()
-    browser.force_login(owner)  # staff, not a superuser: no model permissions granted
+    browser.force_login(staff)  # staff, not a superuser: no model permissions granted
     page = browser.get("/admin/audit/auditentry/?action__exact=machine.add")
     assert page.status_code == 200 and b"machine.add" in page.content
     assert browser.get(f"/admin/audit/auditentry/{entry.pk}/change/").status_code == 200
@@ -266,7 +266,7 @@ def test_staff_read_the_log_in_the_admin_and_cannot_change_it(owner, team):
 def busy_machine(team):
     """A GPU machine where a job of `vision` runs 2 GPUs over 4 processes, on two nodes."""
     machine, _ = bring_online("gpu-big", gpus=[{"index": i, "name": "H100", "memory_mb": 81_000} for i in range(4)])
-    job = Job.objects.create(name="secret-vision-run", spec={}, owner=team["ada"], project=team["vision"],
+    job = make_job(name="secret-vision-run", owner=team["ada"], project=team["vision"],
                              status=Job.Status.RUNNING)
     for rank, gpus in enumerate(([0], [1])):
         JobNode.objects.create(job=job, attempt=0, machine=machine, machine_name=machine.name, host=machine.host,

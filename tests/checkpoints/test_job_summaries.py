@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 from clients import signed_in
 from django.utils import timezone
+from factories import make_job
 from torchyard_server.checkpoints.models import CheckpointManifest
 from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.jobs.services import _initial_progress, job_record_progress
@@ -71,20 +72,20 @@ def test_a_late_report_of_an_earlier_attempt_folds_into_nothing(api, running):
     assert (progress["throughput_by_rank"], progress["throughput"], progress["step_by_rank"]) == ({"0": 7.0}, 7.0, {"0": 11})
 
 
-def test_summaries_list_only_the_jobs_a_user_may_see(api, running, django_user_model):
+def test_summaries_list_only_the_jobs_a_user_may_see(staff_api, running, django_user_model):
     oz = django_user_model.objects.create_user("oz")
     lab = Project.objects.create(name="lab")
     Membership.objects.filter(user=oz).delete()
     Membership.objects.create(project=lab, user=oz, role="viewer")
-    theirs = Job.objects.create(name="lab-job", spec={}, owner=running.owner, project=lab,
+    theirs = make_job(name="lab-job", owner=running.owner, project=lab,
                                 status=Job.Status.COMPLETED)
-    everything = api.get("/api/jobs/summaries").json()
+    everything = staff_api.get("/api/jobs/summaries").json()
     assert [j["id"] for j in everything] == [theirs.pk, running.pk]
     assert all(set(j) == FIELDS for j in everything)
-    assert everything[1] == api.get(f"/api/jobs/{running.pk}/summary").json() | {
+    assert everything[1] == staff_api.get(f"/api/jobs/{running.pk}/summary").json() | {
         "duration_seconds": everything[1]["duration_seconds"]}
     assert [j["id"] for j in signed_in(oz).get("/api/jobs/summaries").json()] == [theirs.pk]
-    assert [j["id"] for j in api.get("/api/jobs/summaries?status=running,failed").json()] == [running.pk]
-    assert [j["id"] for j in api.get("/api/jobs/summaries?project=lab&limit=1").json()] == [theirs.pk]
-    bad = api.get("/api/jobs/summaries?status=sleeping")
+    assert [j["id"] for j in staff_api.get("/api/jobs/summaries?status=running,failed").json()] == [running.pk]
+    assert [j["id"] for j in staff_api.get("/api/jobs/summaries?project=lab&limit=1").json()] == [theirs.pk]
+    bad = staff_api.get("/api/jobs/summaries?status=sleeping")
     assert bad.status_code == 400 and "status" in bad.json()

@@ -2,15 +2,15 @@
 
 import pytest
 from django.utils import timezone
+from factories import make_job
 from torchyard_server.checkpoints.models import CheckpointManifest
-from torchyard_server.jobs.models import Job
 from torchyard_server.jobs.registries import resume_manifest_uri
 
 pytestmark = pytest.mark.django_db
 
 
 def test_the_next_attempt_resumes_from_the_newest_manifest_neither_corrupt_nor_deleted(owner):
-    job = Job.objects.create(name="j", spec={}, owner=owner)
+    job = make_job(name="j", owner=owner)
     for step, uri, extra in [(10, "file:///j/10", {}), (20, "file:///j/20", {"verified": False}),
                              (30, "file:///j/30", {"deleted": True})]:
         CheckpointManifest.objects.create(job=job, step=step, uri=uri, committed_at=timezone.now(), **extra)
@@ -18,4 +18,4 @@ def test_the_next_attempt_resumes_from_the_newest_manifest_neither_corrupt_nor_d
 
 
 def test_a_job_without_checkpoints_starts_from_scratch(owner):
-    assert resume_manifest_uri(job_id=Job.objects.create(name="j", spec={}, owner=owner).pk) == ""
+    assert resume_manifest_uri(job_id=make_job(name="j", owner=owner).pk) == ""

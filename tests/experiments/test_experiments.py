@@ -10,6 +10,7 @@ import math
 
 import pytest
 from clients import signed_in
+from factories import make_job
 from torchyard_server.artifacts.services import artifacts_record
 from torchyard_server.checkpoints.models import CheckpointManifest
 from torchyard_server.jobs.models import Job, JobNode
@@ -71,7 +72,7 @@ def runs(settings, tmp_path, owner, teammate):
 
     lab = Project.objects.create(name="lab")
     Membership.objects.create(project=lab, user=owner, role="admin")
-    hidden = Job.objects.create(name="secret", spec={}, owner=owner, project=lab, status=Job.Status.QUEUED)
+    hidden = make_job(name="secret", owner=owner, project=lab, status=Job.Status.QUEUED)
     return {"a": a, "b": b, "hidden": hidden}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from factories import bring_online
+from factories import bring_online, make_job
 from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.machines.models import Machine
 from torchyard_server.machines.selectors import machine_list, machine_list_json
@@ -16,11 +16,11 @@ from torchyard_server.machines.serializers import MachineOut
 pytestmark = pytest.mark.django_db
 
 
-def test_the_list_is_each_machines_own_representation(api, owner):
+def test_the_list_is_each_machines_own_representation(staff_api, owner):
     gpu_box, _ = bring_online("gpu-box", gpus=[{"index": 0, "name": "H100", "memory_mb": 81559}])
     bring_online("cpu-box")
-    api.post("/api/machines", {"name": "never-seen", "host": "10.1.1.1", "labels": {"rack": "b2"}}, format="json")
-    job = Job.objects.create(name="j", spec={}, owner=owner, status=Job.Status.RUNNING)
+    staff_api.post("/api/machines", {"name": "never-seen", "host": "10.1.1.1", "labels": {"rack": "b2"}}, format="json")
+    job = make_job(name="j", owner=owner, status=Job.Status.RUNNING)
     JobNode.objects.create(job=job, attempt=0, machine=gpu_box, machine_name=gpu_box.name, host="h", node_rank=0,
                            nproc=2, rank_start=0, rank_end=1, gpus=[0], status=JobNode.Status.RUNNING)
 
@@ -32,7 +32,7 @@ def test_the_list_is_each_machines_own_representation(api, owner):
     assert by_name["never-seen"]["last_heartbeat"] is None and by_name["never-seen"]["labels"] == {"rack": "b2"}
     assert by_name["gpu-box"]["usage"] == [{"project": "default", "gpus": 1, "processes": 2}]
     assert by_name["gpu-box"]["last_heartbeat"].endswith("Z")
-    assert api.get("/api/machines").json() == [dict(m) for m in listed]
+    assert staff_api.get("/api/machines").json() == [dict(m) for m in listed]
     assert Machine.objects.count() == 3
 
 
@@ -46,7 +46,7 @@ def test_the_list_postgresql_writes_is_the_serializers_on_awkward_values(api, ow
         current_load={"cpu_usage": 12.345, "memory_usage": 0.1, "gpu_usage": [99.5]},
         last_heartbeat=whole_second, created_at=whole_second.replace(microsecond=7))
     bring_online("alpha-box")
-    job = Job.objects.create(name="j", spec={}, owner=owner, status=Job.Status.RUNNING)
+    job = make_job(name="j", owner=owner, status=Job.Status.RUNNING)
     for rank, gpus in enumerate(([0], [])):
         JobNode.objects.create(job=job, attempt=0, machine=box, machine_name=box.name, host="h", node_rank=rank,
                                nproc=1, rank_start=rank, rank_end=rank, gpus=gpus, status=JobNode.Status.RUNNING)

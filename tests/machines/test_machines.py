@@ -6,22 +6,22 @@ from torchyard_server.machines.services import machine_authenticate, machine_rec
 pytestmark = pytest.mark.django_db
 
 
-def test_registering_a_machine_returns_its_token_once(api):
-    response = api.post("/api/machines", {"name": "box-1", "host": "10.0.0.5"}, format="json")
+def test_registering_a_machine_returns_its_token_once(staff_api):
+    response = staff_api.post("/api/machines", {"name": "box-1", "host": "10.0.0.5"}, format="json")
     assert response.status_code == 201
     body = response.json()
     assert body["status"] == "pending"
     assert body["token"].startswith(f"{body['id']}.")
     assert "torchyard agent --server" in body["agent_command"]
-    assert "token" not in api.get(f"/api/machines/{body['id']}").json()
+    assert "token" not in staff_api.get(f"/api/machines/{body['id']}").json()
     assert Machine.objects.get(pk=body["id"]).token_hash != body["token"]
 
 
-def test_it_refuses_a_duplicate_or_malformed_machine(api):
-    api.post("/api/machines", {"name": "box-1", "host": "10.0.0.5"}, format="json")
-    duplicate = api.post("/api/machines", {"name": "box-1", "host": "10.0.0.6"}, format="json")
+def test_it_refuses_a_duplicate_or_malformed_machine(staff_api):
+    staff_api.post("/api/machines", {"name": "box-1", "host": "10.0.0.5"}, format="json")
+    duplicate = staff_api.post("/api/machines", {"name": "box-1", "host": "10.0.0.6"}, format="json")
     assert duplicate.status_code == 400 and "name" in duplicate.json()
-    bad = api.post("/api/machines", {"name": "has space", "host": "", "port": 70000}, format="json")
+    bad = staff_api.post("/api/machines", {"name": "has space", "host": "", "port": 70000}, format="json")
     assert bad.status_code == 400
     assert {"name", "host", "port"} <= set(bad.json())
 
@@ -51,15 +51,15 @@ def test_the_agent_config_endpoint_answers_only_a_machine_token(anonymous, db):
     assert ok.json()["redis_url"].startswith("redis://")
 
 
-def test_draining_a_machine_keeps_new_jobs_off_it(api, two_machines):
-    api.patch(f"/api/machines/{two_machines[0].pk}", {"status": "draining"}, format="json")
-    response = api.post("/api/jobs/plan", {"name": "x", "entrypoint": "examples/mlp_ddp.py",
+def test_draining_a_machine_keeps_new_jobs_off_it(staff_api, two_machines):
+    staff_api.patch(f"/api/machines/{two_machines[0].pk}", {"status": "draining"}, format="json")
+    response = staff_api.post("/api/jobs/plan", {"name": "x", "entrypoint": "examples/mlp_ddp.py",
                                            "resources": {"nodes": 2}}, format="json")
     assert response.status_code == 400
     assert "gpu-a not online" in response.json()["resources"][0]
 
 
-def test_a_drained_machine_that_drops_offline_comes_back_draining_and_busy_means_running_nodes(api, db):
+def test_a_drained_machine_that_drops_offline_comes_back_draining_and_busy_means_running_nodes(staff_api, db):
     from factories import bring_online
 
     machine, token = bring_online("gpu-d")
@@ -69,11 +69,11 @@ def test_a_drained_machine_that_drops_offline_comes_back_draining_and_busy_means
     machine_record_heartbeat(event={**beat, "running": []})
     assert Machine.objects.get(pk=machine.pk).status == "online"
 
-    drained = api.patch(f"/api/machines/{machine.pk}", {"status": "draining"}, format="json").json()
+    drained = staff_api.patch(f"/api/machines/{machine.pk}", {"status": "draining"}, format="json").json()
     assert drained["status"] == "draining" and drained["drained"] is True
     Machine.objects.filter(pk=machine.pk).update(status="offline")  # its agent went quiet
     machine_record_heartbeat(event=beat)
     assert Machine.objects.get(pk=machine.pk).status == "draining"
-    assert api.patch(f"/api/machines/{machine.pk}", {"status": "online"}, format="json").json()["status"] == "online"
+    assert staff_api.patch(f"/api/machines/{machine.pk}", {"status": "online"}, format="json").json()["status"] == "online"
     machine_record_heartbeat(event=beat)
     assert Machine.objects.get(pk=machine.pk).status == "online"

@@ -6,17 +6,17 @@ from __future__ import annotations
 from factories import bring_online
 
 
-def test_the_join_command_names_the_public_url_when_one_is_set(api, settings):
+def test_the_join_command_names_the_public_url_when_one_is_set(staff_api, settings):
     settings.PUBLIC_URL = "https://ctl.example.com:8443"
-    created = api.post("/api/machines", {"name": "gpu-1", "host": "10.1.0.7"}, format="json").json()
+    created = staff_api.post("/api/machines", {"name": "gpu-1", "host": "10.1.0.7"}, format="json").json()
     assert created["agent_command"] == f"torchyard agent --server https://ctl.example.com:8443 --token {created['token']}"
-    rotated = api.post(f"/api/machines/{created['id']}/rotate-token").json()
+    rotated = staff_api.post(f"/api/machines/{created['id']}/rotate-token").json()
     assert rotated["agent_command"] == f"torchyard agent --server https://ctl.example.com:8443 --token {rotated['token']}"
 
 
-def test_without_a_public_url_the_join_command_names_the_address_asked(api, settings):
+def test_without_a_public_url_the_join_command_names_the_address_asked(staff_api, settings):
     settings.PUBLIC_URL = ""
-    created = api.post("/api/machines", {"name": "gpu-2", "host": "10.1.0.8"}, format="json").json()
+    created = staff_api.post("/api/machines", {"name": "gpu-2", "host": "10.1.0.8"}, format="json").json()
     assert created["agent_command"] == f"torchyard agent --server http://testserver --token {created['token']}"
 
 

@@ -12,16 +12,16 @@ SEED_PLAN = {
 }
 
 
-def test_machines_are_listed_added_and_removed_by_id_and_by_name(api, two_machines):
-    listed = api.get("/api/network/machines").json()
+def test_machines_are_listed_added_and_removed_by_id_and_by_name(staff_api, two_machines):
+    listed = staff_api.get("/api/network/machines").json()
     assert {m["name"] for m in listed} == {"gpu-a", "gpu-b"}
     assert set(listed[0]) >= {"id", "name", "host", "port", "status", "capabilities", "current_load"}
-    added = api.post("/api/network/machines", {"name": "box", "host": "10.1.1.1", "port": 8001}, format="json")
+    added = staff_api.post("/api/network/machines", {"name": "box", "host": "10.1.1.1", "port": 8001}, format="json")
     assert added.status_code == 201
-    assert api.delete("/api/network/machines/by-name/box").status_code == 200
-    assert api.delete(f"/api/network/machines/{two_machines[0].pk}").status_code == 200
-    assert [m["name"] for m in api.get("/api/network/machines").json()] == ["gpu-b"]
-    assert api.delete("/api/network/machines/by-name/nope").status_code == 404
+    assert staff_api.delete("/api/network/machines/by-name/box").status_code == 200
+    assert staff_api.delete(f"/api/network/machines/{two_machines[0].pk}").status_code == 200
+    assert [m["name"] for m in staff_api.get("/api/network/machines").json()] == ["gpu-b"]
+    assert staff_api.delete("/api/network/machines/by-name/nope").status_code == 404
 
 
 def test_status_aggregates_the_cluster(api, two_machines):

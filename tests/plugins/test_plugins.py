@@ -87,8 +87,10 @@ def test_an_invalid_manifest_is_refused_naming_the_field(api, bundle, change, fi
     assert not Plugin.objects.exists()
 
 
-def test_a_plugin_is_seen_and_run_by_its_projects_members_only(api, bundle, django_user_model, two_machines, tmp_path):
+def test_a_plugin_is_seen_and_run_by_its_projects_members_only(api, owner, bundle, django_user_model, two_machines,
+                                                               tmp_path):
     lab = Project.objects.create(name="lab")
+    lab.memberships.create(user=owner, role="member")
     assert api.post("/api/plugins", manifest(bundle, project="lab"), format="json").status_code == 201
     mia, oz = django_user_model.objects.create_user("mia"), django_user_model.objects.create_user("oz")
     lab.memberships.create(user=mia, role="member")
@@ -114,9 +116,10 @@ def test_a_plugin_is_seen_and_run_by_its_projects_members_only(api, bundle, djan
     assert refused.status_code == 403 and "alice" in refused.json()["detail"]
 
 
-def test_a_projects_plugin_runs_from_the_job_routes_as_the_dashboard_launches_it(api, bundle, django_user_model,
+def test_a_projects_plugin_runs_from_the_job_routes_as_the_dashboard_launches_it(api, owner, bundle, django_user_model,
                                                                                     two_machines):
     lab = Project.objects.create(name="lab")
+    lab.memberships.create(user=owner, role="member")
     assert api.post("/api/plugins", manifest(bundle, project="lab"), format="json").status_code == 201
     mia, oz = django_user_model.objects.create_user("mia"), django_user_model.objects.create_user("oz")
     lab.memberships.create(user=mia, role="member")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from clients import token_for
+from factories import make_job
 from rest_framework.test import APIClient
 from torchyard_server.jobs.models import Job
 from torchyard_server.projects.models import Membership, Project
@@ -27,8 +28,8 @@ def test_a_new_user_joins_the_default_project_and_staff_as_its_admin(django_user
 
 def test_a_member_stops_and_deletes_their_own_job_but_not_a_teammates(django_user_model):
     mia, ada = django_user_model.objects.create_user("mia"), django_user_model.objects.create_user("ada")
-    own = Job.objects.create(name="own", spec={}, owner=mia, status=Job.Status.COMPLETED)
-    theirs = Job.objects.create(name="theirs", spec={}, owner=ada, status=Job.Status.COMPLETED)
+    own = make_job(name="own", owner=mia, status=Job.Status.COMPLETED)
+    theirs = make_job(name="theirs", owner=ada, status=Job.Status.COMPLETED)
     client = client_for(mia)
     assert client.get(f"/api/jobs/{theirs.pk}").status_code == 200
     assert client.delete(f"/api/jobs/{theirs.pk}").status_code == 403
@@ -39,12 +40,21 @@ def test_jobs_of_other_projects_are_not_listed_and_answer_404(django_user_model)
     oz, ada = django_user_model.objects.create_user("oz"), django_user_model.objects.create_user("ada")
     lab = Project.objects.create(name="lab")
     Membership.objects.create(project=lab, user=ada, role="admin")
-    hidden = Job.objects.create(name="hidden", spec={}, owner=ada, project=lab)
-    seen = Job.objects.create(name="seen", spec={}, owner=ada)
+    hidden = make_job(name="hidden", owner=ada, project=lab)
+    seen = make_job(name="seen", owner=ada)
     client = client_for(oz)
     assert [j["id"] for j in client.get("/api/jobs").json()] == [seen.pk]
     assert client.get(f"/api/jobs/{hidden.pk}/logs").status_code == 404
     assert client_for(ada).get("/api/jobs?project=lab").json()[0]["project"] == "lab"
+
+
+def test_a_user_in_no_project_sees_no_job_and_may_submit_none(owner, outsider):
+    alices = make_job(name="alices", owner=owner)
+    stranger = client_for(outsider)
+    assert stranger.get("/api/jobs").json() == []
+    assert stranger.get(f"/api/jobs/{alices.pk}").status_code == 404
+    refused = stranger.post("/api/jobs", {"name": "mine", "entrypoint": "examples/mlp_ddp.py"}, format="json")
+    assert refused.status_code == 400 and "project" in refused.json(), refused.json()
 
 
 def test_a_project_admin_manages_members_and_a_member_cannot(django_user_model):

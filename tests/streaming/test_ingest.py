@@ -3,6 +3,7 @@ controller dies between reading events and acknowledging them, and nothing is st
 
 import pytest
 import redis
+from factories import make_job, make_node
 from torchyard import protocol
 from torchyard_server.jobs.models import Job
 from torchyard_server.streaming.ingest import CONSUMER, Ingest
@@ -25,7 +26,7 @@ def log_event(job_id: int, seq: int) -> dict:
 
 
 def test_events_read_but_not_acknowledged_before_a_crash_are_stored_once_after_restart(stream, redis_url, owner):
-    job = Job.objects.create(name="j", spec={}, owner=owner)
+    job = make_job(name="j", owner=owner)
     first = Ingest(redis_url)
     first.ensure_group()
     for seq in range(1, 6):
@@ -51,7 +52,7 @@ def test_events_read_but_not_acknowledged_before_a_crash_are_stored_once_after_r
 
 
 def test_events_of_unknown_jobs_and_undecodable_entries_are_dropped_without_stopping(stream, redis_url, owner):
-    job = Job.objects.create(name="j", spec={}, owner=owner)
+    job = make_job(name="j", owner=owner)
     ingest = Ingest(redis_url)
     ingest.ensure_group()
     stream.xadd(protocol.EVENT_STREAM, {"e": "{not json"})
@@ -69,8 +70,7 @@ def test_an_error_while_applying_a_batch_stores_none_of_it_and_the_retry_applies
 
     job = Job.objects.create(name="j", spec={"fault_tolerance": {"max_restarts": 0}}, owner=owner,
                              status=Job.Status.RUNNING, world_size=1)
-    node = JobNode.objects.create(job=job, attempt=0, machine_name="m", host="h", node_rank=0, nproc=1,
-                                  rank_start=0, rank_end=0, status=JobNode.Status.RUNNING)
+    node = make_node(job, machine_name="m", host="h", status=JobNode.Status.RUNNING)
     envelope = {"job": job.pk, "attempt": 0, "node": node.pk, "node_rank": 0}
     checkpoint = {**envelope, "type": protocol.CHECKPOINT, "seq": 1, "step": 50, "uri": "file:///x/step-00000050/manifest.json",
                   "manifest": {"step": 50, "files": []}}
@@ -112,9 +112,8 @@ def test_heartbeats_are_applied_ahead_of_a_backlog_of_log_lines(stream, redis_ur
     from torchyard_server.jobs.models import JobNode
 
     stream.delete(protocol.LIVENESS_STREAM)
-    job = Job.objects.create(name="j", spec={}, owner=owner, status=Job.Status.RUNNING)
-    node = JobNode.objects.create(job=job, attempt=0, machine_name="m", host="h", node_rank=0, nproc=1,
-                                  rank_start=0, rank_end=0, status=JobNode.Status.RUNNING)
+    job = make_job(name="j", owner=owner, status=Job.Status.RUNNING)
+    node = make_node(job, machine_name="m", host="h", status=JobNode.Status.RUNNING)
     ingest = Ingest(redis_url)
     ingest.ensure_group()
     pipe = stream.pipeline(transaction=False)
@@ -139,7 +138,7 @@ def test_packed_entries_are_stored_event_by_event_once_and_sent_as_a_chain_of_fr
     from channels.layers import get_channel_layer
     from torchyard_server.streaming import groups
 
-    job = Job.objects.create(name="j", spec={}, owner=owner)
+    job = make_job(name="j", owner=owner)
     layer = get_channel_layer()
     loop = asyncio.new_event_loop()
     channel = loop.run_until_complete(layer.new_channel())

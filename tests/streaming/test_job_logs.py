@@ -10,6 +10,7 @@ import json
 import pytest
 from asgiref.sync import async_to_sync
 from clients import signed_in
+from factories import make_job
 from torchyard_server.jobs.models import Job
 from torchyard_server.projects.models import Membership, Project
 from torchyard_server.streaming.models import JobEvent
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def finished(owner):
-    job = Job.objects.create(name="chatty", spec={}, owner=owner, status=Job.Status.COMPLETED,
+    job = make_job(name="chatty", owner=owner, status=Job.Status.COMPLETED,
                              status_reason="all nodes completed")
     start = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
     rows = []

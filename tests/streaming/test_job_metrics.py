@@ -9,6 +9,7 @@ import math
 import random
 
 import pytest
+from factories import make_job
 from torchyard_server.jobs.models import Job
 from torchyard_server.streaming.models import JobEvent
 
@@ -40,7 +41,7 @@ def expected_buckets(reports, name, attempt, first, size, last):
 @pytest.fixture
 def trained(owner):
     """Attempt 0: steps 1..1000 on 2 ranks, one spike per rank; attempt 1 resumed at 600, to 1500."""
-    job = Job.objects.create(name="spiky", spec={}, owner=owner, status=Job.Status.COMPLETED, attempt=1)
+    job = make_job(name="spiky", owner=owner, status=Job.Status.COMPLETED, attempt=1)
     rng = random.Random(7)
     reports = []
     for attempt, steps in ((0, range(1, 1001)), (1, range(601, 1501))):
@@ -89,7 +90,7 @@ def test_without_a_name_every_series_comes_and_a_job_without_metrics_has_none(ap
     body = api.get(f"/api/jobs/{job.pk}/metrics?points=5").json()
     assert sorted({s["name"] for s in body["series"]}) == ["loss", "lr", "throughput"]
     assert all(len(s["buckets"]) <= 5 for s in body["series"])
-    empty = Job.objects.create(name="quiet", spec={}, owner=owner)
+    empty = make_job(name="quiet", owner=owner)
     assert api.get(f"/api/jobs/{empty.pk}/metrics").json() == {
         "job": empty.pk, "names": [], "from_step": None, "to_step": None, "bucket_steps": None, "series": []}
 

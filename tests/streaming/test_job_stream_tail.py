@@ -9,6 +9,7 @@ import datetime as dt
 
 import pytest
 from clients import signed_in
+from factories import make_job
 from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.streaming import replay
 from torchyard_server.streaming.bulk import StoredEvent, insert_events
@@ -27,7 +28,7 @@ PRINTED = {0: PER_RANK + 70, 1: PER_RANK - 20, 2: PER_RANK + 30}
 @pytest.fixture
 def big(django_user_model, member) -> Job:
     """A finished job whose ranks printed in turn, with states, metrics and resource samples between."""
-    job = Job.objects.create(name="big", spec={}, owner=django_user_model.objects.get(username="mia"), world_size=WORLD)
+    job = make_job(name="big", owner=django_user_model.objects.get(username="mia"), world_size=WORLD)
     rows: list[StoredEvent] = []
 
     def event(rank: int, kind: str, payload: dict) -> None:
@@ -118,7 +119,7 @@ def test_a_busy_jobs_tail_is_read_without_its_whole_log_and_what_it_left_out_pag
     # Scanned 50 rows at a time (the job's log is short): the scan stops once both of the nodes'
     # ranks have more than their tail, before the controller's early line.
     monkeypatch.setattr(replay, "SCAN_ROWS", 50)
-    job = Job.objects.create(name="busy", spec={}, owner=django_user_model.objects.get(username="mia"),
+    job = make_job(name="busy", owner=django_user_model.objects.get(username="mia"),
                              world_size=100)
     for rank in (0, 1):
         JobNode.objects.create(job=job, attempt=0, machine_name=f"m{rank}", host="10.0.0.1", node_rank=rank, nproc=1,

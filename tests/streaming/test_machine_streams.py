@@ -7,7 +7,7 @@ import logging
 
 import pytest
 import redis
-from factories import bring_online
+from factories import bring_online, make_job, make_node
 from rest_framework.test import APIClient
 from torchyard import protocol
 from torchyard_server.jobs.models import Job, JobNode
@@ -41,8 +41,7 @@ def placed(db, owner):
     (a, token_a), (b, token_b) = bring_online("gpu-a"), bring_online("gpu-b")
     job = Job.objects.create(name="j", spec={"fault_tolerance": {"max_restarts": 0}}, owner=owner,
                              status=Job.Status.RUNNING, world_size=2)
-    nodes = [JobNode.objects.create(job=job, attempt=0, machine=m, machine_name=m.name, host=m.host, node_rank=r,
-                                    nproc=1, rank_start=r, rank_end=r, status=JobNode.Status.RUNNING)
+    nodes = [make_node(job, node_rank=r, machine=m, status=JobNode.Status.RUNNING)
              for r, m in enumerate((a, b))]
     return {"job": job, "machines": (a, b), "tokens": (token_a, token_b), "nodes": nodes}
 
@@ -86,7 +85,7 @@ def test_a_node_on_another_machine_cannot_be_reported_from_this_machines_stream(
 
 def test_a_node_may_not_claim_another_job_or_attempt_from_its_own_machine(stream, redis_url, placed, owner):
     (a, _), (node_a, _) = placed["machines"], placed["nodes"]
-    other = Job.objects.create(name="other", spec={}, owner=owner, status=Job.Status.RUNNING)
+    other = make_job(name="other", owner=owner, status=Job.Status.RUNNING)
     ingest = Ingest(redis_url)
     ingest.ensure_group()
     own = protocol.machine_event_stream(a.pk)
@@ -131,7 +130,7 @@ def test_a_machine_added_while_ingest_runs_is_read_without_a_restart(stream, red
 
 
 def test_a_removed_machine_is_told_to_stop_its_token_is_refused_and_its_stream_dropped(
-        stream, redis_url, placed, api, monkeypatch):
+        stream, redis_url, placed, staff_api, monkeypatch):
     (a, _), (token_a, _), (node_a, _) = placed["machines"], placed["tokens"], placed["nodes"]
     sent = []
     monkeypatch.setattr(machine_services.celery_app, "send_task", lambda name, **kw: sent.append((name, kw)))
@@ -139,7 +138,7 @@ def test_a_removed_machine_is_told_to_stop_its_token_is_refused_and_its_stream_d
     ingest.ensure_group()
     stream.xadd(protocol.machine_event_stream(a.pk), protocol.encode_event(node_event(node_a, 1)))
 
-    assert api.delete(f"/api/machines/{a.pk}?force=true").status_code == 204
+    assert staff_api.delete(f"/api/machines/{a.pk}?force=true").status_code == 204
     assert (protocol.TASK_SHUTDOWN, protocol.machine_queue(a.pk)) in [(n, kw.get("queue")) for n, kw in sent]
     assert sent[-1][0] == protocol.TASK_SHUTDOWN  # after the stops of its nodes
     assert machine_authenticate(token=token_a) is None
@@ -154,9 +153,9 @@ def test_a_removed_machine_is_told_to_stop_its_token_is_refused_and_its_stream_d
     assert not stream.exists(protocol.machine_event_stream(a.pk))
 
 
-def test_rotating_a_token_refuses_the_old_one_at_once_and_keeps_the_machine(stream, placed, api, teammate):
+def test_rotating_a_token_refuses_the_old_one_at_once_and_keeps_the_machine(stream, placed, staff_api, teammate):
     (a, _), (token_a, _), (node_a, _) = placed["machines"], placed["tokens"], placed["nodes"]
-    answer = api.post(f"/api/machines/{a.pk}/rotate-token")
+    answer = staff_api.post(f"/api/machines/{a.pk}/rotate-token")
     assert answer.status_code == 200, answer.content
     new = answer.json()["token"]
     assert answer.json()["id"] == a.pk and new != token_a and new.startswith(f"{a.pk}.")

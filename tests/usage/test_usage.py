@@ -41,12 +41,12 @@ def lifetime(job_id: int) -> tuple[float, int, int]:
     return (node.finished_at - node.started_at).total_seconds(), len(node.gpus), node.nproc
 
 
-def test_gpu_hours_of_two_projects_match_their_nodes_lifetimes(api, owner, teammate):
+def test_gpu_hours_of_two_projects_match_their_nodes_lifetimes(staff_api, owner, teammate):
     bring_online("gpu-4", gpus=[{"index": i, "name": "A100", "memory_mb": 40_960} for i in range(4)])
     vision = Project.objects.create(name="vision")
     Membership.objects.create(project=vision, user=teammate, role=Membership.Role.MEMBER)
     big = gpu_job(signed_in(teammate), "big", 2, "vision")
-    small = gpu_job(api, "small", 1)
+    small = gpu_job(staff_api, "small", 1)
     queue_schedule()
     report(big, protocol.NODE_RUNNING)
     report(small, protocol.NODE_RUNNING)
@@ -57,21 +57,21 @@ def test_gpu_hours_of_two_projects_match_their_nodes_lifetimes(api, owner, teamm
     (big_s, big_gpus, big_procs), (small_s, small_gpus, _) = lifetime(big), lifetime(small)
     assert (big_gpus, big_procs, small_gpus) == (2, 2, 1) and big_s > small_s > 0.5
 
-    totals = {t["key"]: t for t in api.get("/api/usage", {"by": "project", "since": "1h"}).json()["totals"]}
+    totals = {t["key"]: t for t in staff_api.get("/api/usage", {"by": "project", "since": "1h"}).json()["totals"]}
     assert totals["vision"]["gpu_seconds"] == pytest.approx(2 * big_s, abs=1.0)
     assert totals["vision"]["process_seconds"] == pytest.approx(2 * big_s, abs=1.0)
     assert totals["default"]["gpu_seconds"] == pytest.approx(small_s, abs=1.0)
     # Exactly the nodes' lifetimes, in fact: the ledger takes its times from the transitions.
     assert totals["vision"]["gpu_seconds"] == pytest.approx(2 * big_s, abs=1e-3)
     assert totals["vision"]["gpu_hours"] == pytest.approx(2 * big_s / 3600, abs=1e-5)
-    assert [t["key"] for t in api.get("/api/usage", {"since": "1h"}).json()["totals"]] == ["vision", "default"]
-    by_user = {t["key"]: t["gpu_seconds"] for t in api.get("/api/usage", {"by": "user"}).json()["totals"]}
-    assert by_user == {"bob": pytest.approx(2 * big_s, abs=1e-3), "alice": pytest.approx(small_s, abs=1e-3)}
-    by_machine = api.get("/api/usage", {"by": "machine"}).json()["totals"]
+    assert [t["key"] for t in staff_api.get("/api/usage", {"since": "1h"}).json()["totals"]] == ["vision", "default"]
+    by_user = {t["key"]: t["gpu_seconds"] for t in staff_api.get("/api/usage", {"by": "user"}).json()["totals"]}
+    assert by_user == {"bob": pytest.approx(2 * big_s, abs=1e-3), "sam": pytest.approx(small_s, abs=1e-3)}
+    by_machine = staff_api.get("/api/usage", {"by": "machine"}).json()["totals"]
     assert [(t["key"], t["nodes"]) for t in by_machine] == [("gpu-4", 2)]
 
     # Series for a chart: one per project, aligned with the buckets, adding up to the totals.
-    charted = api.get("/api/usage", {"since": "3h", "bucket": "hour"}).json()
+    charted = staff_api.get("/api/usage", {"since": "3h", "bucket": "hour"}).json()
     assert len(charted["buckets"]) in (3, 4)
     series = {s["key"]: s for s in charted["series"]}
     assert sum(series["vision"]["gpu_hours"]) == pytest.approx(2 * big_s / 3600, abs=1e-5)
@@ -81,16 +81,16 @@ def test_gpu_hours_of_two_projects_match_their_nodes_lifetimes(api, owner, teamm
     NodeUsage.objects.create(node_id=10**9, job_id=10**9, username="x", project=secret, project_name="secret",
                              machine_name="gpu-4", gpus=8, processes=8, started_at=dt.datetime.now(UTC))
     assert {t["key"] for t in signed_in(teammate).get("/api/usage").json()["totals"]} == {"vision", "default"}
-    assert "secret" in {t["key"] for t in api.get("/api/usage").json()["totals"]}
+    assert "secret" in {t["key"] for t in staff_api.get("/api/usage").json()["totals"]}
 
     # The ledger outlives the job: deleting it changes nothing that was used.
-    assert api.delete(f"/api/jobs/{small}").status_code == 204
+    assert staff_api.delete(f"/api/jobs/{small}").status_code == 204
     assert not Job.objects.filter(pk=small).exists()
-    again = {t["key"]: t for t in api.get("/api/usage", {"since": "1h"}).json()["totals"]}
+    again = {t["key"]: t for t in staff_api.get("/api/usage", {"since": "1h"}).json()["totals"]}
     assert again["default"]["gpu_seconds"] == totals["default"]["gpu_seconds"]
 
     # The /metrics counters say the same, per project (a running node counts up to now).
-    response = api.get("/metrics")
+    response = staff_api.get("/metrics")
     samples = {(s.name, s.labels.get("project")): s.value
                for family in text_string_to_metric_families(response.content.decode()) for s in family.samples}
     assert samples[("torchyard_gpu_seconds_total", "vision")] == pytest.approx(2 * big_s, abs=1e-3)
@@ -98,7 +98,7 @@ def test_gpu_hours_of_two_projects_match_their_nodes_lifetimes(api, owner, teamm
     assert samples[("torchyard_gpu_seconds_total", "secret")] >= 0
 
 
-def test_buckets_split_a_node_at_their_edges_and_the_window_cuts_it(api):
+def test_buckets_split_a_node_at_their_edges_and_the_window_cuts_it(staff_api):
     def at(hour: int, minute: int = 0) -> dt.datetime:
         return dt.datetime(2025, 3, 4, hour, minute, tzinfo=UTC)
 
@@ -107,14 +107,14 @@ def test_buckets_split_a_node_at_their_edges_and_the_window_cuts_it(api):
                              gpu_seconds=2 * 6300, process_seconds=4 * 6300)
     NodeUsage.objects.create(node_id=2, job_id=2, username="alice", project_name="default", machine_name="m",
                              gpus=1, processes=1, started_at=at(8), ended_at=at(9))  # before the window
-    answer = api.get("/api/usage", {"since": "2025-03-04T10:00:00Z", "until": "2025-03-04T13:00:00Z",
+    answer = staff_api.get("/api/usage", {"since": "2025-03-04T10:00:00Z", "until": "2025-03-04T13:00:00Z",
                                     "bucket": "hour"}).json()
     assert answer["buckets"] == ["2025-03-04T10:00:00Z", "2025-03-04T11:00:00Z", "2025-03-04T12:00:00Z"]
     assert answer["series"] == [{"key": "default", "gpu_hours": [1.0, 2.0, 0.5], "process_hours": [2.0, 4.0, 1.0]}]
     assert answer["totals"][0]["gpu_hours"] == 3.5 and answer["totals"][0]["nodes"] == 1
-    cut = api.get("/api/usage", {"since": "2025-03-04T11:00:00Z", "until": "2025-03-04T12:00:00Z"}).json()
+    cut = staff_api.get("/api/usage", {"since": "2025-03-04T11:00:00Z", "until": "2025-03-04T12:00:00Z"}).json()
     assert cut["totals"][0]["gpu_hours"] == 2.0 and "series" not in cut
-    by_day = api.get("/api/usage", {"since": "2025-03-04", "until": "2025-03-05", "bucket": "day"}).json()
+    by_day = staff_api.get("/api/usage", {"since": "2025-03-04", "until": "2025-03-05", "bucket": "day"}).json()
     assert by_day["series"][0]["gpu_hours"] == [4.5]
 
 

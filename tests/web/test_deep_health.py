@@ -37,10 +37,10 @@ def test_it_refuses_anonymous_callers_and_users_who_are_not_staff(anonymous, tea
     assert anonymous.get("/api/health").json() == {"status": "ok"}  # the shallow one stays open
 
 
-def test_it_tries_the_database_redis_and_the_store_and_names_the_missing_controller(api, ingest_reported, tmp_path,
+def test_it_tries_the_database_redis_and_the_store_and_names_the_missing_controller(staff_api, ingest_reported, tmp_path,
                                                                                      settings):
     settings.STORAGE_URL = (tmp_path / "store").as_uri()
-    response = api.get("/api/health/deep")
+    response = staff_api.get("/api/health/deep")
     assert response.status_code == 503
     assert response.json()["status"] == "failing"
     checks = checks_of(response)
@@ -54,11 +54,11 @@ def test_it_tries_the_database_redis_and_the_store_and_names_the_missing_control
     assert "no controller" in checks["controller"]["detail"] and "0.5 s" in checks["controller"]["detail"]
 
 
-def test_a_store_that_cannot_be_written_fails_with_its_cause(api, tmp_path, settings):
+def test_a_store_that_cannot_be_written_fails_with_its_cause(staff_api, tmp_path, settings):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the store's folder should be")
     settings.STORAGE_URL = blocker.as_uri()
-    checks = checks_of(api.get("/api/health/deep"))
+    checks = checks_of(staff_api.get("/api/health/deep"))
     assert not checks["storage"]["ok"]
     assert "Error" in checks["storage"]["detail"] and "not-a-folder" in checks["storage"]["detail"]
     assert not checks["ingest"]["ok"] and "never reported" in checks["ingest"]["detail"]

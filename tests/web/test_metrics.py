@@ -11,7 +11,7 @@ import redis
 from channels.testing import WebsocketCommunicator
 from clients import signed_in, token_for
 from django.conf import settings as django_settings
-from factories import bring_online
+from factories import bring_online, make_job
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 from torchyard import protocol
@@ -80,9 +80,9 @@ def test_a_signed_in_user_who_is_not_staff_is_forbidden(teammate, scrape_token):
     assert signed_in(teammate).get("/metrics").status_code == 403
 
 
-def test_the_scrape_token_and_a_staff_users_api_token_may_read_it(api, scrape_token):
+def test_the_scrape_token_and_a_staff_users_api_token_may_read_it(staff_api, scrape_token):
     assert bearer(scrape_token).get("/metrics").status_code == 200
-    assert api.get("/metrics").status_code == 200
+    assert staff_api.get("/metrics").status_code == 200
 
 
 def test_it_speaks_openmetrics_when_prometheus_asks_for_it(scrape_token):
@@ -100,7 +100,7 @@ def test_it_is_not_in_the_api_schema(api):
 GPU = {"name": "H100", "memory_mb": 81559}
 
 
-def test_jobs_machines_and_gpus_are_the_databases(api, owner, scrape_token):
+def test_jobs_machines_and_gpus_are_the_databases(staff_api, owner, scrape_token):
     scraper = bearer(scrape_token)
     empty = scrape(scraper)
     assert all(value(empty, "torchyard_jobs", state=s) == 0 for s in Job.Status.values)
@@ -109,13 +109,13 @@ def test_jobs_machines_and_gpus_are_the_databases(api, owner, scrape_token):
     gpu_box, _ = bring_online("gpu-box", gpus=[{**GPU, "index": i} for i in range(4)])
     bring_online("cpu-box")
     drained, _ = bring_online("drained-box", gpus=[{**GPU, "index": 0}, {**GPU, "index": 1}])
-    assert api.patch(f"/api/machines/{drained.pk}", {"status": "draining"}, format="json").status_code == 200
-    api.post("/api/machines", {"name": "not-yet", "host": "10.9.9.9"}, format="json")
-    submitted = api.post("/api/jobs", {"name": "mlp", "entrypoint": "examples/mlp_ddp.py",
+    assert staff_api.patch(f"/api/machines/{drained.pk}", {"status": "draining"}, format="json").status_code == 200
+    staff_api.post("/api/machines", {"name": "not-yet", "host": "10.9.9.9"}, format="json")
+    submitted = staff_api.post("/api/jobs", {"name": "mlp", "entrypoint": "examples/mlp_ddp.py",
                                        "resources": {"nodes": 1, "procs_per_node": 1}}, format="json")
     assert submitted.status_code == 201, submitted.content
     # A running job holding two of gpu-box's GPUs, and an earlier attempt's node that failed.
-    job = Job.objects.create(name="on-gpus", spec={}, owner=owner,
+    job = make_job(name="on-gpus", owner=owner,
                              status=Job.Status.RUNNING)
     for attempt, status, gpus in ((0, JobNode.Status.FAILED, [0, 1]), (1, JobNode.Status.RUNNING, [2, 3])):
         JobNode.objects.create(job=job, attempt=attempt, machine=gpu_box, machine_name=gpu_box.name, host="h",

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 from clients import signed_in
 from django.utils import timezone
-from factories import bring_online
+from factories import bring_online, make_job
 from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.machines.models import Machine
 from torchyard_server.machines.services import machine_create
@@ -30,7 +30,7 @@ def cluster(owner):
     Machine.objects.filter(pk=stale.pk).update(status=Machine.Status.OFFLINE,
                                                last_heartbeat=timezone.now() - dt.timedelta(minutes=5))
     machine_create(name="new-e", host="10.0.0.5")  # pending: its agent never reported
-    job = Job.objects.create(name="big", spec={}, owner=owner, status=Job.Status.RUNNING)
+    job = make_job(name="big", owner=owner, status=Job.Status.RUNNING)
     JobNode.objects.create(job=job, attempt=0, machine=gpu_a, machine_name="gpu-a", host="h", node_rank=0, nproc=2,
                            rank_start=0, rank_end=1, gpus=[1, 3], status=JobNode.Status.RUNNING)
     JobNode.objects.create(job=job, attempt=0, machine=gpu_b, machine_name="gpu-b", host="h", node_rank=1, nproc=1,

@@ -10,6 +10,7 @@ import hashlib
 import pytest
 from clients import signed_in
 from django.utils import timezone
+from factories import make_job
 from torchyard_server.artifacts.models import Artifact
 from torchyard_server.artifacts.services import artifacts_record
 from torchyard_server.checkpoints.models import CheckpointManifest
@@ -24,7 +25,7 @@ JOB_FIELDS = {"id", "name", "project", "status", "finished_at", "deleted", "node
 
 def old_job(owner, project, store, *, name, status=Job.Status.COMPLETED, days=10, files=True) -> Job:
     ended = timezone.now() - dt.timedelta(days=days)
-    job = Job.objects.create(name=name, spec={}, owner=owner, project=project, status=status, finished_at=ended)
+    job = make_job(name=name, owner=owner, project=project, status=status, finished_at=ended)
     Job.objects.filter(pk=job.pk).update(created_at=ended - dt.timedelta(hours=1))
     JobNode.objects.create(job=job, attempt=0, machine_name="m", host="h", node_rank=0, nproc=1, rank_start=0,
                            rank_end=0, status=JobNode.Status.COMPLETED)
@@ -59,14 +60,14 @@ def world(settings, tmp_path, owner, django_user_model):
         "lab_old": old_job(ada, lab, store, name="lab-old"),
         "default_old": old_job(owner, default, store, name="default-old", status=Job.Status.FAILED, days=30),
         "lab_recent": old_job(ada, lab, store, name="lab-recent", days=1, files=False),
-        "lab_running": Job.objects.create(name="lab-running", spec={}, owner=ada, project=lab, status=Job.Status.RUNNING),
+        "lab_running": make_job(name="lab-running", owner=ada, project=lab, status=Job.Status.RUNNING),
     }
     Job.objects.filter(pk=jobs["lab_running"].pk).update(created_at=timezone.now() - dt.timedelta(days=60))
     return {"store": store, "ada": ada, "mia": mia, "jobs": jobs}
 
 
-def test_a_dry_run_says_what_would_go_and_deletes_nothing(api, world):
-    body = api.post("/api/jobs/purge", {"older_than_days": 7, "dry_run": True}, format="json").json()
+def test_a_dry_run_says_what_would_go_and_deletes_nothing(staff_api, world):
+    body = staff_api.post("/api/jobs/purge", {"older_than_days": 7, "dry_run": True}, format="json").json()
     old, lab = world["jobs"]["default_old"], world["jobs"]["lab_old"]
     assert [j["id"] for j in body["jobs"]] == [old.pk, lab.pk]  # oldest first
     first = body["jobs"][0]
@@ -95,11 +96,11 @@ def test_a_project_admin_purges_that_projects_old_jobs_with_their_rows_and_files
     assert (world["store"] / f"job-{world['jobs']['default_old'].pk}" / "checkpoints" / "step-10" / "w.bin").exists()
 
 
-def test_staff_narrow_a_purge_by_project_status_and_limit(api, world):
-    body = api.post("/api/jobs/purge", {"older_than_days": 0, "project": "lab", "statuses": ["completed"],
+def test_staff_narrow_a_purge_by_project_status_and_limit(staff_api, world):
+    body = staff_api.post("/api/jobs/purge", {"older_than_days": 0, "project": "lab", "statuses": ["completed"],
                                         "limit": 1}, format="json").json()
     assert [j["name"] for j in body["jobs"]] == ["lab-old"] and body["remaining"] == 1  # lab-recent next
-    body = api.post("/api/jobs/purge", {"older_than_days": 0, "statuses": ["stopped"]}, format="json").json()
+    body = staff_api.post("/api/jobs/purge", {"older_than_days": 0, "statuses": ["stopped"]}, format="json").json()
     assert body["jobs"] == [] and body["totals"]["jobs"] == 0
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from factories import make_node
 from torchyard import protocol
 from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.jobs.services import node_report_state
@@ -19,8 +20,7 @@ def make_job(owner, framework: str = "ray", nodes: int = 2) -> tuple[Job, list[J
     launcher = "ray" if framework == "ray" else "torchrun"
     job = Job.objects.create(name="r", owner=owner, status=Job.Status.RUNNING, attempt=0, world_size=nodes,
                              spec={"framework": framework, "distributed": {"launcher": launcher}})
-    made = [JobNode.objects.create(job=job, attempt=0, machine_name=f"m{r}", host=f"10.0.0.{r + 1}", node_rank=r,
-                                   nproc=1, rank_start=r, rank_end=r, status=JobNode.Status.LAUNCHING)
+    made = [make_node(job, node_rank=r, status=JobNode.Status.LAUNCHING)
             for r in range(nodes)]
     return job, made
 

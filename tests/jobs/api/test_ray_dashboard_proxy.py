@@ -9,7 +9,7 @@ import threading
 import pytest
 from clients import signed_in
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.projects.models import Project
+from torchyard_server.projects.models import Membership, Project
 
 pytestmark = pytest.mark.django_db
 
@@ -39,6 +39,7 @@ def dashboard():
 
 def ray_job(owner, port, *, status=Job.Status.RUNNING, framework="ray"):
     project = Project.objects.create(name="secret-ray")
+    Membership.objects.create(project=project, user=owner)
     job = Job.objects.create(name="r", owner=owner, project=project, status=status, attempt=1, world_size=2,
                              spec={"framework": framework, "distributed": {"launcher": "ray"}})
     JobNode.objects.create(job=job, attempt=1, machine_name="a", host="127.0.0.1", node_rank=0, nproc=1,

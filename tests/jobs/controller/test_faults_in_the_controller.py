@@ -69,15 +69,15 @@ def test_a_machine_whose_node_was_lost_is_not_planned_on_until_it_heartbeats(own
     assert machine.status == Machine.Status.ONLINE
 
 
-def test_a_machine_with_live_nodes_is_removed_only_with_force_which_stops_them(api, owner):
+def test_a_machine_with_live_nodes_is_removed_only_with_force_which_stops_them(staff_api, owner):
     machine, _ = bring_online("gpu-a")
     job, node = running_job(owner, machine)
-    refused = api.delete(f"/api/machines/{machine.pk}")
+    refused = staff_api.delete(f"/api/machines/{machine.pk}")
     assert refused.status_code == 409
     assert "runs 1 live node(s) of job(s) #" in refused.json()["detail"] and refused.json()["live_nodes"][0]["job"] == job.pk
-    assert api.delete(f"/api/network/machines/by-name/{machine.name}").status_code == 409
+    assert staff_api.delete(f"/api/network/machines/by-name/{machine.name}").status_code == 409
     assert Machine.objects.filter(pk=machine.pk).exists()
-    assert api.delete(f"/api/machines/{machine.pk}?force=true").status_code == 204
+    assert staff_api.delete(f"/api/machines/{machine.pk}?force=true").status_code == 204
     node.refresh_from_db()
     job.refresh_from_db()
     assert node.status == JobNode.Status.LOST and "its machine was removed" in node.status_reason

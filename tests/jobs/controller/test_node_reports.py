@@ -1,6 +1,7 @@
 """What a node's final report does to its job, applied as the ingest loop applies it."""
 
 import pytest
+from factories import make_node
 from torchyard import protocol
 from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.jobs.services import node_report_state
@@ -11,8 +12,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_a_failed_node_fails_the_job_quoting_every_line_its_supervisor_kept(owner):
     job = Job.objects.create(name="j", owner=owner, status=Job.Status.RUNNING, attempt=0, world_size=2,
                              spec={"fault_tolerance": {"max_restarts": 0}})
-    node = JobNode.objects.create(job=job, attempt=0, machine_name="gpu-a", host="10.0.0.1", node_rank=1,
-                                  nproc=1, rank_start=1, rank_end=1, status=JobNode.Status.RUNNING)
+    node = make_node(job, node_rank=1, machine_name="gpu-a", host="10.0.0.1", status=JobNode.Status.RUNNING)
     # The error first, then the fault handler's stacks: the supervisor sends its last 20 lines.
     last_lines = [{"rank": 1, "line": "terminate called without an active exception"},
                   {"rank": 1, "line": "Fatal Python error: Aborted"}]
@@ -30,8 +30,7 @@ def test_a_failed_node_fails_the_job_quoting_every_line_its_supervisor_kept(owne
 def test_lines_without_a_rank_are_quoted_as_the_nodes(owner):
     job = Job.objects.create(name="j", owner=owner, status=Job.Status.RUNNING, attempt=0, world_size=1,
                              spec={"fault_tolerance": {"max_restarts": 0}})
-    node = JobNode.objects.create(job=job, attempt=0, machine_name="gpu-a", host="10.0.0.1", node_rank=1,
-                                  nproc=1, rank_start=1, rank_end=1, status=JobNode.Status.RUNNING)
+    node = make_node(job, node_rank=1, machine_name="gpu-a", host="10.0.0.1", status=JobNode.Status.RUNNING)
     node_report_state(event={"node": node.pk, "status": protocol.NODE_FAILED, "exit_code": 1,
                              "reason": "node rank 1: installing the requirements failed",
                              "last_lines": [{"rank": None, "line": "ERROR: No matching distribution"}]})

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 import redis
 from django.utils import timezone
-from factories import bring_online
+from factories import bring_online, make_job, make_node
 from torchyard import protocol
 from torchyard_server.audit.models import AuditEntry
 from torchyard_server.jobs.models import Job, JobNode
@@ -105,7 +105,7 @@ def drain(ingest: Ingest) -> None:
 def test_ingested_stalls_build_the_jobs_verdict_and_progress_clears_it(redis_url, owner):
     client = redis.Redis.from_url(redis_url)
     client.delete(protocol.EVENT_STREAM)
-    job = Job.objects.create(name="j", spec={}, owner=owner, world_size=2, progress={})
+    job = make_job(name="j", owner=owner, world_size=2, progress={})
     ingest = Ingest(redis_url)
     ingest.ensure_group()
     seq = iter(range(1, 100))
@@ -147,9 +147,8 @@ def test_under_recover_the_culprits_machine_is_made_suspect_once_and_planned_on_
     (m1, token1), (m2, _) = bring_online("m1"), bring_online("m2")
     job = Job.objects.create(name="j", owner=owner, status=Job.Status.RUNNING, attempt=0, world_size=4, progress={},
                              spec={"fault_tolerance": {"max_restarts": 1, "heartbeat_timeout": 10, "on_stall": "recover"}})
-    nodes = [JobNode.objects.create(job=job, attempt=0, machine=m, machine_name=m.name, host=m.host, node_rank=i,
-                                    nproc=2, rank_start=2 * i, rank_end=2 * i + 1, status=JobNode.Status.RUNNING,
-                                    last_heartbeat=timezone.now()) for i, m in enumerate((m1, m2))]
+    nodes = [make_node(job, node_rank=i, nproc=2, machine=m, status=JobNode.Status.RUNNING,
+                       last_heartbeat=timezone.now()) for i, m in enumerate((m1, m2))]
 
     def report(event_id: int, rank: int, state: str, waits_in: str) -> None:
         job_record_stall(job_id=job.pk, event_id=event_id, attempt=0, node_id=nodes[rank // 2].pk, rank=rank,
@@ -202,16 +201,16 @@ def test_under_recover_the_culprits_machine_is_made_suspect_once_and_planned_on_
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_operator_clears_a_suspicion_and_cannot_set_one(api):
+def test_an_operator_clears_a_suspicion_and_cannot_set_one(staff_api):
     machine, _ = bring_online("m1")
     Machine.objects.filter(pk=machine.pk).update(suspect_until=timezone.now() + timedelta(minutes=5),
                                                  suspect_reason="rank 1 held job #1")
-    assert api.patch(f"/api/machines/{machine.pk}", {"suspect": True}, format="json").status_code == 400
-    answer = api.patch(f"/api/machines/{machine.pk}", {"suspect": False}, format="json")
+    assert staff_api.patch(f"/api/machines/{machine.pk}", {"suspect": True}, format="json").status_code == 400
+    answer = staff_api.patch(f"/api/machines/{machine.pk}", {"suspect": False}, format="json")
     assert answer.status_code == 200, answer.content
     assert (answer.json()["suspect_until"], answer.json()["suspect_reason"]) == (None, "")
     entry = AuditEntry.objects.filter(action="machine.update", target_id=str(machine.pk)).latest("created")
-    assert entry.actor_label == "alice" and entry.detail["changed"]["suspect_reason"]["to"] == ""
+    assert entry.actor_label == "sam" and entry.detail["changed"]["suspect_reason"]["to"] == ""
 
 
 def test_a_suspect_machine_only_makes_up_an_elastic_jobs_least():
@@ -228,8 +227,8 @@ def test_a_node_whose_heartbeats_stopped_is_named_by_its_machine(owner):
     job = Job.objects.create(name="j", owner=owner, status=Job.Status.RUNNING, attempt=0, world_size=2, progress={},
                              spec={"fault_tolerance": {"heartbeat_timeout": 10, "on_stall": "report"}})
     beats = (timezone.now(), timezone.now() - timedelta(seconds=30))
-    nodes = [JobNode.objects.create(job=job, attempt=0, machine_name=f"m{i + 1}", host="h", node_rank=i, nproc=1,
-                                    rank_start=i, rank_end=i, status=JobNode.Status.RUNNING, last_heartbeat=beat)
+    nodes = [make_node(job, node_rank=i, machine_name=f"m{i + 1}", host="h", status=JobNode.Status.RUNNING,
+                       last_heartbeat=beat)
              for i, beat in enumerate(beats)]
     job_record_stall(job_id=job.pk, event_id=1, attempt=0, node_id=nodes[0].pk, rank=0,
                      payload={"step": 12, "process_state": "sleeping", "waits_in": BACKWARD})

@@ -39,9 +39,9 @@ def reasons(skipped: list[dict]) -> dict[str, str]:
 
 
 # --- machines -------------------------------------------------------------------------------------
-def test_staff_declare_volumes_on_the_server_and_members_may_not(api, teammate):
+def test_staff_declare_volumes_on_the_server_and_members_may_not(staff_api, teammate):
     machine, _ = bring_online("box")
-    response = api.patch(f"/api/machines/{machine.pk}", {"volumes": {"shared-data": "/mnt/nfs/shared/"}},
+    response = staff_api.patch(f"/api/machines/{machine.pk}", {"volumes": {"shared-data": "/mnt/nfs/shared/"}},
                          format="json")
     assert response.status_code == 200, response.json()
     body = response.json()
@@ -53,20 +53,20 @@ def test_staff_declare_volumes_on_the_server_and_members_may_not(api, teammate):
 
 
 @pytest.mark.parametrize("volumes", [{"Bad": "/x"}, {"ok": "relative/path"}, {"ok": ""}])
-def test_a_bad_volume_declaration_is_a_400(api, volumes):
+def test_a_bad_volume_declaration_is_a_400(staff_api, volumes):
     machine, _ = bring_online("box")
-    response = api.patch(f"/api/machines/{machine.pk}", {"volumes": volumes}, format="json")
+    response = staff_api.patch(f"/api/machines/{machine.pk}", {"volumes": volumes}, format="json")
     assert response.status_code == 400
     assert "volumes" in response.json()
 
 
-def test_the_agents_path_wins_and_the_list_postgresql_writes_agrees(api):
+def test_the_agents_path_wins_and_the_list_postgresql_writes_agrees(staff_api):
     machine, token = bring_online("box")
     bring_online("other")
-    api.patch(f"/api/machines/{machine.pk}", {"volumes": {"shared-data": "/server/says", "only-server": "/srv"}},
+    staff_api.patch(f"/api/machines/{machine.pk}", {"volumes": {"shared-data": "/server/says", "only-server": "/srv"}},
               format="json")
     report_volumes(machine, token, [agent_volume("shared-data", "/agent/says"), agent_volume("gone", "/x", False)])
-    detail = api.get(f"/api/machines/{machine.pk}").json()
+    detail = staff_api.get(f"/api/machines/{machine.pk}").json()
     assert detail["volumes"] == [
         {"name": "gone", "path": "/x", "source": "agent", "exists": False, "total_bytes": None, "free_bytes": None},
         {"name": "only-server", "path": "/srv", "source": "server", "exists": None, "total_bytes": None,

@@ -70,7 +70,7 @@ def finish(job_id: int) -> None:
 
 @pytest.fixture
 def vision(owner, teammate) -> Project:
-    """A second project: bob (teammate) a member, alice (owner) staff."""
+    """A second project: bob (teammate) a member; alice (owner) is not in it."""
     project = Project.objects.create(name="vision")
     Membership.objects.create(project=project, user=teammate, role=Membership.Role.MEMBER)
     return project
@@ -189,7 +189,7 @@ def test_an_unknown_eta_keeps_backfill_off_the_heads_machines(api):
 
 
 # --- priorities ------------------------------------------------------------------------------------
-def test_a_priority_above_the_projects_ceiling_is_a_400_naming_it(api, vision, teammate):
+def test_a_priority_above_the_projects_ceiling_is_a_400_naming_it(staff_api, vision, teammate):
     bring_online("one-gpu", gpus=gpus(1))
     bob = signed_in(teammate)
     assert submit(bob, "high-is-fine-by-default", project="vision", priority="high")
@@ -202,10 +202,10 @@ def test_a_priority_above_the_projects_ceiling_is_a_400_naming_it(api, vision, t
     assert bob.post("/api/jobs", spec("bad", project="vision", priority="urgent"), format="json").json()[
         "priority"] == ["'urgent' is not a priority: low, normal, high or an integer from -100 to 100."]
     assert bob.post("/api/jobs", spec("bad", project="vision", priority=101), format="json").status_code == 400
-    assert submit(api, "staff-are-not-capped", project="vision", priority="high")
+    assert submit(staff_api, "staff-are-not-capped", project="vision", priority="high")
 
 
-def test_admins_set_the_ceiling_and_only_staff_set_quotas(api, vision, teammate, django_user_model):
+def test_admins_set_the_ceiling_and_only_staff_set_quotas(staff_api, vision, teammate, django_user_model):
     carol = django_user_model.objects.create_user("carol")
     Membership.objects.create(project=vision, user=carol, role=Membership.Role.ADMIN)
     admin = signed_in(carol)
@@ -214,14 +214,14 @@ def test_admins_set_the_ceiling_and_only_staff_set_quotas(api, vision, teammate,
     assert admin.patch("/api/projects/vision", {"priority_ceiling": 50}, format="json").status_code == 400
     assert admin.patch("/api/projects/vision", {"max_gpus": 64}, format="json").status_code == 403
     assert signed_in(teammate).patch("/api/projects/vision", {"priority_ceiling": 5}, format="json").status_code == 403
-    quota = api.patch("/api/projects/vision", {"max_gpus": 8, "max_processes": 32, "borrow": True}, format="json")
+    quota = staff_api.patch("/api/projects/vision", {"max_gpus": 8, "max_processes": 32, "borrow": True}, format="json")
     assert quota.status_code == 200
     body = quota.json()
     assert (body["max_gpus"], body["max_processes"], body["borrow"], body["held"]) == (8, 32, True, {"gpus": 0, "processes": 0})
-    entry = AuditEntry.objects.filter(action="project.update", actor_label="alice").get()
+    entry = AuditEntry.objects.filter(action="project.update", actor_label="sam").get()
     assert entry.detail == {"changes": {"max_gpus": 8, "max_processes": 32, "borrow": True},
                             "previous": {"max_gpus": None, "max_processes": None, "borrow": False}}
-    assert api.patch("/api/projects/vision", {"max_gpus": -1}, format="json").status_code == 400
+    assert staff_api.patch("/api/projects/vision", {"max_gpus": -1}, format="json").status_code == 400
 
 
 def test_changing_a_priority_is_audited_checked_and_reorders_the_queue(api, vision, teammate, django_user_model):
@@ -277,22 +277,22 @@ def test_a_project_at_its_quota_waits_while_others_use_the_rest(api, vision, tea
     assert "project vision is at its quota of 2 processes (2 held, 1 asked)" in queue(bob)[0]["reason"]
 
 
-def test_with_borrowing_a_project_past_its_quota_uses_idle_capacity_marked_borrowing(api, vision, teammate):
+def test_with_borrowing_a_project_past_its_quota_uses_idle_capacity_marked_borrowing(staff_api, vision, teammate):
     bring_online("gpu-3", gpus=gpus(3))
     Project.objects.filter(pk=vision.pk).update(max_gpus=1, borrow=True)
     bob = signed_in(teammate)
     within, beyond = submit(bob, "within", project="vision"), submit(bob, "beyond", project="vision")
-    later = submit(api, "later-but-within-its-own")
+    later = submit(staff_api, "later-but-within-its-own")
     late_beyond = submit(bob, "late-beyond", project="vision")
     # Before anything runs: the second of vision's jobs is past the quota, and waits for every job
     # within its quota to have had its turn.
-    preview = {e["id"]: e for e in queue(api)}
+    preview = {e["id"]: e for e in queue(staff_api)}
     assert preview[beyond]["borrowing"] and preview[beyond]["reason"].startswith("starting beyond project vision's")
     queue_schedule()
     assert [status(j) for j in (within, beyond, later, late_beyond)] == [J.DISPATCHING, J.DISPATCHING, J.DISPATCHING,
                                                                          J.QUEUED]
     assert list(Job.objects.filter(borrowing=True).values_list("pk", flat=True)) == [beyond]
-    waiting = queue(api)[0]
+    waiting = queue(staff_api)[0]
     assert (waiting["id"], waiting["blocked_by"], waiting["borrowing"]) == (late_beyond, "quota", True)
     assert waiting["reason"].startswith("waiting for 1 machines with free GPUs: 0 now")
     assert waiting["reason"].endswith("project vision is at its quota of 1 GPU (2 held, 1 asked): it may borrow "
