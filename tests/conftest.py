@@ -1,4 +1,5 @@
-"""Shared fixtures: real servers started by the tests themselves, ended by PID."""
+"""Shared fixtures: real servers started by the tests themselves, ended by PID, and the cast of roles
+the control plane's tests sign in as."""
 
 from __future__ import annotations
 
@@ -38,3 +39,89 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh_sign_in_rates():
+    """Sign-in throttling counts in the cache (memory), which outlives a test's transaction:
+    every test starts with a clean count, so only a test that means to hits the limit."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+# The cast: alice owns the default project (its admin, not staff), bob is a member of it, carol is
+# signed in but in no project, and sam is staff. A new user joins the default project on creation
+# (projects.services.user_joined), staff as its admin.
+@pytest.fixture
+def owner(django_user_model):
+    from torchyard_server.projects.models import Membership
+
+    alice = django_user_model.objects.create_user(username="alice", password="pw-alice")
+    # The role set on the row itself: membership_set would add an audit entry that no test asked for.
+    Membership.objects.filter(user=alice).update(role=Membership.Role.ADMIN)
+    return alice
+
+
+@pytest.fixture
+def teammate(django_user_model):
+    return django_user_model.objects.create_user(username="bob", password="pw-bob")
+
+
+@pytest.fixture
+def outsider(django_user_model):
+    from torchyard_server.projects.models import Membership
+
+    carol = django_user_model.objects.create_user(username="carol", password="pw-carol")
+    Membership.objects.filter(user=carol).delete()
+    return carol
+
+
+@pytest.fixture
+def staff(django_user_model):
+    return django_user_model.objects.create_user(username="sam", password="pw-sam", is_staff=True)
+
+
+@pytest.fixture
+def api(owner):
+    from clients import signed_in
+
+    return signed_in(owner)
+
+
+@pytest.fixture
+def staff_api(staff):
+    from clients import signed_in
+
+    return signed_in(staff)
+
+
+@pytest.fixture
+def anonymous():
+    from rest_framework.test import APIClient
+
+    return APIClient()
+
+
+@pytest.fixture
+def member(django_user_model):
+    """A WebSocket's headers for mia, a member of the default project, signed in with an API token."""
+    from clients import token_for
+
+    django_user_model.objects.create_user("mia", password="pw-mia")  # joins the default project
+    return [(b"authorization", f"Token {token_for(django_user_model.objects.get(username='mia'))}".encode())]
+
+
+@pytest.fixture
+def job(django_user_model, member):
+    """A job of mia's in the default project, for stream tests."""
+    from factories import make_job
+
+    return make_job(name="streamed", owner=django_user_model.objects.get(username="mia"))
+
+
+@pytest.fixture
+def two_machines(db):
+    from factories import bring_online
+
+    return [bring_online("gpu-a")[0], bring_online("gpu-b")[0]]

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 
 import pytest
+from clients import token_for
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -25,8 +26,6 @@ from torchyard_server.jobs.spec import JobSpecSerializer
 from torchyard_server.machines.services import machine_create, machine_delete
 from torchyard_server.projects.models import Membership, Project
 from torchyard_server.templates.models import JobTemplate
-
-from .conftest import token_for
 
 pytestmark = pytest.mark.django_db
 

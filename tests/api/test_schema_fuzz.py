@@ -25,6 +25,7 @@ from django.db import close_old_connections
 from django.test import Client
 from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
+from factories import bring_online
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -42,8 +43,6 @@ from torchyard_server.jobs.services import job_preview_plan
 from torchyard_server.jobs.spec import JobSpecSerializer
 from torchyard_server.machines.models import Machine
 from torchyard_server.streaming.models import JobEvent
-
-from .conftest import bring_online
 
 pytestmark = [
     pytest.mark.django_db,

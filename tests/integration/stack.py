@@ -256,7 +256,7 @@ def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = 
         # Quicker sweeps so lost-node checks do not dominate test time.
         "TORCHYARD_SUPERVISE_EVERY": "1",
         # Every browser case signs in through the login page, all from 127.0.0.1: a module of them
-        # can pass the default 10 sign-ins a minute (tests/api/test_sign_in_limits.py tests the limit).
+        # can pass the default 10 sign-ins a minute (tests/accounts/test_sign_in_limits.py tests the limit).
         "TORCHYARD_LOGIN_RATE": "600/minute",
         **env,
     })

@@ -57,14 +57,14 @@ def test_reserved_keys_cannot_be_overwritten_by_metrics(receiver):
     assert (event["type"], event["rank"], event["loss"]) == ("metric", 0, 1.0)
 
 
+# A report that blocked on the full socket would hang here: the timeout fails it then. How fast a
+# report is belongs to the benchmarks, not to a bound asserted on a shared machine.
+@pytest.mark.timeout(30)
 def test_a_socket_nobody_reads_never_blocks_and_drops_are_counted(receiver, monkeypatch):
     monkeypatch.setattr(events, "MAX_PENDING", 8)
-    started = time.perf_counter()
     for step in range(2000):
         sdk.report(step=step, loss=1.0)
-    elapsed = time.perf_counter() - started
     channel = events.channel()
-    assert elapsed < 1.0, f"2000 reports took {elapsed:.3f}s"
     assert channel.pending == 8
     assert channel.dropped == 2000 - channel.sent - channel.pending > 0
 

@@ -415,10 +415,8 @@ def test_a_cached_environment_is_checked_without_running_anything_and_rebuilt_wh
 
     env_python = environment()
     assert len(ran) == 2 and os.path.exists(env_python)
-    started = time.perf_counter()
     assert environment() == env_python
     assert len(ran) == 2, "a cache hit ran a command"
-    assert time.perf_counter() - started < 0.5
     os.unlink(env_python)  # a broken environment is not trusted
     assert environment() == env_python and len(ran) == 4 and os.path.exists(env_python)
 

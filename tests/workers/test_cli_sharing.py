@@ -1,5 +1,5 @@
 """`torchyard queue`, `usage`, `priority` and run/submit's --priority and --time-limit: what the
-command line sends and how it shows the server's answers (the server decides; tests/api holds that)."""
+command line sends and how it shows the server's answers (the server decides; the control plane's tests hold that)."""
 
 from __future__ import annotations
 

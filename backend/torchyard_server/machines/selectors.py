@@ -53,7 +53,7 @@ def machine_list_json() -> str:
     reading the rows into Python (JSON columns parsed, model instances and timestamps built) and
     writing them out again took most of a second on a loaded controller. The JSON columns go out as
     they are stored, as MachineOut writes them. Elsewhere than PostgreSQL, or where DRF would not
-    write timestamps in UTC, MachineOut writes the list. tests/api/test_machine_list.py holds the
+    write timestamps in UTC, MachineOut writes the list. tests/machines/test_machine_list.py holds the
     two equal."""
     if connection.vendor != "postgresql" or settings.TIME_ZONE != "UTC" or not settings.USE_TZ:
         return JSONRenderer().render(MachineOut(machine_list(), many=True).data).decode()

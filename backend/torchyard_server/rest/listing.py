@@ -7,7 +7,7 @@ columns): FlatListSerializer copies those as they are, formats datetimes as DRF 
 every other field (method fields, nested serializers, anything with a source path) to the field
 itself. When every field reads one column (method fields get the row: `row.pk`, `row.<column>`),
 a queryset is read with `.values()`, without building model instances.
-tests/api/test_machine_list.py holds the output equal to the plain serializer's.
+tests/machines/test_machine_list.py holds the output equal to the plain serializer's.
 """
 
 from __future__ import annotations
