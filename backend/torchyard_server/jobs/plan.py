@@ -63,6 +63,7 @@ class Plan(StoredValue):
     after_preemption: bool | None = None
     OMIT_WHEN_NONE: ClassVar = frozenset({"launcher", "spares", "nodes_range", "preflight", "skipped",
                                           "after_preemption"})
+    INTERNAL: ClassVar = frozenset({"after_preemption"})
     NESTED: ClassVar = {"nodes": [PlanNode], "spares": [PlanSpare]}
 
     def node(self, node_rank: int) -> PlanNode | None:

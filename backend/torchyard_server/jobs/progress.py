@@ -36,6 +36,8 @@ class JobProgress(StoredValue):
     OMIT_WHEN_NONE: ClassVar = frozenset({
         "lr", "throughput_by_rank", "step_by_rank", "rate_anchor", "samples_by_rank", "steps_per_second",
         "samples_per_second", "stall"})
+    # What rates.py and stalls.py keep between folds.
+    INTERNAL: ClassVar = frozenset({"step_by_rank", "rate_anchor", "samples_by_rank"})
 
     def for_new_attempt(self) -> JobProgress:
         """What a new attempt starts from: its ranks' throughput, steps, rates and stalls cleared,

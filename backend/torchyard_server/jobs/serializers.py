@@ -296,10 +296,13 @@ class JobResourcesOut(serializers.Serializer):
     gpus_per_worker = serializers.IntegerField()
     cpus_per_node = serializers.IntegerField(help_text="CPU cores each node needs")
     memory_per_node = serializers.IntegerField(help_text="bytes of free memory each node needs")
+    min_nodes = serializers.IntegerField(help_text="an elastic job's MIN (nodes is its MAX)")
+    spares = serializers.IntegerField(help_text="hot spares: extra machines held for the job")
 
     class Meta:
         # Either nodes and procs_per_node, or workers (and gpus_per_worker when given).
-        optional_fields = ("nodes", "procs_per_node", "workers", "gpus_per_worker", "cpus_per_node", "memory_per_node")
+        optional_fields = ("nodes", "procs_per_node", "workers", "gpus_per_worker", "cpus_per_node", "memory_per_node",
+                           "min_nodes", "spares")
 
 
 class JobPlacementOut(serializers.Serializer):
@@ -317,10 +320,11 @@ class JobDistributedOut(serializers.Serializer):
     launcher = serializers.ChoiceField(choices=["torchrun", "none", "command", "ray", "accelerate"])
     command = serializers.ListField(child=serializers.CharField(), required=False,
                                     help_text="launcher command: the argv run once per node")
+    warm = serializers.BooleanField(help_text="false: every rank starts cold, never from the warm pool; absent: true")
     strategy = serializers.ChoiceField(choices=["data_parallel"])
 
     class Meta:
-        optional_fields = ("command",)
+        optional_fields = ("command", "warm")
 
 
 class JobScalingOut(serializers.Serializer):
@@ -374,6 +378,16 @@ class JobPreemptionOut(serializers.Serializer):
     grace = serializers.FloatField(help_text="seconds to checkpoint and yield before the ranks are stopped")
 
 
+class JobVolumeOut(serializers.Serializer):
+    name = serializers.CharField(help_text="a volume machines declare (Machine.volumes)")
+    mount_path = serializers.CharField()
+    access_mode = serializers.ChoiceField(choices=["ReadWriteMany", "ReadWriteOnce"])
+
+
+class JobElasticOut(serializers.Serializer):
+    min_interval = serializers.FloatField(help_text="the fewest seconds between two resizes")
+
+
 class JobSpecOut(StoredJsonOut):
     name = serializers.CharField()
     project = serializers.CharField()
@@ -400,10 +414,12 @@ class JobSpecOut(StoredJsonOut):
     time_limit = serializers.IntegerField(help_text="seconds the job may run from its start")
     preemptible = serializers.BooleanField(help_text="false: never preempted (and never borrows); absent: true")
     preemption = JobPreemptionOut()
+    volumes = JobVolumeOut(many=True, help_text="shared directories the job mounts")
+    elastic = JobElasticOut(help_text="an elastic job's (resources.nodes MIN:MAX) resize settings")
 
     class Meta:
         optional_fields = ("entrypoint", "module", "code", "secret_env", "model", "dataset", "function", "priority",
-                           "time_limit", "preemptible", "preemption")
+                           "time_limit", "preemptible", "preemption", "volumes", "elastic")
 
 
 class JobDetailOut(JobSummaryOut):

@@ -16,6 +16,9 @@ class StoredValue:
     OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset()
     # Keys holding a nested value: one StoredValue class, or a list of them ([cls]).
     NESTED: ClassVar[dict[str, Any]] = {}
+    # The server's own bookkeeping, stored with the value but no part of its API shape (the ...Out
+    # serializer declares every other field: tests/jobs/spec/test_value_shapes.py).
+    INTERNAL: ClassVar[frozenset[str]] = frozenset()
 
     # What the JSON held beyond the declared keys, written back as it was.
     extra: dict[str, Any] = dataclasses.field(default_factory=dict, kw_only=True, repr=False, compare=False)

@@ -2179,7 +2179,16 @@ export interface components {
             launcher: components["schemas"]["LauncherEnum"];
             /** @description launcher command: the argv run once per node */
             command?: string[];
+            /** @description false: every rank starts cold, never from the warm pool; absent: true */
+            warm?: boolean;
             strategy: components["schemas"]["StrategyEnum"];
+        };
+        JobElasticOut: {
+            /**
+             * Format: double
+             * @description the fewest seconds between two resizes
+             */
+            min_interval: number;
         };
         JobFaultToleranceOut: {
             max_restarts: number;
@@ -2404,6 +2413,10 @@ export interface components {
             cpus_per_node?: number;
             /** @description bytes of free memory each node needs */
             memory_per_node?: number;
+            /** @description an elastic job's MIN (nodes is its MAX) */
+            min_nodes?: number;
+            /** @description hot spares: extra machines held for the job */
+            spares?: number;
         };
         JobRuntimeOut: {
             pip: string[];
@@ -2517,6 +2530,10 @@ export interface components {
             /** @description false: never preempted (and never borrows); absent: true */
             preemptible?: boolean;
             preemption?: components["schemas"]["JobPreemptionOut"];
+            /** @description shared directories the job mounts */
+            volumes?: components["schemas"]["JobVolumeOut"][];
+            /** @description an elastic job's (resources.nodes MIN:MAX) resize settings */
+            elastic?: components["schemas"]["JobElasticOut"];
         };
         /**
          * @description * `queued` - Queued
@@ -2565,6 +2582,12 @@ export interface components {
             queued_at: string | null;
             /** @description it holds more than its project's quota leaves it (started on idle capacity) */
             borrowing: boolean;
+        };
+        JobVolumeOut: {
+            /** @description a volume machines declare (Machine.volumes) */
+            name: string;
+            mount_path: string;
+            access_mode: components["schemas"]["AccessModeEnum"];
         };
         /**
          * @description * `culprit` - culprit
