@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
 
 
 class ConfigError(RuntimeError):
@@ -34,23 +37,21 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 
 def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name}={raw!r} is not an integer") from exc
+    return _env_number(name, default, int, "an integer")
 
 
 def env_float(name: str, default: float) -> float:
+    return _env_number(name, default, float, "a number")
+
+
+def _env_number(name: str, default: N, parse: type[N], what: str) -> N:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return float(raw)
+        return parse(raw)
     except ValueError as exc:
-        raise ConfigError(f"{name}={raw!r} is not a number") from exc
+        raise ConfigError(f"{name}={raw!r} is not {what}") from exc
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
