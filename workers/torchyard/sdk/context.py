@@ -43,6 +43,12 @@ def local_world_size() -> int:
     return max(1, _env_int("LOCAL_WORLD_SIZE", 1))
 
 
+def cpu_share(at_most: int) -> int:
+    """How many threads this process may keep busy while its node's other ranks do the same work
+    (a checkpoint's copy, hashing): its share of the node's CPUs, at least 1, at most ``at_most``."""
+    return max(1, min(at_most, (os.cpu_count() or 1) // local_world_size()))
+
+
 def node_rank() -> int:
     """Rank of this node in the job (Torchyard's, else torchrun's GROUP_RANK, else 0)."""
     return _env_int(protocol.ENV_NODE_RANK, _env_int("GROUP_RANK", 0))

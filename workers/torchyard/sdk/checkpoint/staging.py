@@ -4,7 +4,7 @@ Tensors in dicts, lists and tuples (and DTensors' local shards) are copied into 
 loop never touches: pinned when they come from a GPU, so the copy runs at the bus's speed. The
 buffers are kept for the next save of the same shapes: the first save pays for the allocation
 (page faults, pinning), the later ones are a plain memory copy. Anything else is deep-copied, so
-the loop may change it freely once save() has returned.
+the loop may change it freely once save() has returned. The loop waits for the host-to-host copies: they run side by side (copying.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import collections
 import copy
 import sys
 from typing import Any
+
+from torchyard.sdk.checkpoint import copying
 
 
 class Stager:
@@ -35,6 +37,7 @@ class Stager:
         used: dict[tuple, Any] = {}
         staged_by_id: dict[int, Any] = {}  # the same tensor twice (tied weights) stays one tensor
         devices: set[Any] = set()
+        host_copies: list[tuple[torch.Tensor, torch.Tensor]] = []
 
         def tensor(path: tuple, value: torch.Tensor) -> torch.Tensor:
             source = value.detach()
@@ -46,9 +49,11 @@ class Stager:
             if buffer is None or (buffer[0].shape, buffer[0].dtype, buffer[1]) != wanted:
                 buffer = (torch.empty(source.shape, dtype=source.dtype, pin_memory=pinned), pinned)
             used[path] = buffer
-            buffer[0].copy_(source, non_blocking=pinned)
             if pinned:
+                buffer[0].copy_(source, non_blocking=True)  # queued on the GPU's stream, not waited for
                 devices.add(source.device)
+            else:
+                host_copies.append((buffer[0], source))
             return buffer[0]
 
         def walk(path: tuple, value: Any) -> Any:
@@ -78,6 +83,7 @@ class Stager:
             return staged
 
         result = walk((), state)
+        copying.copy_all(host_copies)
         for device in devices:
             # The loop may overwrite its tensors as soon as save() returns: the copies must be done.
             torch.cuda.current_stream(device).synchronize()
