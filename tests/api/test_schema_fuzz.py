@@ -104,7 +104,8 @@ def world(settings, tmp_path, django_user_model):
         Machine.objects.filter(pk=machine.pk).update(id=pk)
         machines.append(Machine.objects.get(pk=pk))
     spec = _validated(SPEC)
-    theirs = Job.objects.create(pk=THEIR_JOB, name="ada's", spec=spec, plan=job_preview_plan(spec=JobSpec.from_json(spec)), owner=ada,
+    plan = job_preview_plan(spec=JobSpec.from_json(spec)).to_json()
+    theirs = Job.objects.create(pk=THEIR_JOB, name="ada's", spec=spec, plan=plan, owner=ada,
                                 status=Job.Status.COMPLETED, world_size=2, started_at=timezone.now(),
                                 finished_at=timezone.now())
     node = JobNode.objects.create(job=theirs, attempt=0, machine=machines[0], machine_name="gpu-a", host="10.0.0.1",

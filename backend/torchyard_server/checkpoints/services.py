@@ -6,6 +6,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from ..jobs.jobspec import JobSpec
 from ..jobs.models import Job
 from ..jobs.services import job_grow_at_checkpoint
 from .models import CheckpointManifest
@@ -47,7 +48,7 @@ def checkpoint_record(*, event: dict[str, Any]) -> CheckpointManifest | None:
     )
     # Retention happens in the SDK after each commit (the newest `keep`); mirror it here so the
     # list shows what exists.
-    keep = (job.spec.get("checkpointing") or {}).get("keep")
+    keep = JobSpec.from_json(job.spec).checkpointing.keep
     if isinstance(keep, int) and keep > 0:
         stale = CheckpointManifest.objects.filter(job_id=job_id, deleted=False).order_by("-step")[keep:]
         CheckpointManifest.objects.filter(pk__in=[r.pk for r in stale]).update(deleted=True)

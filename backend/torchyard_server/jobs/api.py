@@ -56,7 +56,7 @@ class JobPlanView(APIView):
 
     @extend_schema(request=JobSpecSerializer, responses=PlanOut)
     def post(self, request):
-        return Response(job_preview_plan(spec=_validated_spec(request)))
+        return Response(job_preview_plan(spec=_validated_spec(request)).to_json())
 
 
 class JobDetailView(APIView):

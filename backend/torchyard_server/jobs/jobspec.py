@@ -8,9 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from torchyard.sdk.choices import HOOKS
+
 from ..projects.models import DEFAULT_PROJECT
+from .plan import ACCESS_MODES, LAUNCHERS
 from .spec_secrets import public_spec
-from .stored import StoredValue
+from .stored import StoredValue, shown
 
 DEFAULT_PREEMPTION_GRACE = 120.0
 # elastic.min_interval's default: the fewest seconds between two resizes of an elastic job.
@@ -19,8 +22,8 @@ DEFAULT_RESIZE_INTERVAL = 300.0
 
 @dataclass
 class Code(StoredValue):
-    bundle: str = ""
-    size: int | None = None
+    bundle: str = shown("", help_text="sha256 of the job's code bundle")
+    size: int | None = shown(None, help_text="the bundle's archive bytes")
     OMIT_WHEN_NONE: ClassVar = frozenset({"size"})
 
 
@@ -37,13 +40,13 @@ class Resources(StoredValue):
     nodes: int | None = None
     procs_per_node: int | None = None
     gpus_per_node: int = 0
-    min_gpu_memory: int = 0
-    min_nodes: int | None = None
-    workers: int | None = None
+    min_gpu_memory: int = shown(0, help_text="MB per GPU")
+    min_nodes: int | None = shown(None, help_text="an elastic job's MIN (nodes is its MAX)")
+    workers: int | None = shown(None, help_text="DistroML's form: the world size, spread by the planner")
     gpus_per_worker: int | None = None
-    cpus_per_node: int | None = None
-    memory_per_node: int | None = None
-    spares: int | None = None
+    cpus_per_node: int | None = shown(None, help_text="CPU cores each node needs")
+    memory_per_node: int | None = shown(None, help_text="bytes of free memory each node needs")
+    spares: int | None = shown(None, help_text="hot spares: extra machines held for the job")
     OMIT_WHEN_NONE: ClassVar = frozenset({"nodes", "procs_per_node", "min_nodes", "workers", "gpus_per_worker",
                                           "cpus_per_node", "memory_per_node", "spares"})
 
@@ -67,27 +70,28 @@ class Resources(StoredValue):
 
 @dataclass
 class Placement(StoredValue):
-    policy: str = "pack"
-    machines: list[str] = field(default_factory=list)
+    policy: str = shown("pack", help_text="pack, spread, simple, balanced or an installed policy's name")
+    machines: list[str] = shown(factory=list, help_text="manual placement, the master first")
     oversubscribe: bool = False
-    labels: dict[str, str] | None = None
+    labels: dict[str, str] | None = shown(None, help_text="machine labels every node's machine has")
     OMIT_WHEN_NONE: ClassVar = frozenset({"labels"})
 
 
 @dataclass
 class Distributed(StoredValue):
-    backend: str = "auto"
-    launcher: str = "torchrun"
-    command: list[str] | None = None
-    warm: bool | None = None  # absent from specs stored before warm pools: true
-    strategy: str = "data_parallel"
+    backend: str = shown("auto", choices=["auto", "gloo", "nccl"])
+    launcher: str = shown("torchrun", choices=list(LAUNCHERS))
+    command: list[str] | None = shown(None, help_text="launcher command: the argv run once per node")
+    # Absent from specs stored before warm pools: true.
+    warm: bool | None = shown(None, help_text="false: every rank starts cold, never from the warm pool; absent: true")
+    strategy: str = shown("data_parallel", choices=["data_parallel"])
     OMIT_WHEN_NONE: ClassVar = frozenset({"command", "warm"})
 
 
 @dataclass
 class Scaling(StoredValue):
-    mode: str = "keep_global_batch"
-    lr_rule: str = "linear"
+    mode: str = shown("keep_global_batch", choices=["keep_global_batch", "scale_global_batch", "none"])
+    lr_rule: str = shown("linear", choices=["linear", "sqrt"])
     warmup_steps: int = 0
 
 
@@ -95,7 +99,7 @@ class Scaling(StoredValue):
 class Checkpointing(StoredValue):
     enabled: bool = True
     every_n_steps: int = 200
-    store: str = "default"
+    store: str = shown("default", choices=["default", "local", "s3"])
     keep: int = 3
 
 
@@ -103,19 +107,20 @@ class Checkpointing(StoredValue):
 class FaultTolerance(StoredValue):
     max_restarts: int = 3
     heartbeat_timeout: float = 10.0
-    stall_timeout: float | None = None  # null: 10x the job's median step time, at least 60 s
-    on_stall: str = "report"
-    ray_worker_loss: str | None = None
+    stall_timeout: float | None = shown(None, help_text="null: 10x the job's median step time, at least 60 s")
+    on_stall: str = shown("report", choices=["report", "recover"])
+    ray_worker_loss: str | None = shown(None, choices=["recover", "tolerate"],
+                                        help_text="framework ray: what a lost Ray worker node does")
     OMIT_WHEN_NONE: ClassVar = frozenset({"ray_worker_loss"})
 
 
 @dataclass
 class Compression(StoredValue):
     enabled: bool = False
-    hook: str = "fp16"
-    rank: int | None = None
-    start_iter: int | None = None
-    ratio: float | None = None
+    hook: str = shown("fp16", choices=list(HOOKS))
+    rank: int | None = shown(None, help_text="powersgd only")
+    start_iter: int | None = shown(None, help_text="powersgd only")
+    ratio: float | None = shown(None, help_text="topk only")
     OMIT_WHEN_NONE: ClassVar = frozenset({"rank", "start_iter", "ratio"})
 
 
@@ -123,60 +128,60 @@ class Compression(StoredValue):
 class Function(StoredValue):
     """A function job's pickled function and arguments: a bundle of its own (torchyard.fn)."""
 
-    payload: str = ""
-    name: str = ""
-    python: str = ""
-    size: int | None = None
+    payload: str = shown("", help_text="sha256 of the bundle holding the pickled function and arguments")
+    name: str = shown("", help_text="the function's qualified name")
+    python: str = shown("", help_text="the Python (major.minor) it was pickled on")
+    size: int | None = shown(None, help_text="the payload bundle's archive bytes")
     result_max_bytes: int | None = None
     OMIT_WHEN_NONE: ClassVar = frozenset({"size", "result_max_bytes"})
 
 
 @dataclass
 class Volume(StoredValue):
-    name: str = ""
+    name: str = shown("", help_text="a volume machines declare (Machine.volumes)")
     mount_path: str = ""
-    access_mode: str = "ReadWriteMany"
+    access_mode: str = shown("ReadWriteMany", choices=list(ACCESS_MODES))
 
 
 @dataclass
 class Elastic(StoredValue):
-    min_interval: float = DEFAULT_RESIZE_INTERVAL
+    min_interval: float = shown(DEFAULT_RESIZE_INTERVAL, help_text="the fewest seconds between two resizes")
 
 
 @dataclass
 class Preemption(StoredValue):
-    grace: float = DEFAULT_PREEMPTION_GRACE
+    grace: float = shown(DEFAULT_PREEMPTION_GRACE, help_text="seconds to checkpoint and yield before the ranks are stopped")
 
 
 @dataclass
 class JobSpec(StoredValue):
     name: str = ""
     project: str = DEFAULT_PROJECT
-    entrypoint: str | None = None
-    module: str | None = None
-    code: Code | None = None
+    entrypoint: str | None = shown(None, help_text="a script in the job's code, or a built-in recipe")
+    module: str | None = shown(None, help_text="run as `python -m MODULE` from the job's code instead of an entrypoint")
+    code: Code | None = shown(None, help_text="absent for a built-in recipe")
     runtime: Runtime = field(default_factory=Runtime)
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     # Sealed values (secretbox): the validated spec never holds a secret in the clear.
-    secret_env: dict[str, str] | None = None
+    secret_env: dict[str, str] | None = shown(None, help_text="names only: every value is ***")
     resources: Resources = field(default_factory=Resources)
     placement: Placement = field(default_factory=Placement)
     distributed: Distributed = field(default_factory=Distributed)
-    hyperparameters: dict[str, Any] = field(default_factory=dict)  # the script's own, any JSON
+    hyperparameters: dict[str, Any] = shown(factory=dict, help_text="as submitted: the script's own, any JSON")
     scaling: Scaling = field(default_factory=Scaling)
     checkpointing: Checkpointing = field(default_factory=Checkpointing)
     fault_tolerance: FaultTolerance = field(default_factory=FaultTolerance)
     compression: Compression = field(default_factory=Compression)
-    elastic: Elastic | None = None
-    function: Function | None = None
-    volumes: list[Volume] | None = None
-    framework: str = "pytorch"
-    model: str | None = None
+    elastic: Elastic | None = shown(None, help_text="an elastic job's (resources.nodes MIN:MAX) resize settings")
+    function: Function | None = shown(None, help_text="a function job's function (torchyard.fn); absent for a script")
+    volumes: list[Volume] | None = shown(None, help_text="shared directories the job mounts")
+    framework: str = shown("pytorch", choices=["pytorch", "ray"])
+    model: str | None = shown(None, help_text="DistroML's model name the entrypoint was chosen by")
     dataset: str | None = None
-    priority: int | None = None
-    time_limit: int | None = None
-    preemptible: bool | None = None
+    priority: int | None = shown(None, help_text="as submitted (the job's current one is its `priority`)")
+    time_limit: int | None = shown(None, help_text="seconds the job may run from its start")
+    preemptible: bool | None = shown(None, help_text="false: never preempted (and never borrows); absent: true")
     preemption: Preemption | None = None
 
     OMIT_WHEN_NONE: ClassVar = frozenset({

@@ -7,15 +7,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .stored import StoredValue
+from .stored import StoredValue, shown
+
+ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce")
+BACKENDS = ("gloo", "nccl")
+LAUNCHERS = ("torchrun", "none", "command", "ray", "accelerate")
 
 
 @dataclass
 class PlanVolume(StoredValue):
     name: str = ""
-    path: str = ""  # on the node's machine
+    path: str = shown("", help_text="on the node's machine")
     mount_path: str = ""
-    access_mode: str = "ReadWriteMany"
+    access_mode: str = shown("ReadWriteMany", choices=list(ACCESS_MODES))
 
 
 @dataclass
@@ -25,7 +29,7 @@ class PlanSpare(StoredValue):
     machine_id: int = 0
     machine_name: str = ""
     host: str = ""
-    gpus: list[int] = field(default_factory=list)
+    gpus: list[int] = shown(factory=list, help_text="the GPUs held on it for the job")
 
 
 @dataclass
@@ -37,8 +41,9 @@ class PlanNode(StoredValue):
     nproc: int = 1
     rank_start: int = 0
     rank_end: int = 0
-    gpus: list[int] = field(default_factory=list)
-    volumes: list[PlanVolume] | None = None  # only for a job that asks for volumes
+    gpus: list[int] = shown(factory=list, help_text="GPU indexes on the machine")
+    # Only in the plans of jobs that ask for volumes.
+    volumes: list[PlanVolume] | None = shown(None, help_text="the job's volumes as this node's machine has them")
     OMIT_WHEN_NONE: ClassVar = frozenset({"volumes"})
     NESTED: ClassVar = {"volumes": [PlanVolume]}
 
@@ -50,15 +55,20 @@ class Plan(StoredValue):
     procs_per_node: int = 1
     master_addr: str = ""
     master_port: int = 0
-    backend: str = "gloo"
-    launcher: str | None = None  # plans stored before launchers existed: torchrun
+    backend: str = shown("gloo", choices=list(BACKENDS))
+    # distributed.launcher (plans stored before launchers existed have none: torchrun).
+    launcher: str | None = shown(None, choices=list(LAUNCHERS))
     nodes: list[PlanNode] = field(default_factory=list)
-    spares: list[PlanSpare] | None = None
+    # resources.spares: the machines held for the job (the job's plans without spares have none).
+    spares: list[PlanSpare] | None = shown(
+        None, help_text="hot spares held for the job, warmed with its code; one takes a lost machine's place")
     hyperparameters: dict[str, Any] = field(default_factory=dict)
-    nodes_range: list[int] | None = None  # an elastic job's [MIN, MAX]
+    # An elastic job's node range [MIN, MAX] (resources.nodes "MIN:MAX"); nnodes is what it starts with.
+    nodes_range: list[int] | None = shown(None, item={"min_value": 1}, min_length=2, max_length=2)
     warnings: list[str] = field(default_factory=list)
-    preflight: dict[str, Any] | None = None  # {"master": "host:port", "versions": {machine: versions}}
-    skipped: list[dict[str, Any]] | None = None  # every machine not chosen, with why
+    # {"master": "host:port", "versions": {machine: versions}} (plans stored before preflight have none).
+    preflight: dict[str, Any] | None = None
+    skipped: list[dict[str, Any]] | None = None  # every machine not chosen, with why (older plans: none)
     # Set on the plan of an attempt that resumes after the job was preempted.
     after_preemption: bool | None = None
     OMIT_WHEN_NONE: ClassVar = frozenset({"launcher", "spares", "nodes_range", "preflight", "skipped",

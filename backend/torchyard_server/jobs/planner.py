@@ -11,6 +11,7 @@ from torchyard.sdk.scaling import adjust_hyperparameters
 
 from . import policies
 from .jobspec import JobSpec
+from .plan import Plan, PlanNode, PlanSpare, PlanVolume
 
 
 class PlanError(Exception):
@@ -238,7 +239,7 @@ def plan_job(
     machines: list[Candidate],
     *,
     pick_port: Callable[[Candidate], int],
-) -> dict[str, Any]:
+) -> Plan:
     """The execution plan for `spec` on `machines`, or PlanError saying what is missing. Either
     names, for every machine it did not choose, why (`skipped`): "offline", "draining", "2 GPUs
     free, 4 asked", "less than 40 GB per GPU", "busy: 3 processes of 4", "versions differ" ..."""
@@ -329,52 +330,49 @@ def plan_job(
         for m in chosen if m.cpu_count and procs > m.cpu_count and gpus_per_node == 0
     ]
     port = pick_port(chosen[0])
-    plan_nodes = []
-    for node_rank, machine in enumerate(chosen):
-        plan_nodes.append(
-            {
-                "node_rank": node_rank,
-                "machine_id": machine.id,
-                "machine_name": machine.name,
-                "host": machine.host,
-                "nproc": procs,
-                "rank_start": node_rank * procs,
-                "rank_end": node_rank * procs + procs - 1,
-                # Which free GPUs: the policy's choice (simple: the smallest that are big enough).
-                "gpus": policies.chosen_gpus(placement.policy, machine, need),
-            }
-        )
-        if spec.volumes:
+    plan_nodes = [
+        PlanNode(
+            node_rank=node_rank, machine_id=machine.id, machine_name=machine.name, host=machine.host, nproc=procs,
+            rank_start=node_rank * procs, rank_end=node_rank * procs + procs - 1,
+            # Which free GPUs: the policy's choice (simple: the smallest that are big enough).
+            gpus=policies.chosen_gpus(placement.policy, machine, need),
             # Each volume as this machine has it: the node's launch carries its own path.
-            plan_nodes[-1]["volumes"] = [
-                {"name": v.name, "path": machine.volumes[v.name]["path"],
-                 "mount_path": v.mount_path or v.name, "access_mode": v.access_mode or "ReadWriteMany"}
-                for v in spec.volumes]
-    return {
-        "world_size": world_size,
-        "nnodes": nodes,
-        "procs_per_node": procs,
-        "master_addr": chosen[0].host,
-        "master_port": port,
-        "backend": backend,
-        "launcher": spec.distributed.launcher,
-        "nodes": plan_nodes,
+            volumes=[PlanVolume(name=v.name, path=machine.volumes[v.name]["path"], mount_path=v.mount_path or v.name,
+                                access_mode=v.access_mode or "ReadWriteMany") for v in spec.volumes]
+            if spec.volumes else None,
+        )
+        for node_rank, machine in enumerate(chosen)
+    ]
+    return Plan(
+        world_size=world_size,
+        nnodes=nodes,
+        procs_per_node=procs,
+        master_addr=chosen[0].host,
+        master_port=port,
+        backend=backend,
+        launcher=spec.distributed.launcher,
+        nodes=plan_nodes,
         # resources.spares: machines held for the job, warmed with its code, each taking the place of a
         # lost one (services.job_recover).
-        "spares": [{"machine_id": m.id, "machine_name": m.name, "host": m.host,
-                    "gpus": policies.chosen_gpus(placement.policy, m, need)} for m in spares],
-        "hyperparameters": adjust_hyperparameters(spec.hyperparameters, spec.scaling.to_json(), world_size),
+        spares=[_spare(m, placement.policy, need) for m in spares],
+        hyperparameters=adjust_hyperparameters(spec.hyperparameters, spec.scaling.to_json(), world_size),
         # An elastic job's range [MIN, MAX]: it starts with `nnodes` of them (the world size above).
-        **({"nodes_range": [fewest, spec.resources.most_nodes]} if elastic else {}),
-        "warnings": warnings,
-        "skipped": _skipped(machines, reasons),
+        nodes_range=[fewest, spec.resources.most_nodes] if elastic else None,
+        warnings=warnings,
+        skipped=_skipped(machines, reasons),
         # What the nodes' preflight will check before any rank starts (the job's preflight events
         # say how it went): every node reaches the master's address and port, and the versions agree.
-        "preflight": {
-            "master": f"{chosen[0].host}:{port}",
-            "versions": {m.name: m.describe_versions() for m in chosen},
-        },
-    }
+        preflight=_preflight(chosen[0].host, port, chosen),
+    )
+
+
+def _spare(machine: Candidate, policy: str, need: Need) -> PlanSpare:
+    return PlanSpare(machine_id=machine.id, machine_name=machine.name, host=machine.host,
+                     gpus=policies.chosen_gpus(policy, machine, need))
+
+
+def _preflight(master: str, port: int, chosen: list[Candidate]) -> dict[str, Any]:
+    return {"master": f"{master}:{port}", "versions": {m.name: m.describe_versions() for m in chosen}}
 
 
 def _spares(spec: JobSpec, ready: list[Candidate], chosen: list[Candidate], could_hold: list[Candidate],
@@ -420,17 +418,17 @@ def _agreeing(ready: list[Candidate], nodes: int, *, manual: bool, least: int | 
                     kind="invalid" if manual else "capacity")
 
 
-def plan_in_place(spec: JobSpec, previous: dict[str, Any], machines: list[Candidate], *,
-                  pick_port: Callable[[Candidate], int]) -> tuple[dict[str, Any], str] | None:
+def plan_in_place(spec: JobSpec, previous: Plan, machines: list[Candidate], *,
+                  pick_port: Callable[[Candidate], int]) -> tuple[Plan, str] | None:
     """The next attempt's plan without re-planning (recovery in place): every node stays on its
     machine with its GPUs, except that a node whose machine is gone (offline, suspect, or taken by
     another job since) is given one of the job's hot spares (resources.spares) as it is, the rest
     untouched. None when that cannot be (an elastic job, a volume to re-place, no spare left): the
     caller plans anew. Returns the plan and what it did, in words."""
-    if not previous.get("nodes") or spec.is_elastic:
+    if not previous.nodes or spec.is_elastic:
         return None
     by_id = {m.id: m for m in machines}
-    need = Need(int(previous["procs_per_node"]), 0, 0, bool(spec.placement.oversubscribe))
+    need = Need(int(previous.procs_per_node), 0, 0, bool(spec.placement.oversubscribe))
 
     def usable(machine_id: int, gpus: list[int]) -> Candidate | None:
         machine = by_id.get(machine_id)
@@ -440,49 +438,46 @@ def plan_in_place(spec: JobSpec, previous: dict[str, Any], machines: list[Candid
             return None if set(gpus) & machine.busy_gpus else machine
         return machine if _fits(machine, need) else None
 
-    spares = [s for s in previous.get("spares") or [] if usable(s["machine_id"], s.get("gpus") or [])]
-    nodes, replaced = [], []
-    for node in sorted(previous["nodes"], key=lambda n: n["node_rank"]):
-        if usable(node["machine_id"], node.get("gpus") or []):
+    spares = [s for s in previous.spares or [] if usable(s.machine_id, s.gpus)]
+    nodes: list[PlanNode] = []
+    replaced: list[str] = []
+    for node in sorted(previous.nodes, key=lambda n: n.node_rank):
+        if usable(node.machine_id, node.gpus):
             nodes.append(node)
             continue
-        if not spares or node.get("volumes"):
+        if not spares or node.volumes:
             return None
         spare = spares.pop(0)
-        nodes.append({**node, **{k: spare[k] for k in ("machine_id", "machine_name", "host", "gpus")}})
-        machine = by_id.get(node["machine_id"])
+        nodes.append(replace(node, machine_id=spare.machine_id, machine_name=spare.machine_name, host=spare.host,
+                             gpus=list(spare.gpus)))
+        machine = by_id.get(node.machine_id)
         why = ("removed" if machine is None else "lost" if machine.suspect else "offline" if not machine.schedulable
                else f"suspect: {machine.suspect_reason}" if machine.suspect_reason else "taken by another job")
-        replaced.append(f"hot spare {spare['machine_name']} takes node {node['node_rank']}'s place "
-                        f"({node['machine_name']} {why})")
-    master = by_id[nodes[0]["machine_id"]]
+        replaced.append(f"hot spare {spare.machine_name} takes node {node.node_rank}'s place "
+                        f"({node.machine_name} {why})")
+    master = by_id[nodes[0].machine_id]
     port = pick_port(master)
-    plan = {**previous, "nodes": nodes, "spares": spares, "master_addr": master.host, "master_port": port,
-            "preflight": {"master": f"{master.host}:{port}",
-                          "versions": {by_id[n["machine_id"]].name: by_id[n["machine_id"]].describe_versions()
-                                       for n in nodes}}}
-    if replaced:
-        plan["warnings"] = [*previous.get("warnings", []), *replaced]
+    plan = replace(previous, nodes=nodes, spares=spares, master_addr=master.host, master_port=port,
+                   preflight=_preflight(master.host, port, [by_id[n.machine_id] for n in nodes]),
+                   warnings=[*previous.warnings, *replaced])
     return plan, ("; ".join(replaced) if replaced else "in place on the same machines")
 
 
-def replacement_spares(spec: JobSpec, plan: dict[str, Any], machines: list[Candidate]) -> list[dict[str, Any]]:
+def replacement_spares(spec: JobSpec, plan: Plan, machines: list[Candidate]) -> list[PlanSpare]:
     """Hot spares to hold again for a running job that used some (a spare took a lost node's place):
     free machines, in policy order, that could take one of its nodes as they are now (as `_spares`
     picks them: not the job's, agreeing with its nodes' versions, never a suspect one). As many as
     it lacks of resources.spares, fewer when fewer fit; [] when it lacks none."""
-    wanted = int(spec.resources.spares or 0) - len(plan.get("spares") or [])
-    if wanted <= 0 or not plan.get("nodes"):
+    wanted = int(spec.resources.spares or 0) - len(plan.spares or [])
+    if wanted <= 0 or not plan.nodes:
         return []
-    policy, first = spec.placement.policy, plan["nodes"][0]
-    need = Need(int(plan["procs_per_node"]), len(first.get("gpus") or []),
-                int(spec.resources.min_gpu_memory or 0), bool(spec.placement.oversubscribe),
-                **_asks(spec))
+    policy, first = spec.placement.policy, plan.nodes[0]
+    need = Need(int(plan.procs_per_node), len(first.gpus), int(spec.resources.min_gpu_memory or 0),
+                bool(spec.placement.oversubscribe), **_asks(spec))
     by_id = {m.id: m for m in machines}
-    taken = {int(x["machine_id"]) for x in [*plan["nodes"], *(plan.get("spares") or [])]}
+    taken = plan.held_machine_ids
     nodes = [by_id[m] for m in taken if m in by_id]
     ordered, _ = policies.ordered(policy, machines, need)
     fit = [m for m in ordered if m.id not in taken and _could_hold(m, need) and _fits(m, need) and not m.suspect
            and not m.suspect_reason and _agrees(m, nodes)]
-    return [{"machine_id": m.id, "machine_name": m.name, "host": m.host,
-             "gpus": policies.chosen_gpus(policy, m, need)} for m in fit[:wanted]]
+    return [_spare(m, policy, need) for m in fit[:wanted]]

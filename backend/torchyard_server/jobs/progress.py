@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .stored import StoredValue
+from .stored import StoredValue, shown
 
 # Per-attempt numbers, written as null when a new attempt starts (its ranks report afresh).
 PER_ATTEMPT_NULLS = frozenset({"rate_anchor", "steps_per_second", "samples_per_second"})
@@ -16,23 +16,26 @@ PER_ATTEMPT_NULLS = frozenset({"rate_anchor", "steps_per_second", "samples_per_s
 
 @dataclass
 class JobProgress(StoredValue):
-    # Written from submission on (null until reported).
+    """A job's progress, folded from its ranks' metrics (jobs/rates.py); null until reported."""
+
+    # In the order the API shows them. step, total_steps, loss, throughput and eta_seconds are
+    # written from submission on (null until reported), the others once reported.
     step: int | None = None
-    total_steps: int | None = None  # declared by the script, or the spec's --steps
-    throughput: float | None = None  # every rank's latest throughput, summed
+    total_steps: int | None = shown(None, help_text="declared by the script, or the spec's --steps")
     loss: float | None = None
-    eta_seconds: float | None = None
-    # Written once reported.
     lr: float | None = None
-    throughput_by_rank: dict[str, float] | None = None
+    throughput: float | None = shown(None, help_text="every rank's latest throughput, summed")
+    throughput_by_rank: dict[str, float] | None = shown(
+        None, absent_as=dict, help_text="each rank's latest throughput, by rank: a straggler stands out")
+    steps_per_second: float | None = shown(None, help_text="over the current attempt")
+    samples_per_second: float | None = None
+    eta_seconds: float | None = None
+    # stalls.py: the current attempt's stall view (StallOut's shape), absent when nothing stalls.
+    stall: dict[str, Any] | None = shown(None, allow_null=True, help_text="null unless ranks of the current attempt stalled")
     step_by_rank: dict[str, int] | None = None  # every rank's last step, for stall verdicts
     # rates.py: the first step of the attempt and its time ({"step", "ts"}), each rank's samples/s.
     rate_anchor: dict[str, Any] | None = None
     samples_by_rank: dict[str, float] | None = None
-    steps_per_second: float | None = None
-    samples_per_second: float | None = None
-    # stalls.py: the current attempt's stall view (StallOut's shape), absent when nothing stalls.
-    stall: dict[str, Any] | None = None
     OMIT_WHEN_NONE: ClassVar = frozenset({
         "lr", "throughput_by_rank", "step_by_rank", "rate_anchor", "samples_by_rank", "steps_per_second",
         "samples_per_second", "stall"})

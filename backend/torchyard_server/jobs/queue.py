@@ -67,7 +67,7 @@ from . import secretbox
 from .events import publish_on_commit
 from .jobspec import JobSpec, grace_of
 from .models import Job, JobNode
-from .plan import Plan, PlanSpare
+from .plan import Plan
 from .planner import Candidate, PlanError, plan_job, plural, replacement_spares
 from .queue_poke import queue_pass_started, queue_poke_on_commit
 from .quotas import Quota, least_need, over_quota, plan_need, project_quotas
@@ -140,7 +140,7 @@ class Decision:
     job: Waiting
     position: int
     start: bool = False
-    plan: dict[str, Any] | None = None
+    plan: Plan | None = None
     need: tuple[int, int] = (0, 0)  # GPUs, processes: the plan's, or the least the spec could run on
     borrowing: bool = False  # starts (or would) beyond its project's quota
     backfill: bool = False  # starts ahead of the head, which it cannot delay
@@ -174,8 +174,8 @@ def _free(state: dict[int, Candidate], nodes: Nodes) -> None:
             machine.live_nodes = max(machine.live_nodes - 1, 0)
 
 
-def plan_nodes(plan: dict[str, Any]) -> Nodes:
-    return [(n["machine_id"], tuple(n["gpus"]), int(n["nproc"])) for n in plan["nodes"]]
+def plan_nodes(plan: Plan) -> Nodes:
+    return [(n.machine_id, tuple(n.gpus), int(n.nproc)) for n in plan.nodes]
 
 
 def _no_port(machine: Candidate) -> int:
@@ -240,7 +240,7 @@ class Reservation:
         return f"first in line, expected to start {when}" + (
             f" (when {_names(self.waits_for)} {'ends' if len(self.waits_for) == 1 else 'end'})" if self.waits_for else "")
 
-    def admits(self, plan: dict[str, Any], ends_at: float | None, *, same_project_quota: Quota | None = None,
+    def admits(self, plan: Plan, ends_at: float | None, *, same_project_quota: Quota | None = None,
                held: tuple[int, int] = (0, 0), need: tuple[int, int] = (0, 0)) -> str | None:
         """None when a job with this plan cannot delay the head (and from now on counts as holding
         its nodes at the shadow time, unless it ends before); else why it would."""
@@ -274,7 +274,7 @@ def reserve(job: Waiting, state: dict[int, Candidate], holdings: list[Holding], 
     known = [h for h in holdings if h.ends_at is not None]
     ends = sorted({h.ends_at for h in known if h.ends_at is not None})
 
-    def at(moment: float) -> tuple[dict[int, Candidate], dict[str, Any] | None]:
+    def at(moment: float) -> tuple[dict[int, Candidate], Plan | None]:
         trial = _copy(state.values())
         for holding in known:
             if holding.ends_at is not None and holding.ends_at <= moment:
@@ -289,7 +289,7 @@ def reserve(job: Waiting, state: dict[int, Candidate], holdings: list[Holding], 
         trial, plan = at(ends[first])
         if plan is not None:
             waits_for = sorted(h.job_id for h in known if h.ends_at == ends[first])
-            return Reservation(job, ends[first], trial, [n["machine_id"] for n in plan["nodes"]], plan_need(plan),
+            return Reservation(job, ends[first], trial, [n.machine_id for n in plan.nodes], plan_need(plan),
                                now, waits_for)
     trial = _copy(state.values())
     for holding in holdings:
@@ -298,7 +298,7 @@ def reserve(job: Waiting, state: dict[int, Candidate], holdings: list[Holding], 
         plan = plan_job(job.spec, list(trial.values()), pick_port=_no_port)
     except PlanError:
         return None
-    return Reservation(job, None, trial, [n["machine_id"] for n in plan["nodes"]], plan_need(plan), now)
+    return Reservation(job, None, trial, [n.machine_id for n in plan.nodes], plan_need(plan), now)
 
 
 # --- preemption -----------------------------------------------------------------------------------
@@ -383,13 +383,13 @@ def evaluate(waiting: list[Waiting], machines: list[Candidate], holdings: list[H
         held[holding.project_id] = (g + holding.need[0], p + holding.need[1])
     failed: dict[str, PlanError] = {}  # by shape: room only shrinks during a pass
     # By shape, while nothing started since: 200 jobs held back by a quota cost one plan.
-    placed: dict[str, dict[str, Any]] = {}
+    placed: dict[str, Plan] = {}
     unplaceable: set[str] = set()  # shapes no release would let in: never the head
     head: Reservation | None = None
     decisions: list[Decision] = []
     borrowers: list[tuple[Decision, str]] = []
 
-    def attempt(spec: JobSpec) -> tuple[dict[str, Any] | None, PlanError | None]:
+    def attempt(spec: JobSpec) -> tuple[Plan | None, PlanError | None]:
         shape = _shape(spec)
         if shape in failed:
             return None, failed[shape]
@@ -402,7 +402,7 @@ def evaluate(waiting: list[Waiting], machines: list[Candidate], holdings: list[H
             failed[shape] = exc
             return None, exc
 
-    def start(decision: Decision, plan: dict[str, Any], *, reason: str = "starting") -> None:
+    def start(decision: Decision, plan: Plan, *, reason: str = "starting") -> None:
         job = decision.job
         if pick_port is not None:
             try:  # the same placement (the same snapshot), now with its master port
@@ -672,7 +672,7 @@ def _start(decision: Decision) -> bool:
         if job.borrowing != decision.borrowing:
             Job.objects.filter(pk=job.pk).update(borrowing=decision.borrowing)
             job.borrowing = decision.borrowing
-        _dispatch(job, Plan.from_json(decision.plan), after_preemption=resumed)
+        _dispatch(job, decision.plan, after_preemption=resumed)
     return True
 
 
@@ -708,7 +708,7 @@ def _replace_used_spares(decisions: list[Decision]) -> list[int]:
         return []
     short = [job_id for job_id, wanted, plan in Job.objects.filter(
         status__in=[J.DISPATCHING, J.RUNNING], spec__resources__spares__gt=0).values_list(
-        "id", "spec__resources__spares", "plan") if len((plan or {}).get("spares") or []) < int(wanted)]
+        "id", "spec__resources__spares", "plan") if len(Plan.from_json(plan).spares or []) < int(wanted)]
     given = []
     for job_id in short:
         job = Job.objects.select_for_update().filter(pk=job_id, status__in=[J.DISPATCHING, J.RUNNING]).first()
@@ -716,17 +716,18 @@ def _replace_used_spares(decisions: list[Decision]) -> list[int]:
             continue
         # Afresh for each job: the spares given to the one before are held now.
         spec = JobSpec.from_json(job.spec)
-        more = replacement_spares(spec, job.plan, machine_candidates())
+        plan = Plan.from_json(job.plan)
+        more = replacement_spares(spec, plan, machine_candidates())
         if not more:
             continue
-        plan = {**job.plan, "spares": [*(job.plan.get("spares") or []), *more]}
-        Job.objects.filter(pk=job.pk).update(plan=plan)
-        _warm_spares(spec, Plan(spares=[PlanSpare.from_json(spare) for spare in more]))
-        names = ", ".join(x["machine_name"] for x in more)
+        plan.spares = [*(plan.spares or []), *more]
+        Job.objects.filter(pk=job.pk).update(plan=plan.to_json())
+        _warm_spares(spec, Plan(spares=more))
+        names = ", ".join(spare.machine_name for spare in more)
         publish_on_commit({"type": protocol.STATE, "job": job.pk, "attempt": job.attempt, "scope": "job",
-                           "status": job.status, "previous": job.status, "spares": [x["machine_id"] for x in more],
+                           "status": job.status, "previous": job.status, "spares": [x.machine_id for x in more],
                            "reason": f"holding {names} as a hot spare again, in place of the one it used "
-                                     f"({len(plan['spares'])} of {spec.resources.spares})"})
+                                     f"({len(plan.spares)} of {spec.resources.spares})"})
         given.append(job.pk)
     return given
 
@@ -735,7 +736,7 @@ def _mark_borrowing(snap: Snapshot, started: list[Decision]) -> None:
     """Keep every live job's `borrowing` true to what its project's quota leaves it now (a job that
     ended, a quota changed: the flags follow)."""
     holdings = list(snap.holdings) + [
-        Holding(d.job.id, d.job.project_id, None, plan_nodes(d.plan or {"nodes": []}), order=1 << 62,
+        Holding(d.job.id, d.job.project_id, None, plan_nodes(d.plan or Plan()), order=1 << 62,
                 borrowing=d.borrowing) for d in started]
     borrowing = borrowing_jobs(holdings, snap.quotas)
     for holding in holdings:

@@ -5,13 +5,13 @@ whether more would take it past its quota, in words."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from django.db.models import Q
 
 from ..projects.models import Project
 from .jobspec import JobSpec
 from .models import Job, JobNode
+from .plan import Plan
 from .planner import plural
 from .states import NODE_LIVE
 
@@ -43,9 +43,9 @@ def over_quota(quota: Quota | None, held: tuple[int, int], need: tuple[int, int]
     return f"project {quota.name} is at its quota of {' and '.join(parts)}" if parts else None
 
 
-def plan_need(plan: dict[str, Any]) -> tuple[int, int]:
+def plan_need(plan: Plan) -> tuple[int, int]:
     """GPUs and processes a plan takes."""
-    return sum(len(n["gpus"]) for n in plan["nodes"]), sum(int(n["nproc"]) for n in plan["nodes"])
+    return sum(len(n.gpus) for n in plan.nodes), sum(int(n.nproc) for n in plan.nodes)
 
 
 def least_need(spec: JobSpec) -> tuple[int, int]:
@@ -90,7 +90,7 @@ def beyond_quota(project: Project, spec: JobSpec) -> str | None:
     return why + (" (preemptible: false runs only within its project's quota, never borrowing)" if pinned else "")
 
 
-def growth_beyond_quota(job: Job, plan: dict[str, Any]) -> bool:
+def growth_beyond_quota(job: Job, plan: Plan) -> bool:
     """Whether growing an elastic job to `plan` would take its project past its quota (a project
     that may borrow grows on idle capacity like any borrower)."""
     quota = Quota.of(job.project)

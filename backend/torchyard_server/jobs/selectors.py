@@ -11,6 +11,7 @@ from ..machines.selectors import machine_list
 from ..machines.volumes import merged_volumes
 from ..projects.permissions import scope_to_user, visible_or_404
 from .models import Job, JobNode
+from .plan import Plan
 from .planner import Candidate
 from .states import JOB_WAITING, NODE_LIVE, SPARES_HELD
 
@@ -71,10 +72,10 @@ def held_spares(*, exclude_job: int | None = None) -> list[tuple[int, list[int],
     """(machine id, GPUs, processes) of every hot spare a live job holds (resources.spares; its plan
     names them): held as if a node of the job ran there, so no other job is planned onto them."""
     held = []
-    for job_id, plan in Job.objects.filter(status__in=SPARES_HELD).values_list("pk", "plan"):
+    for job_id, stored in Job.objects.filter(status__in=SPARES_HELD).values_list("pk", "plan"):
         if job_id != exclude_job:
-            held += [(int(s["machine_id"]), list(s.get("gpus") or []), int((plan or {}).get("procs_per_node") or 1))
-                     for s in (plan or {}).get("spares") or []]
+            plan = Plan.from_json(stored)
+            held += [(int(s.machine_id), list(s.gpus), int(plan.procs_per_node or 1)) for s in plan.spares or []]
     return held
 
 

@@ -4,10 +4,13 @@ import math
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
-from torchyard.sdk.choices import HOOKS
 
 from ..rest.listing import StoredJsonOut
+from . import jobspec
 from .models import Job, JobNode
+from .plan import Plan, PlanNode, PlanSpare, PlanVolume
+from .progress import JobProgress
+from .shapes import out_serializer
 from .spec_secrets import public_spec
 
 
@@ -16,34 +19,9 @@ class RecipeOut(serializers.Serializer):
     summary = serializers.CharField(help_text="the first paragraph of the recipe's docstring")
 
 
-class PlanVolumeOut(serializers.Serializer):
-    name = serializers.CharField()
-    path = serializers.CharField(help_text="on the node's machine")
-    mount_path = serializers.CharField()
-    access_mode = serializers.ChoiceField(choices=["ReadWriteMany", "ReadWriteOnce"])
-
-
-class PlanSpareOut(serializers.Serializer):
-    machine_id = serializers.IntegerField()
-    machine_name = serializers.CharField()
-    host = serializers.CharField()
-    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="the GPUs held on it for the job")
-
-
-class PlanNodeOut(serializers.Serializer):
-    node_rank = serializers.IntegerField()
-    machine_id = serializers.IntegerField()
-    machine_name = serializers.CharField()
-    host = serializers.CharField()
-    nproc = serializers.IntegerField()
-    rank_start = serializers.IntegerField()
-    rank_end = serializers.IntegerField()
-    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPU indexes on the machine")
-    # Only in the plans of jobs that ask for volumes.
-    volumes = PlanVolumeOut(many=True, required=False, help_text="the job's volumes as this node's machine has them")
-
-    class Meta:
-        optional_fields = ("volumes",)
+PlanVolumeOut = out_serializer(PlanVolume, "PlanVolumeOut")
+PlanSpareOut = out_serializer(PlanSpare, "PlanSpareOut")
+PlanNodeOut = out_serializer(PlanNode, "PlanNodeOut")
 
 
 class PlanPreflightOut(serializers.Serializer):
@@ -59,34 +37,9 @@ class PlanSkippedOut(serializers.Serializer):
                                    '2 more asked", "versions differ: ...", "not in the job\'s placement", "not needed: ..."')
 
 
-class PlanOut(serializers.Serializer):
-    """The execution plan: where each node runs, and the hyperparameters after the distributed
-    adjustments (DESIGN.md section 7)."""
-
-    world_size = serializers.IntegerField()
-    nnodes = serializers.IntegerField()
-    procs_per_node = serializers.IntegerField()
-    master_addr = serializers.CharField()
-    master_port = serializers.IntegerField()
-    backend = serializers.ChoiceField(choices=["gloo", "nccl"])
-    # distributed.launcher (plans stored before launchers existed have none: torchrun).
-    launcher = serializers.ChoiceField(choices=["torchrun", "none", "command", "ray", "accelerate"], required=False)
-    nodes = PlanNodeOut(many=True)
-    # resources.spares: the machines held for the job (the job's plans without spares have none).
-    spares = PlanSpareOut(many=True, required=False,
-                          help_text="hot spares held for the job, warmed with its code; one takes a lost machine's place")
-    hyperparameters = serializers.DictField()
-    # An elastic job's node range [MIN, MAX] (resources.nodes "MIN:MAX"); nnodes is what it starts with.
-    nodes_range = serializers.ListField(child=serializers.IntegerField(min_value=1), min_length=2, max_length=2,
-                                        required=False)
-    warnings = serializers.ListField(child=serializers.CharField())
-    # Plans stored before preflight existed have none.
-    preflight = PlanPreflightOut(required=False)
-    # Every machine the plan did not choose, with why (plans stored before it have none).
-    skipped = PlanSkippedOut(many=True, required=False)
-
-    class Meta:
-        optional_fields = ('preflight', 'skipped', 'launcher', 'nodes_range', 'spares')
+PlanOut = out_serializer(Plan, "PlanOut", doc=(
+    "The execution plan: where each node runs, and the hyperparameters after the distributed\n"
+    "adjustments (DESIGN.md section 7)."), shapes={"preflight": PlanPreflightOut, "skipped": PlanSkippedOut})
 
 
 class _Reported(serializers.Field):
@@ -153,20 +106,9 @@ class StallOut(serializers.Serializer):
         "the culprits' machines made suspect (on_stall: recover)"))
 
 
-class JobProgressOut(serializers.Serializer):
-    """A job's progress, folded from its ranks' metrics (jobs/rates.py); null until reported."""
-
-    step = ReportedInt()
-    total_steps = ReportedInt(help_text="declared by the script, or the spec's --steps")
-    loss = ReportedFloat()
-    lr = ReportedFloat()
-    throughput = ReportedFloat(help_text="every rank's latest throughput, summed")
-    throughput_by_rank = serializers.DictField(child=ReportedFloat(), default=dict,
-                                               help_text="each rank's latest throughput, by rank: a straggler stands out")
-    steps_per_second = ReportedFloat(help_text="over the current attempt")
-    samples_per_second = ReportedFloat()
-    eta_seconds = ReportedFloat()
-    stall = StallOut(allow_null=True, help_text="null unless ranks of the current attempt stalled")
+JobProgressOut = out_serializer(JobProgress, "JobProgressOut", doc=JobProgress.__doc__,
+                                numbers={int: ReportedInt, float: ReportedFloat},
+                                shapes={"stall": StallOut})
 
 
 @extend_schema_field({"type": "string", "nullable": True})
@@ -278,148 +220,20 @@ class JobNodeOut(serializers.ModelSerializer):
 
 # A job's spec as stored: what JobSpecSerializer (spec.py) made of the submitted one, every section
 # filled with its defaults. The fields a submission may leave out stay optional here.
-class JobCodeOut(serializers.Serializer):
-    bundle = serializers.CharField(help_text="sha256 of the job's code bundle")
-    size = serializers.IntegerField(help_text="the bundle's archive bytes")
-
-
-class JobRuntimeOut(serializers.Serializer):
-    pip = serializers.ListField(child=serializers.CharField())
-
-
-class JobResourcesOut(serializers.Serializer):
-    nodes = serializers.IntegerField()
-    procs_per_node = serializers.IntegerField()
-    gpus_per_node = serializers.IntegerField()
-    min_gpu_memory = serializers.IntegerField(help_text="MB per GPU")
-    workers = serializers.IntegerField(help_text="DistroML's form: the world size, spread by the planner")
-    gpus_per_worker = serializers.IntegerField()
-    cpus_per_node = serializers.IntegerField(help_text="CPU cores each node needs")
-    memory_per_node = serializers.IntegerField(help_text="bytes of free memory each node needs")
-    min_nodes = serializers.IntegerField(help_text="an elastic job's MIN (nodes is its MAX)")
-    spares = serializers.IntegerField(help_text="hot spares: extra machines held for the job")
-
-    class Meta:
-        # Either nodes and procs_per_node, or workers (and gpus_per_worker when given).
-        optional_fields = ("nodes", "procs_per_node", "workers", "gpus_per_worker", "cpus_per_node", "memory_per_node",
-                           "min_nodes", "spares")
-
-
-class JobPlacementOut(serializers.Serializer):
-    policy = serializers.CharField(help_text="pack, spread, simple, balanced or an installed policy's name")
-    machines = serializers.ListField(child=serializers.CharField(), help_text="manual placement, the master first")
-    oversubscribe = serializers.BooleanField()
-    labels = serializers.DictField(child=serializers.CharField(), help_text="machine labels every node's machine has")
-
-    class Meta:
-        optional_fields = ("labels",)
-
-
-class JobDistributedOut(serializers.Serializer):
-    backend = serializers.ChoiceField(choices=["auto", "gloo", "nccl"])
-    launcher = serializers.ChoiceField(choices=["torchrun", "none", "command", "ray", "accelerate"])
-    command = serializers.ListField(child=serializers.CharField(), required=False,
-                                    help_text="launcher command: the argv run once per node")
-    warm = serializers.BooleanField(help_text="false: every rank starts cold, never from the warm pool; absent: true")
-    strategy = serializers.ChoiceField(choices=["data_parallel"])
-
-    class Meta:
-        optional_fields = ("command", "warm")
-
-
-class JobScalingOut(serializers.Serializer):
-    mode = serializers.ChoiceField(choices=["keep_global_batch", "scale_global_batch", "none"])
-    lr_rule = serializers.ChoiceField(choices=["linear", "sqrt"])
-    warmup_steps = serializers.IntegerField()
-
-
-class JobCheckpointingOut(serializers.Serializer):
-    enabled = serializers.BooleanField()
-    every_n_steps = serializers.IntegerField()
-    store = serializers.ChoiceField(choices=["default", "local", "s3"])
-    keep = serializers.IntegerField()
-
-
-class JobFaultToleranceOut(serializers.Serializer):
-    max_restarts = serializers.IntegerField()
-    heartbeat_timeout = serializers.FloatField()
-    stall_timeout = serializers.FloatField(allow_null=True, help_text="null: 10x the job's median step time, at least 60 s")
-    on_stall = serializers.ChoiceField(choices=["report", "recover"])
-    ray_worker_loss = serializers.ChoiceField(choices=["recover", "tolerate"], required=False,
-                                              help_text="framework ray: what a lost Ray worker node does")
-
-    class Meta:
-        optional_fields = ("ray_worker_loss",)
-
-
-class JobCompressionOut(serializers.Serializer):
-    enabled = serializers.BooleanField()
-    hook = serializers.ChoiceField(choices=list(HOOKS))
-    rank = serializers.IntegerField(help_text="powersgd only")
-    start_iter = serializers.IntegerField(help_text="powersgd only")
-    ratio = serializers.FloatField(help_text="topk only")
-
-    class Meta:
-        optional_fields = ("rank", "start_iter", "ratio")
-
-
-class JobFunctionOut(serializers.Serializer):
-    payload = serializers.CharField(help_text="sha256 of the bundle holding the pickled function and arguments")
-    name = serializers.CharField(help_text="the function's qualified name")
-    python = serializers.CharField(help_text="the Python (major.minor) it was pickled on")
-    size = serializers.IntegerField(help_text="the payload bundle's archive bytes")
-    result_max_bytes = serializers.IntegerField()
-
-    class Meta:
-        optional_fields = ("result_max_bytes", "size")
-
-
-class JobPreemptionOut(serializers.Serializer):
-    grace = serializers.FloatField(help_text="seconds to checkpoint and yield before the ranks are stopped")
-
-
-class JobVolumeOut(serializers.Serializer):
-    name = serializers.CharField(help_text="a volume machines declare (Machine.volumes)")
-    mount_path = serializers.CharField()
-    access_mode = serializers.ChoiceField(choices=["ReadWriteMany", "ReadWriteOnce"])
-
-
-class JobElasticOut(serializers.Serializer):
-    min_interval = serializers.FloatField(help_text="the fewest seconds between two resizes")
-
-
-class JobSpecOut(StoredJsonOut):
-    name = serializers.CharField()
-    project = serializers.CharField()
-    entrypoint = serializers.CharField(help_text="a script in the job's code, or a built-in recipe")
-    module = serializers.CharField(help_text="run as `python -m MODULE` from the job's code instead of an entrypoint")
-    code = JobCodeOut(help_text="absent for a built-in recipe")
-    runtime = JobRuntimeOut()
-    args = serializers.ListField(child=serializers.CharField())
-    env = serializers.DictField(child=serializers.CharField())
-    secret_env = serializers.DictField(child=serializers.CharField(), help_text="names only: every value is ***")
-    resources = JobResourcesOut()
-    placement = JobPlacementOut()
-    distributed = JobDistributedOut()
-    hyperparameters = serializers.DictField(help_text="as submitted: the script's own, any JSON")
-    scaling = JobScalingOut()
-    checkpointing = JobCheckpointingOut()
-    fault_tolerance = JobFaultToleranceOut()
-    compression = JobCompressionOut()
-    function = JobFunctionOut(help_text="a function job's function (torchyard.fn); absent for a script")
-    framework = serializers.ChoiceField(choices=["pytorch", "ray"])
-    model = serializers.CharField(help_text="DistroML's model name the entrypoint was chosen by")
-    dataset = serializers.CharField()
-    priority = serializers.IntegerField(help_text="as submitted (the job's current one is its `priority`)")
-    time_limit = serializers.IntegerField(help_text="seconds the job may run from its start")
-    preemptible = serializers.BooleanField(help_text="false: never preempted (and never borrows); absent: true")
-    preemption = JobPreemptionOut()
-    volumes = JobVolumeOut(many=True, help_text="shared directories the job mounts")
-    elastic = JobElasticOut(help_text="an elastic job's (resources.nodes MIN:MAX) resize settings")
-
-    class Meta:
-        optional_fields = ("entrypoint", "module", "code", "secret_env", "model", "dataset", "function", "priority",
-                           "time_limit", "preemptible", "preemption", "volumes", "elastic")
+JobCodeOut = out_serializer(jobspec.Code, "JobCodeOut")
+JobRuntimeOut = out_serializer(jobspec.Runtime, "JobRuntimeOut")
+JobResourcesOut = out_serializer(jobspec.Resources, "JobResourcesOut")
+JobPlacementOut = out_serializer(jobspec.Placement, "JobPlacementOut")
+JobDistributedOut = out_serializer(jobspec.Distributed, "JobDistributedOut")
+JobScalingOut = out_serializer(jobspec.Scaling, "JobScalingOut")
+JobCheckpointingOut = out_serializer(jobspec.Checkpointing, "JobCheckpointingOut")
+JobFaultToleranceOut = out_serializer(jobspec.FaultTolerance, "JobFaultToleranceOut")
+JobCompressionOut = out_serializer(jobspec.Compression, "JobCompressionOut")
+JobFunctionOut = out_serializer(jobspec.Function, "JobFunctionOut")
+JobPreemptionOut = out_serializer(jobspec.Preemption, "JobPreemptionOut")
+JobVolumeOut = out_serializer(jobspec.Volume, "JobVolumeOut")
+JobElasticOut = out_serializer(jobspec.Elastic, "JobElasticOut")
+JobSpecOut = out_serializer(jobspec.JobSpec, "JobSpecOut", base=StoredJsonOut)
 
 
 class JobDetailOut(JobSummaryOut):

@@ -79,8 +79,8 @@ def _pick_master_port(machine: Candidate) -> int:
     raise PlanError(f"no free master port in {low}-{high} on {machine.name}", kind="busy")
 
 
-def job_preview_plan(*, spec: JobSpec) -> dict[str, Any]:
-    """The plan this spec would get now, as Job.plan stores it; raises PlanError. Launches nothing."""
+def job_preview_plan(*, spec: JobSpec) -> Plan:
+    """The plan this spec would get now; raises PlanError. Launches nothing."""
     return plan_job(spec, machine_candidates(), pick_port=_pick_master_port)
 
 
@@ -170,13 +170,13 @@ def _plan_and_dispatch(*, job_id: int, from_status: str, prefix: str = "") -> No
             # Nothing will open them later either: fail now rather than leave the job half-dispatched.
             transition_job(job, J.FAILED, prefix + str(exc))
             return
-        plan = Plan.from_json(placed[0])
+        plan = placed[0]
         _dispatch(job, plan, how=placed[1])
         if len(plan.spares or []) < int(spec.resources.spares or 0):
             queue_poke_on_commit()  # a hot spare was used: the pass holds another when one is free
 
 
-def _recovery_plan(job: Job, spec: JobSpec) -> tuple[dict[str, Any], str] | None:
+def _recovery_plan(job: Job, spec: JobSpec) -> tuple[Plan, str] | None:
     """Where a recovering job relaunches and how, in words; None: it waits its turn in the queue.
     In place on its machines, or with a lost node onto its own hot spare (plan_in_place), or an
     elastic job shrunk onto the machines it had, it takes nothing from anyone: at once. Needing
@@ -184,12 +184,13 @@ def _recovery_plan(job: Job, spec: JobSpec) -> tuple[dict[str, Any], str] | None
     order (priority, then submission); otherwise it waits in the queue with them, as a preempted job
     does, and a pass starts it in its turn. Raises PlanError."""
     own = machine_candidates(exclude_job=job.pk)
-    in_place = plan_in_place(spec, job.plan or {}, own, pick_port=_pick_master_port)
+    previous = Plan.from_json(job.plan)
+    in_place = plan_in_place(spec, previous, own, pick_port=_pick_master_port)
     if in_place is not None:
         return in_place
     if not waiting_ahead_of(job):
         return job_preview_plan(spec=spec), ""
-    held = Plan.from_json(job.plan).held_machine_ids
+    held = previous.held_machine_ids
     try:
         return plan_job(spec, [m for m in own if m.id in held], pick_port=_pick_master_port), \
             "re-planned on the machines it held"
@@ -325,11 +326,11 @@ def job_grow_at_checkpoint(*, job_id: int, attempt: int) -> bool:
             larger = plan_job(spec, machine_candidates(exclude_job=job.pk), pick_port=lambda machine: 0)
         except PlanError:
             return False
-        if larger["nnodes"] <= current:
+        if larger.nnodes <= current:
             return False
         if growth_beyond_quota(job, larger):
             return False
-        transition_job(job, J.RECOVERING, f"growing from {current} to {larger['nnodes']} nodes: stopping attempt "
+        transition_job(job, J.RECOVERING, f"growing from {current} to {larger.nnodes} nodes: stopping attempt "
                        f"{attempt} at its committed checkpoint")
         _stop_nodes(_live_nodes(job))
     return True

@@ -17,7 +17,7 @@ class StoredValue:
     # Keys holding a nested value: one StoredValue class, or a list of them ([cls]).
     NESTED: ClassVar[dict[str, Any]] = {}
     # The server's own bookkeeping, stored with the value but no part of its API shape (the ...Out
-    # serializer declares every other field: tests/jobs/spec/test_value_shapes.py).
+    # serializer made from the value, jobs/shapes.py, shows every other field).
     INTERNAL: ClassVar[frozenset[str]] = frozenset()
 
     # What the JSON held beyond the declared keys, written back as it was.
@@ -44,6 +44,18 @@ class StoredValue:
 
 
 _OWN = frozenset({"extra", "stored_null"})
+
+
+def shown(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **api: Any) -> Any:
+    """A value's field with what the API's schema says of it beyond its type (help_text, choices,
+    absent_as: what the output writes when the stored value lacks it): the value's ...Out
+    serializer (jobs/shapes.py) gives them to the field it makes."""
+    return dataclasses.field(default=default, default_factory=factory, metadata={"api": api})
+
+
+def declared_fields(value: type[StoredValue]) -> list[dataclasses.Field]:
+    """The fields a value declares, in order: not the base's bookkeeping."""
+    return [f for f in dataclasses.fields(value) if f.name not in _OWN]
 
 
 def _read(kind: Any, value: Any) -> Any:

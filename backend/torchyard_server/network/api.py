@@ -164,7 +164,7 @@ class DistributedPlanView(APIView):
     @extend_schema(request=DistributedTrainingConfig, responses=DistributedPlanOut)
     def post(self, request):
         spec = seed_body(request)
-        execution_plan = job_preview_plan(spec=JobSpec.from_json(spec))
+        execution_plan = job_preview_plan(spec=JobSpec.from_json(spec)).to_json()
         task = plan_keep(spec=spec, owner=request.user)
         return Response({"job_id": task.pk, "task_id": task.pk, "execution_plan": execution_plan, "spec": spec})
 

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from ..checkpoints.models import CheckpointManifest
 from ..jobs.models import Job
+from ..jobs.progress import JobProgress
 from ..jobs.selectors import job_list, job_visible_or_404
 from ..rest.params import int_param
 from .serializers import JobReportOut
@@ -26,8 +27,8 @@ def _number(value: Any) -> float | None:
 
 
 def job_summary(job: Job, checkpoints: dict[str, Any] | None = None) -> dict[str, Any]:
-    progress = job.progress or {}
-    step, total = progress.get("step"), progress.get("total_steps")
+    progress = JobProgress.from_json(job.progress)
+    step, total = progress.step, progress.total_steps
     duration = None
     if job.started_at:
         duration = ((job.finished_at or timezone.now()) - job.started_at).total_seconds()
@@ -37,15 +38,15 @@ def job_summary(job: Job, checkpoints: dict[str, Any] | None = None) -> dict[str
         "status": job.status, "status_reason": job.status_reason, "attempt": job.attempt, "restarts": job.restarts,
         "world_size": job.world_size, "step": step, "total_steps": total,
         "percent": min(100.0, 100.0 * step / total) if isinstance(step, int) and isinstance(total, int) and total > 0 else None,
-        "steps_per_second": _number(progress.get("steps_per_second")),
-        "samples_per_second": _number(progress.get("samples_per_second")),
-        "throughput": _number(progress.get("throughput")),
-        "loss": _number(progress.get("loss")),
-        "eta_seconds": _number(progress.get("eta_seconds")),
+        "steps_per_second": _number(progress.steps_per_second),
+        "samples_per_second": _number(progress.samples_per_second),
+        "throughput": _number(progress.throughput),
+        "loss": _number(progress.loss),
+        "eta_seconds": _number(progress.eta_seconds),
         "created_at": job.created_at, "started_at": job.started_at, "finished_at": job.finished_at,
         "duration_seconds": duration,
         "checkpoints": checkpoints.get("count", 0), "last_checkpoint_step": checkpoints.get("last_step"),
-        "progress": progress,
+        "progress": job.progress or {},  # as stored: what the ranks reported beyond the numbers above
         "nodes": [n for n in job.nodes.all() if n.attempt == job.attempt],
     }
 

@@ -2118,7 +2118,7 @@ export interface components {
             /** @description sha256 of the job's code bundle */
             bundle: string;
             /** @description the bundle's archive bytes */
-            size: number;
+            size?: number;
         };
         JobCompressionOut: {
             enabled: boolean;
@@ -2406,6 +2406,8 @@ export interface components {
             gpus_per_node: number;
             /** @description MB per GPU */
             min_gpu_memory: number;
+            /** @description an elastic job's MIN (nodes is its MAX) */
+            min_nodes?: number;
             /** @description DistroML's form: the world size, spread by the planner */
             workers?: number;
             gpus_per_worker?: number;
@@ -2413,8 +2415,6 @@ export interface components {
             cpus_per_node?: number;
             /** @description bytes of free memory each node needs */
             memory_per_node?: number;
-            /** @description an elastic job's MIN (nodes is its MAX) */
-            min_nodes?: number;
             /** @description hot spares: extra machines held for the job */
             spares?: number;
         };
@@ -2517,8 +2517,12 @@ export interface components {
             checkpointing: components["schemas"]["JobCheckpointingOut"];
             fault_tolerance: components["schemas"]["JobFaultToleranceOut"];
             compression: components["schemas"]["JobCompressionOut"];
+            /** @description an elastic job's (resources.nodes MIN:MAX) resize settings */
+            elastic?: components["schemas"]["JobElasticOut"];
             /** @description a function job's function (torchyard.fn); absent for a script */
             function?: components["schemas"]["JobFunctionOut"];
+            /** @description shared directories the job mounts */
+            volumes?: components["schemas"]["JobVolumeOut"][];
             framework: components["schemas"]["FrameworkEnum"];
             /** @description DistroML's model name the entrypoint was chosen by */
             model?: string;
@@ -2530,10 +2534,6 @@ export interface components {
             /** @description false: never preempted (and never borrows); absent: true */
             preemptible?: boolean;
             preemption?: components["schemas"]["JobPreemptionOut"];
-            /** @description shared directories the job mounts */
-            volumes?: components["schemas"]["JobVolumeOut"][];
-            /** @description an elastic job's (resources.nodes MIN:MAX) resize settings */
-            elastic?: components["schemas"]["JobElasticOut"];
         };
         /**
          * @description * `queued` - Queued

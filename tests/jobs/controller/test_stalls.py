@@ -181,10 +181,10 @@ def test_under_recover_the_culprits_machine_is_made_suspect_once_and_planned_on_
     # Planned on last: a one-node job goes to m2 and says why not m1; a two-node job still fits on both.
     candidates = machine_candidates()
     one = plan_job(JobSpec.from_json(plan_spec()), candidates, pick_port=lambda m: 29500)
-    assert [n["machine_name"] for n in one["nodes"]] == ["m2"]
-    assert {e["machine_name"]: e["reason"] for e in one["skipped"]}["m1"] == f"suspect: {m1.suspect_reason}"
+    assert [n.machine_name for n in one.nodes] == ["m2"]
+    assert {e["machine_name"]: e["reason"] for e in one.skipped}["m1"] == f"suspect: {m1.suspect_reason}"
     two = plan_job(JobSpec.from_json(plan_spec(nodes=2)), candidates, pick_port=lambda m: 29500)
-    assert [n["machine_name"] for n in two["nodes"]] == ["m2", "m1"]
+    assert [n.machine_name for n in two.nodes] == ["m2", "m1"]
 
     # Shown in the API, one machine or all; a heartbeat within the period keeps it.
     beat = {"machine": m1.pk, "token": token1, "agent_version": "test"}
@@ -218,9 +218,9 @@ def test_a_suspect_machine_only_makes_up_an_elastic_jobs_least():
     machines = [Candidate(1, "a", "h1", "online"), Candidate(2, "b", "h2", "online"),
                 Candidate(3, "c", "h3", "online", suspect_reason="rank 0 held job #2")]
     elastic = JobSpec.from_json(plan_spec(nodes=3, min_nodes=2))
-    assert [n["machine_name"] for n in plan_job(elastic, machines, pick_port=lambda m: 1)["nodes"]] == ["a", "b"]
+    assert [n.machine_name for n in plan_job(elastic, machines, pick_port=lambda m: 1).nodes] == ["a", "b"]
     machines[1].status = "offline"
-    assert [n["machine_name"] for n in plan_job(elastic, machines, pick_port=lambda m: 1)["nodes"]] == ["a", "c"]
+    assert [n.machine_name for n in plan_job(elastic, machines, pick_port=lambda m: 1).nodes] == ["a", "c"]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -11,6 +11,7 @@ from torchyard_server.jobs import membership
 from torchyard_server.jobs import services as job_services
 from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job, JobNode
+from torchyard_server.jobs.plan import Plan
 from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
 from torchyard_server.jobs.services import _mark_lost, job_recover, job_schedule, node_report_state
 
@@ -99,7 +100,7 @@ def spec_of(nodes: int, min_nodes: int, procs: int = 1) -> dict:
             "distributed": {"backend": "auto"}, "hyperparameters": {}, "scaling": {"mode": "none"}}
 
 
-def plan(spec: dict, machines: list[Candidate]) -> dict:
+def plan(spec: dict, machines: list[Candidate]) -> Plan:
     return plan_job(JobSpec.from_json(spec), machines, pick_port=lambda m: 29500)
 
 
@@ -110,14 +111,14 @@ def cpus(*busy: int) -> list[Candidate]:
 
 def test_the_planner_places_the_most_nodes_when_they_fit():
     p = plan(spec_of(3, 2), cpus(0, 0, 0, 0))
-    assert p["nnodes"] == 3 and p["world_size"] == 3 and p["nodes_range"] == [2, 3]
+    assert p.nnodes == 3 and p.world_size == 3 and p.nodes_range == [2, 3]
 
 
 def test_the_planner_places_fewer_down_to_the_least():
     # m3 is full: two machines have room.
     p = plan(spec_of(3, 2), cpus(0, 0, 2))
-    assert p["nnodes"] == 2 and [n["machine_name"] for n in p["nodes"]] == ["m1", "m2"]
-    assert any(s["machine_name"] == "m3" and s["reason"].startswith("busy") for s in p["skipped"])
+    assert p.nnodes == 2 and [n.machine_name for n in p.nodes] == ["m1", "m2"]
+    assert any(s["machine_name"] == "m3" and s["reason"].startswith("busy") for s in p.skipped)
 
 
 def test_under_the_least_the_job_waits_saying_why():
@@ -136,8 +137,8 @@ def test_versions_that_differ_leave_an_elastic_job_the_largest_agreeing_group():
     for machine, torch in zip(machines, ["2.4.0", "2.4.0", "2.3.0"], strict=True):
         machine.torch_version, machine.python_version = torch, "3.11.9"
     p = plan(spec_of(3, 2), machines)
-    assert [n["machine_name"] for n in p["nodes"]] == ["m1", "m2"]
-    assert any(s["machine_name"] == "m3" and "versions differ" in s["reason"] for s in p["skipped"])
+    assert [n.machine_name for n in p.nodes] == ["m1", "m2"]
+    assert any(s["machine_name"] == "m3" and "versions differ" in s["reason"] for s in p.skipped)
 
 
 # --- shrink and grow through the controller -------------------------------------------------------
@@ -274,7 +275,7 @@ def test_a_template_put_on_one_machine_is_no_longer_a_range():
     one = on_one_machine(spec_of(3, 2, procs=2), "m1")
     assert one["resources"]["nodes"] == 1 and one["resources"]["procs_per_node"] == 6
     assert "min_nodes" not in one["resources"]
-    assert plan(one, cpus(0, 0))["nnodes"] == 1
+    assert plan(one, cpus(0, 0)).nnodes == 1
 
 
 def test_an_elastic_job_short_of_its_least_machines_waits_queued_until_they_join(

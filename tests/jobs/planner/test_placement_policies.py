@@ -8,6 +8,7 @@ import pytest
 from factories import bring_online
 from torchyard_server.jobs import policies
 from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.plan import Plan
 from torchyard_server.jobs.planner import Candidate, plan_job
 
 
@@ -23,13 +24,13 @@ def spec(policy: str, **resources) -> dict:
     return base
 
 
-def plan(s: dict, machines: list[Candidate]) -> dict:
+def plan(s: dict, machines: list[Candidate]) -> Plan:
     return plan_job(JobSpec.from_json(s), machines, pick_port=lambda m: 29500)
 
 
 def chosen(policy: str, machines: list[Candidate], **resources) -> tuple[str, list[int]]:
-    node = plan(spec(policy, **resources), machines)["nodes"][0]
-    return node["machine_name"], node["gpus"]
+    node = plan(spec(policy, **resources), machines).nodes[0]
+    return node.machine_name, node.gpus
 
 
 # --- simple: least resource waste -----------------------------------------------------------------
@@ -110,20 +111,20 @@ def test_a_policy_installed_by_an_entry_point_is_found_by_its_name():
                 Candidate(2, "b", "h2", "online", gpus=gpus(24_576, 24_576)),
                 Candidate(3, "c", "h3", "online", gpus=gpus(24_576, 24_576), labels={"avoid": "yes"})]
     p = plan(spec("reverse-name", gpus_per_node=1), machines)
-    assert [(n["machine_name"], n["gpus"]) for n in p["nodes"]] == [("b", [1])]
-    assert {s["machine_name"]: s["reason"] for s in p["skipped"]}["c"] == "left out by placement policy reverse-name"
+    assert [(n.machine_name, n.gpus) for n in p.nodes] == [("b", [1])]
+    assert {s["machine_name"]: s["reason"] for s in p.skipped}["c"] == "left out by placement policy reverse-name"
 
 
 def test_a_policy_that_fails_is_replaced_by_the_default_and_the_plan_says_so():
     machines = [Candidate(1, "big", "h1", "online", gpus=gpus(24_576, 24_576, 24_576)),
                 Candidate(2, "small", "h2", "online", gpus=gpus(24_576))]
     p = plan(spec("always-fails", gpus_per_node=1), machines)
-    assert p["nodes"][0]["machine_name"] == "small"  # pack's choice
-    assert p["warnings"] == ["placement policy always-fails failed (RuntimeError): placed by pack"]
+    assert p.nodes[0].machine_name == "small"  # pack's choice
+    assert p.warnings == ["placement policy always-fails failed (RuntimeError): placed by pack"]
     # A job queued with a policy that is no longer installed is placed by the default, not never.
     p = plan(spec("uninstalled", gpus_per_node=1), machines)
-    assert p["nodes"][0]["machine_name"] == "small"
-    assert p["warnings"] == ["placement policy uninstalled is not installed on this server: placed by pack"]
+    assert p.nodes[0].machine_name == "small"
+    assert p.warnings == ["placement policy uninstalled is not installed on this server: placed by pack"]
 
 
 # --- through the API ------------------------------------------------------------------------------

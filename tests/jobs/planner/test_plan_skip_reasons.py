@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from factories import bring_online
 from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.plan import Plan
 from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
 from torchyard_server.machines.models import Machine
 from torchyard_server.machines.services import machine_mark_suspect, machine_update
@@ -23,7 +24,7 @@ def spec(**resources) -> dict:
     return base
 
 
-def plan(s: dict, machines: list[Candidate]) -> dict:
+def plan(s: dict, machines: list[Candidate]) -> Plan:
     return plan_job(JobSpec.from_json(s), machines, pick_port=lambda m: 29500)
 
 
@@ -45,8 +46,8 @@ def test_every_machine_not_chosen_is_named_with_why():
                                                               {"index": 3, "name": "GPU", "memory_mb": 8_000}]),
     ]
     p = plan(spec(gpus_per_node=4, procs_per_node=4, min_gpu_memory=20 * 1000), machines)
-    assert [n["machine_name"] for n in p["nodes"]] == ["chosen"]
-    assert reasons(p["skipped"]) == {
+    assert [n.machine_name for n in p.nodes] == ["chosen"]
+    assert reasons(p.skipped) == {
         "down": "offline",
         "drained": "draining",
         "lost-a-node": "suspect",
@@ -57,16 +58,16 @@ def test_every_machine_not_chosen_is_named_with_why():
         "mixed": "2 GPUs of 20 GB or more, 4 asked",
     }
     # Sorted by name, each with its id.
-    assert [e["machine_name"] for e in p["skipped"]] == sorted(reasons(p["skipped"]))
-    assert {e["machine_name"]: e["machine_id"] for e in p["skipped"]}["down"] == 2
+    assert [e["machine_name"] for e in p.skipped] == sorted(reasons(p.skipped))
+    assert {e["machine_name"]: e["machine_id"] for e in p.skipped}["down"] == 2
 
 
 def test_memory_is_said_as_a_user_writes_it_in_either_unit():
     small = [Candidate(1, "small", "h1", "online", gpus=gpus(1, 16_000)), Candidate(2, "big", "h2", "online", gpus=gpus(1, 81_920))]
     for asked in (40_960, 40_000):
         p = plan(spec(gpus_per_node=1, min_gpu_memory=asked), small)
-        assert reasons(p["skipped"]) == {"small": "less than 40 GB per GPU"}
-    assert reasons(plan(spec(gpus_per_node=1, min_gpu_memory=20_500), small)["skipped"]) == {
+        assert reasons(p.skipped) == {"small": "less than 40 GB per GPU"}
+    assert reasons(plan(spec(gpus_per_node=1, min_gpu_memory=20_500), small).skipped) == {
         "small": "less than 20500 MB per GPU"}
 
 
@@ -75,9 +76,9 @@ def test_a_busy_cpu_machine_says_how_busy_and_a_machine_left_over_is_not_needed(
                 Candidate(2, "idle-a", "h2", "online", cpu_count=8),
                 Candidate(3, "idle-b", "h3", "online", cpu_count=8)]
     p = plan(spec(procs_per_node=2), machines)
-    chosen = p["nodes"][0]["machine_name"]
+    chosen = p.nodes[0].machine_name
     spare = ({"idle-a", "idle-b"} - {chosen}).pop()
-    assert reasons(p["skipped"]) == {"full": "busy: 4 processes of 4 cores, 2 more asked",
+    assert reasons(p.skipped) == {"full": "busy: 4 processes of 4 cores, 2 more asked",
                                      spare: "not needed: the job's 1 node went to machines before it"}
 
 
@@ -85,15 +86,15 @@ def test_machines_whose_versions_differ_from_the_chosen_ones_say_so():
     machines = [Candidate(i, name, f"h{i}", "online", cpu_count=8, torch_version=torch, python_version="3.11.7")
                 for i, (name, torch) in enumerate([("a", "2.13.0"), ("b", "2.13.0"), ("old", "2.4.1")], start=1)]
     p = plan(spec(nodes=2), machines)
-    assert sorted(n["machine_name"] for n in p["nodes"]) == ["a", "b"]
-    assert reasons(p["skipped"]) == {"old": "versions differ: torch 2.4.1 on Python 3.11.7"}
+    assert sorted(n.machine_name for n in p.nodes) == ["a", "b"]
+    assert reasons(p.skipped) == {"old": "versions differ: torch 2.4.1 on Python 3.11.7"}
 
 
 def test_manual_placement_names_the_machines_it_left_out():
     machines = [Candidate(1, "a", "h1", "online", cpu_count=4), Candidate(2, "b", "h2", "online", cpu_count=4)]
     s = spec()
     s["placement"]["machines"] = ["b"]
-    assert reasons(plan(s, machines)["skipped"]) == {"a": "not in the job's placement"}
+    assert reasons(plan(s, machines).skipped) == {"a": "not in the job's placement"}
 
 
 def test_a_refused_plan_says_why_for_every_machine_and_a_waiting_one_says_it_in_its_reason():

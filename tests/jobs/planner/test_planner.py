@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 from factories import bring_online
 from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.plan import Plan
 from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
 
 
@@ -26,12 +27,12 @@ def spec(**resources) -> dict:
     return base
 
 
-def plan(s: dict, machines: list[Candidate]) -> dict:
+def plan(s: dict, machines: list[Candidate]) -> Plan:
     return plan_job(JobSpec.from_json(s), machines, pick_port=lambda m: 29500)
 
 
 def names(p: dict) -> list[str]:
-    return [n["machine_name"] for n in p["nodes"]]
+    return [n.machine_name for n in p.nodes]
 
 
 def test_pack_is_least_waste_the_machine_that_fits_most_tightly():
@@ -67,7 +68,7 @@ def test_manual_placement_keeps_the_users_order_and_names_unknown_machines():
     s = spec(nodes=2)
     s["placement"]["machines"] = ["b", "a"]
     p = plan(s, machines)
-    assert names(p) == ["b", "a"] and p["master_addr"] == "h2"
+    assert names(p) == ["b", "a"] and p.master_addr == "h2"
     s["placement"]["machines"] = ["b", "nope"]
     with pytest.raises(PlanError) as refused:
         plan(s, machines)
@@ -78,8 +79,8 @@ def test_distroml_workers_with_gpus_per_worker_get_that_many_gpus_each():
     # 4 workers x 1 GPU on two 2-GPU machines: 2 nodes x 2 processes with 2 GPUs each.
     machines = [Candidate(1, "a", "h1", "online", gpus=gpus(2)), Candidate(2, "b", "h2", "online", gpus=gpus(2))]
     p = plan(spec(workers=4, gpus_per_worker=1), machines)
-    assert (p["nnodes"], p["procs_per_node"], p["backend"]) == (2, 2, "nccl")
-    assert [n["gpus"] for n in p["nodes"]] == [[0, 1], [0, 1]]
+    assert (p.nnodes, p.procs_per_node, p.backend) == (2, 2, "nccl")
+    assert [n.gpus for n in p.nodes] == [[0, 1], [0, 1]]
 
 
 def test_a_cpu_machine_takes_no_more_processes_than_cores_once_busy_unless_the_job_allows_it():
@@ -92,7 +93,7 @@ def test_a_cpu_machine_takes_no_more_processes_than_cores_once_busy_unless_the_j
     assert names(plan(allowed, busy)) == ["two-cores"]
     # An idle machine takes one node of any size (with a warning), as before.
     idle = [Candidate(1, "two-cores", "h1", "online", cpu_count=2)]
-    assert plan(spec(procs_per_node=4), idle)["warnings"] == ["two-cores has 2 CPUs for 4 processes"]
+    assert plan(spec(procs_per_node=4), idle).warnings == ["two-cores has 2 CPUs for 4 processes"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -135,8 +136,8 @@ def test_it_picks_machines_whose_torch_and_python_agree_and_shows_them():
     machines = [versioned(1, "old", "2.4.1"), versioned(2, "a", "2.13.0"), versioned(3, "b", "2.13.0", "3.11.2")]
     p = plan(spec(nodes=2), machines)
     assert sorted(names(p)) == ["a", "b"]
-    assert p["preflight"]["versions"] == {"a": "torch 2.13.0 on Python 3.11.7", "b": "torch 2.13.0 on Python 3.11.2"}
-    assert p["preflight"]["master"] == f"{p['master_addr']}:29500"
+    assert p.preflight["versions"] == {"a": "torch 2.13.0 on Python 3.11.7", "b": "torch 2.13.0 on Python 3.11.2"}
+    assert p.preflight["master"] == f"{p.master_addr}:29500"
 
 
 def test_machines_that_do_not_say_their_versions_go_with_any():

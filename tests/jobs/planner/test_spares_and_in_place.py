@@ -19,8 +19,8 @@ def test_spares_are_held_beside_the_nodes_and_the_job_waits_without_them():
     s = spec(nodes=2, gpus_per_node=2, procs_per_node=2, spares=1)
     placed = plan(s, machines(3))
     assert names(placed) == ["m1", "m2"]
-    assert [(x["machine_name"], x["gpus"]) for x in placed["spares"]] == [("m3", [0, 1])]
-    assert next(x for x in placed["skipped"] if x["machine_name"] == "m3")["reason"] == "held as a hot spare of the job"
+    assert [(x.machine_name, x.gpus) for x in placed.spares] == [("m3", [0, 1])]
+    assert next(x for x in placed.skipped if x["machine_name"] == "m3")["reason"] == "held as a hot spare of the job"
     # Two machines could hold the nodes but not the spare: refused as capacity (submission says so).
     with pytest.raises(PlanError) as refused:
         plan(s, machines(2))
@@ -34,7 +34,7 @@ def test_spares_are_held_beside_the_nodes_and_the_job_waits_without_them():
     # A suspect machine is never a spare.
     suspect = machines(4)
     suspect[2].suspect_reason = "stalled job 7"
-    assert [x["machine_name"] for x in plan(s, suspect)["spares"]] == ["m4"]
+    assert [x.machine_name for x in plan(s, suspect).spares] == ["m4"]
 
 
 def test_a_recovery_stays_in_place_or_moves_only_the_lost_node_onto_a_spare():
@@ -46,22 +46,22 @@ def test_a_recovery_stays_in_place_or_moves_only_the_lost_node_onto_a_spare():
 
     same, how = again(machines(3))
     assert how == "in place on the same machines"
-    assert [(n["machine_name"], n["rank_start"]) for n in same["nodes"]] == [("m1", 0), ("m2", 2)]
-    assert same["master_port"] == 29600 and [x["machine_name"] for x in same["spares"]] == ["m3"]
+    assert [(n.machine_name, n.rank_start) for n in same.nodes] == [("m1", 0), ("m2", 2)]
+    assert same.master_port == 29600 and [x.machine_name for x in same.spares] == ["m3"]
 
     lost = machines(3)
     lost[1].status, lost[1].suspect = "offline", True  # m2's node was lost there
     moved, how = again(lost)
     assert how == "hot spare m3 takes node 1's place (m2 lost)"
-    assert [(n["node_rank"], n["machine_name"], n["host"], n["rank_start"]) for n in moved["nodes"]] == [
+    assert [(n.node_rank, n.machine_name, n.host, n.rank_start) for n in moved.nodes] == [
         (0, "m1", "10.0.0.1", 0), (1, "m3", "10.0.0.3", 2)]
-    assert moved["spares"] == [] and moved["world_size"] == first["world_size"]
+    assert moved.spares == [] and moved.world_size == first.world_size
 
     # Node 0's machine lost: the spare becomes the master.
     master_lost = machines(3)
     master_lost[0].status, master_lost[0].suspect = "offline", True
     moved, _ = again(master_lost)
-    assert moved["master_addr"] == "10.0.0.3" and moved["preflight"]["master"] == "10.0.0.3:29600"
+    assert moved.master_addr == "10.0.0.3" and moved.preflight["master"] == "10.0.0.3:29600"
 
     # Two machines lost, one spare: no plan in place (the caller plans anew).
     two_lost = machines(3)
@@ -78,7 +78,7 @@ def test_no_spares_means_a_lost_machine_is_planned_anew_and_elastic_jobs_never_i
     s = spec(nodes=2, procs_per_node=1)
     cpu = [Candidate(i, f"c{i}", f"h{i}", "online", cpu_count=4) for i in (1, 2, 3)]
     first = plan_job(JobSpec.from_json(s), cpu, pick_port=lambda m: 1)
-    assert first["spares"] == []
+    assert first.spares == []
     cpu[1].status = "offline"
     assert plan_in_place(JobSpec.from_json(s), first, cpu, pick_port=lambda m: 2) is None
     elastic = JobSpec.from_json(spec(nodes=3, min_nodes=2, procs_per_node=1))

@@ -11,7 +11,7 @@ from clients import signed_in
 from factories import bring_online
 from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job
-from torchyard_server.jobs.plan import Plan
+from torchyard_server.jobs.plan import Plan, PlanVolume
 from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
 from torchyard_server.jobs.services import _launch_payload
 from torchyard_server.machines.models import Machine
@@ -104,12 +104,12 @@ def test_the_planner_places_only_where_every_volume_is_and_says_why_not():
     ]
     plan = plan_job(spec([{"name": "shared-data", "mount_path": "data", "access_mode": "ReadWriteMany"}]),
                     machines, pick_port=lambda m: 29500)
-    assert {n["machine_name"] for n in plan["nodes"]} == {"a", "b"}
-    by_machine = {n["machine_name"]: n["volumes"] for n in plan["nodes"]}
-    assert by_machine["a"] == [{"name": "shared-data", "path": "/mnt/a", "mount_path": "data",
-                                "access_mode": "ReadWriteMany"}]
-    assert by_machine["b"][0]["path"] == "/mnt/b"
-    assert reasons(plan["skipped"]) == {
+    assert {n.machine_name for n in plan.nodes} == {"a", "b"}
+    by_machine = {n.machine_name: n.volumes for n in plan.nodes}
+    assert by_machine["a"] == [PlanVolume(name="shared-data", path="/mnt/a", mount_path="data",
+                                          access_mode="ReadWriteMany")]
+    assert by_machine["b"][0].path == "/mnt/b"
+    assert reasons(plan.skipped) == {
         "c": "no volume shared-data",
         "d": "volume shared-data missing on the machine (/mnt/d does not exist)",
     }
@@ -126,7 +126,7 @@ def test_a_job_no_machine_can_give_its_volume_is_refused_as_capacity():
 
 def test_plans_without_volumes_are_unchanged():
     plan = plan_job(spec([], nodes=1), [candidate(1, "a")], pick_port=lambda m: 29500)
-    assert "volumes" not in plan["nodes"][0]
+    assert plan.nodes[0].volumes is None and "volumes" not in plan.to_json()["nodes"][0]
 
 
 def test_the_api_refuses_at_plan_and_submit_time_naming_each_machine(api):
