@@ -182,20 +182,25 @@ def main() -> int:
         print(f"\nbundle: {written / 1e6:.0f} MB mixed directory, {args.rounds} rounds (medians), "
               f"{os.cpu_count()} cores; archive {med['archive_mb']:.0f} MB")
         width = 50
-        print(f"{'step':<{width}}{'seconds':>10}{'ratio':>8}")
-        print("-" * (width + 18))
-        print(f"{'baseline: tar -cf + cp + tar -xf':<{width}}{base_s:>10.2f}")
+
+        def spread(values: list[float]) -> str:  # a shared machine: how far the rounds lie apart
+            return f"{min(values):>8.2f}-{max(values):.2f}"
+
+        print(f"{'step':<{width}}{'seconds':>10}{'ratio':>8}{'rounds, min-max':>18}")
+        print("-" * (width + 36))
+        print(f"{'baseline: tar -cf + cp + tar -xf':<{width}}{base_s:>10.2f}{'':>8}{spread([b for b, _ in rows])}")
         for key, label in (("pack", "torchyard pack (client)"), ("upload", "torchyard upload (server hashes, checks)"),
                            ("fetch+unpack", "torchyard fetch + unpack on the node, streamed"),
                            ("received", "  of which: the download's last byte after"),
                            ("workdir", "torchyard working directory from the cache")):
-            print(f"{label:<{width}}{med[key]:>10.2f}")
+            print(f"{label:<{width}}{med[key]:>10.2f}{'':>8}{spread([m[key] for _, m in rows])}")
         for key, label in (("to cache", "torchyard total, to the node's cache"),
                            ("to workdir", "torchyard total, to a working directory")):
-            print(f"{label:<{width}}{med[key]:>10.2f}{med[key] / base_s:>8.2f}")
+            ratios = [m[key] / b for b, m in rows]
+            print(f"{label:<{width}}{med[key]:>10.2f}{med[key] / base_s:>8.2f}{spread(ratios)} (ratio)")
         print(f"{'second node: cache hit, verified by stat':<{width}}{med['hit']:>10.3f}")
         print(f"{'unchanged re-submit (pack + HEAD)':<{width}}{med['unchanged']:>10.2f}")
-        print("-" * (width + 18))
+        print("-" * (width + 36))
         ratio = med["to cache"] / base_s
         verdict = "ok" if ratio <= TARGET_RATIO else "MISSED"
         print(f"{'ratio torchyard / baseline (to the cache)':<{width}}{ratio:>10.2f}   target <= {TARGET_RATIO}  {verdict}")

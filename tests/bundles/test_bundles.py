@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import random
 import tarfile
 
 import pytest
@@ -146,3 +147,24 @@ def test_a_signed_grant_lets_one_machine_warm_its_cache_with_one_bundle(api, ano
     for grant in (bundle_grant(sha256=sha256, machine_id=other.pk), bundle_grant(sha256="0" * 64, machine_id=machine.pk),
                   "forged:grant"):
         assert anonymous.get(url, HTTP_X_TORCHYARD_GRANT=grant, **headers).status_code == 404
+
+
+def test_a_hostile_body_sent_under_another_sha256_is_refused_for_its_hash(api, store):
+    # The upload is hashed and checked in one pass; the hash still speaks first: a body that is not
+    # the one named is refused as such, whatever its members.
+    response = put(api, archive({"../evil.py": b"x"}), sha256="0" * 64)
+    assert response.status_code == 400 and "hashes to" in response.json()["bundle"][0]
+    assert not list((store / "bundles").glob("*"))
+
+
+def test_a_body_past_the_limit_is_refused_while_it_is_read_and_nothing_is_kept(owner, store, settings):
+    # The view refuses a Content-Length over the limit; the stream itself is counted too.
+    from torchyard.bundles import BundleError
+    from torchyard_server.bundles.models import Bundle
+    from torchyard_server.bundles.services import bundle_store
+
+    body = archive({"weights.bin": random.Random(7).randbytes(1 << 20)})  # incompressible
+    settings.BUNDLE_MAX_BYTES = len(body) // 2
+    with pytest.raises(BundleError, match="larger than the limit"):
+        bundle_store(sha256=hashlib.sha256(body).hexdigest(), stream=io.BytesIO(body), owner=owner)
+    assert not list((store / "bundles").glob("*")) and not Bundle.objects.exists()

@@ -185,21 +185,50 @@ def _link_inside(root: Path, link: Path, rel: str) -> str:
     return os.path.relpath(target, link.parent.resolve()).replace(os.sep, "/")
 
 
+_QUEUED_WRITES = 8  # compressed megabytes the packing may run ahead of the hashing
+
+
 class _HashingWriter(io.RawIOBase):
+    """The compressor's output, hashed and written to the archive file by a thread of its own: sha256
+    and the file's writes release the GIL, so they run beside the packing thread (which reads files
+    and feeds zstd) instead of after it, in the order the compressor wrote. `finish()` waits for the
+    last write and raises the thread's failure, if any."""
+
     def __init__(self, raw: IO[bytes]) -> None:
         self.raw = raw
         self.digest = hashlib.sha256()
         self.size = 0
+        self.failed: list[BaseException] = []
+        self.pending: queue.Queue[bytes | None] = queue.Queue(maxsize=_QUEUED_WRITES)
+        self.thread = threading.Thread(target=self._drain, name="bundle-hasher", daemon=True)
+        self.thread.start()
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
-        view = memoryview(data)
-        self.digest.update(view)
-        self.raw.write(view)
-        self.size += len(view)
-        return len(view)
+        if self.failed:
+            raise self.failed[0]
+        data = bytes(data)  # the compressor's own bytes (no copy); a caller's buffer may be reused
+        self.pending.put(data)
+        self.size += len(data)
+        return len(data)
+
+    def _drain(self) -> None:
+        while (data := self.pending.get()) is not None:
+            if self.failed:
+                continue
+            try:
+                self.digest.update(data)
+                self.raw.write(data)
+            except BaseException as exc:
+                self.failed.append(exc)
+
+    def finish(self) -> None:
+        self.pending.put(None)
+        self.thread.join()
+        if self.failed:
+            raise self.failed[0]
 
 
 def _tarinfo(name: str, *, size: int = 0, executable: bool = False, link: str | None = None) -> tarfile.TarInfo:
@@ -285,16 +314,19 @@ def pack_directory(source: Path, dest: Path, *, max_unpacked_bytes: int | None =
                      key=lambda entry: entry[0])
     with open(dest, "wb") as raw:
         hashing = _HashingWriter(raw)
-        compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=ZSTD_THREADS, write_checksum=True)
-        with compressor.stream_writer(hashing, closefd=False) as compressed:  # type: ignore[arg-type]
-            tar = _TarWriter(compressed)
-            for rel, info, target in entries:
-                if info is None:
-                    tar.add(_tarinfo(rel, link=target))
-                    continue
-                executable = bool(info.st_mode & stat.S_IXUSR)
-                tar.add(_tarinfo(rel, size=info.st_size, executable=executable), os.path.join(source, rel))
-            tar.close()
+        try:
+            compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=ZSTD_THREADS, write_checksum=True)
+            with compressor.stream_writer(hashing, write_size=_CHUNK, closefd=False) as compressed:  # type: ignore[arg-type]
+                tar = _TarWriter(compressed)
+                for rel, info, target in entries:
+                    if info is None:
+                        tar.add(_tarinfo(rel, link=target))
+                        continue
+                    executable = bool(info.st_mode & stat.S_IXUSR)
+                    tar.add(_tarinfo(rel, size=info.st_size, executable=executable), os.path.join(source, rel))
+                tar.close()
+        finally:
+            hashing.finish()
     return PackedBundle(
         path=Path(dest), sha256=hashing.digest.hexdigest(), size=hashing.size, unpacked_size=total,
         files=[rel for rel, _ in files] + list(links),

@@ -1,5 +1,5 @@
-"""Storing uploaded code bundles: spooled, hashed, checked member by member, then kept in the store
-under their sha256. Nothing of a refused upload is kept."""
+"""Storing uploaded code bundles: spooled, hashed and checked member by member in one pass, then kept
+in the store under their sha256. Nothing of a refused upload is kept."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import IO
 
@@ -14,7 +15,7 @@ from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import FileSystemStorage, Storage
 from django.db import transaction
-from torchyard.bundles import BundleError, inspect_archive, size_text
+from torchyard.bundles import BundleError, BundleInfo, BundleReadError, inspect_archive, size_text
 
 from ..audit import services as audit
 from ..core.stores import storage_at, store_url
@@ -43,22 +44,66 @@ def bundle_for_user(*, sha256: str, user) -> Bundle | None:
     return bundles.first()
 
 
-def _spool(stream: IO[bytes], directory: str | None, limit: int) -> tuple[Path, str, int]:
-    """Copy the request body to a temporary file, hashing it; BundleError past `limit` bytes."""
-    digest, size = hashlib.sha256(), 0
+class _Spooling:
+    """The request body as inspect_archive reads it: every byte hashed, counted against the limit and
+    written to the spool file on its way past, so an upload is read once, not spooled then re-read."""
+
+    def __init__(self, stream: IO[bytes], out: IO[bytes], limit: int) -> None:
+        self.stream = stream
+        self.out = out
+        self.limit = limit
+        self.digest = hashlib.sha256()
+        self.size = 0
+        # The archive reader's thread reads, then this one drains: a read it left in flight when it
+        # stopped must not interleave with the drain's.
+        self.reading = threading.Lock()
+
+    def read(self, size: int = -1) -> bytes:
+        with self.reading:
+            data = self.stream.read(size if size > 0 else CHUNK)
+            if data:
+                self.size += len(data)
+                if self.size > self.limit:
+                    raise BundleError(f"the archive is larger than the limit of {size_text(self.limit)}")
+                self.digest.update(data)
+                self.out.write(data)
+            return data
+
+    def drain(self) -> str:
+        """Read what the archive reader left (nothing, once it read a whole archive); the sha256."""
+        while self.read(CHUNK):
+            pass
+        return self.digest.hexdigest()
+
+
+def _spool_and_inspect(stream: IO[bytes], sha256: str, directory: str | None) -> tuple[Path, BundleInfo, int]:
+    """Copy the request body to a temporary file while it is hashed and checked member by member, in
+    one pass; BundleError (the hash's before the members': a body that is not the one named is
+    refused as such) and nothing left of the file unless the upload is sound."""
     fd, name = tempfile.mkstemp(prefix=".upload-", suffix=".tar.zst", dir=directory)
     try:
         with os.fdopen(fd, "wb") as out:
-            while chunk := stream.read(CHUNK):
-                size += len(chunk)
-                if size > limit:
-                    raise BundleError(f"the archive is larger than the limit of {size_text(limit)}")
-                digest.update(chunk)
-                out.write(chunk)
+            spool = _Spooling(stream, out, settings.BUNDLE_MAX_BYTES)
+            try:
+                info = inspect_archive(spool, max_unpacked_bytes=settings.BUNDLE_MAX_BYTES)
+            except BundleReadError as exc:
+                if isinstance(exc.__cause__, BundleError):  # the limit, raised while the reader read
+                    raise exc.__cause__ from None
+                raise
+            except BundleError:
+                if spool.drain() != sha256:
+                    raise _mismatch(spool.digest.hexdigest(), sha256) from None
+                raise
+            if (digest := spool.drain()) != sha256:
+                raise _mismatch(digest, sha256)
     except BaseException:
         os.unlink(name)
         raise
-    return Path(name), digest.hexdigest(), size
+    return Path(name), info, spool.size
+
+
+def _mismatch(digest: str, sha256: str) -> BundleError:
+    return BundleError(f"the upload hashes to {digest}, not to the {sha256} it was sent as")
 
 
 def bundle_store(*, sha256: str, stream: IO[bytes], owner) -> tuple[Bundle, bool]:
@@ -69,12 +114,8 @@ def bundle_store(*, sha256: str, stream: IO[bytes], owner) -> tuple[Bundle, bool
         # Spool beside the final place so keeping it is a rename, not a second copy.
         local_dir = storage.location
         os.makedirs(local_dir, exist_ok=True)
-    path, digest, size = _spool(stream, local_dir, settings.BUNDLE_MAX_BYTES)
+    path, info, size = _spool_and_inspect(stream, sha256, local_dir)
     try:
-        if digest != sha256:
-            raise BundleError(f"the upload hashes to {digest}, not to the {sha256} it was sent as")
-        with open(path, "rb") as handle:
-            info = inspect_archive(handle, max_unpacked_bytes=settings.BUNDLE_MAX_BYTES)
         name = f"{sha256}.tar.zst"
         if not storage.exists(name):
             if local_dir is not None:
