@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import sys
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 from torch.distributed.checkpoint.planner import LoadItemType, ReadItem
@@ -94,7 +94,8 @@ def _saved_item(stream, mapped: mmap.mmap, info: Any, req: ReadItem) -> _Saved |
     """The item's saved tensor in the mapping; None when this path does not cover it."""
     if req.type == LoadItemType.BYTE_IO or info.transform_descriptors:
         return None
-    meta = torch.load(_create_file_view(stream, info.offset, info.length), map_location="meta", weights_only=True)
+    item = cast(IO[bytes], _create_file_view(stream, info.offset, info.length))
+    meta = torch.load(item, map_location="meta", weights_only=True)
     if not isinstance(meta, torch.Tensor) or meta.layout != torch.strided or meta.is_quantized:
         return None
     storage = meta.untyped_storage()
