@@ -56,6 +56,7 @@ api = [
     path("api/projects/<str:name>/members/<str:username>", projects.ProjectMemberView.as_view()),
     path("api/recipes", jobs.RecipeListView.as_view()),
     path("api/plugins", plugins.PluginListView.as_view()),
+    path("api/plugins/<str:project>/<str:name>", plugins.PluginDetailView.as_view()),
     path("api/placement-policies", policies_api.PlacementPolicyListView.as_view()),
     path("api/jobs", jobs.JobListView.as_view()),
     path("api/queue", queue_api.QueueView.as_view()),

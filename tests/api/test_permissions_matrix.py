@@ -24,6 +24,7 @@ from torchyard_server.checkpoints.models import CheckpointManifest
 from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.jobs.spec import JobSpecSerializer
 from torchyard_server.machines.services import machine_create, machine_delete
+from torchyard_server.plugins.models import Plugin
 from torchyard_server.projects.models import Membership, Project
 from torchyard_server.templates.models import JobTemplate
 
@@ -135,6 +136,7 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/projects/<str:name>/members/<str:username>": project_admin,
     "api/recipes": everyone_signed_in,
     "api/plugins": {"get": everyone_signed_in, "post": submit},
+    "api/plugins/<str:project>/<str:name>": {"get": job_read, "delete": job_control},
     "api/placement-policies": everyone_signed_in,
     "api/cluster/workers": everyone_signed_in,
     "api/cluster/resources": everyone_signed_in,
@@ -306,6 +308,7 @@ def world(settings, tmp_path, django_user_model):
     template = JobTemplate.objects.create(name="labs", spec=saved.validated_data, owner=users["admin"], project=lab)
     bundle = Bundle.objects.create(sha256="a" * 64, size=1, unpacked_size=1)
     bundle.owners.set(users.values())  # bundles stay per uploader: every user here uploaded this one
+    Plugin.objects.create(name="lab", project=lab, version="1", entrypoint="main.py", bundle=bundle, owner=users["admin"])
     api_token, _ = api_token_create(user=users["staff"], name="sid's laptop", expires_in=None)
     return {"users": users, "job": job, "api_token": api_token, "machine": machine, "token": token, "revoked": revoked,
             "checkpoint": checkpoint, "artifact": job.artifacts.get(), "bundle": bundle,
@@ -327,7 +330,7 @@ def url_for(route: str, world) -> str:
     values = {
         "job_id": world["job"].pk, "machine_id": world["machine"].pk, "checkpoint_id": world["checkpoint"].pk,
         "artifact_id": world["artifact"].pk, "path": "w.bin", "key": "model.txt", "sha256": "a" * 64,
-        "name": "gpu-a" if "by-name" in route else "lab", "username": "vic",
+        "name": "gpu-a" if "by-name" in route else "lab", "username": "vic", "project": "lab",
         "token_id": world["api_token"].pk, "task_id": world["template"].pk, "run_id": f"{world['job'].pk}.0",
         "rank": 0,
     }

@@ -127,3 +127,14 @@ def test_a_plugin_run_that_loses_a_rank_recovers_and_then_stops_leaving_nothing(
     assert stopped.status_code == 200, stopped.text
     assert pg_stack.wait_job(job_id, FINAL, timeout=60)["status"] == "stopped"
     assert pg_stack.wait_no_job_processes(job_id) == []
+
+
+def test_plugin_rm_removes_it_and_a_plan_naming_it_is_refused_after(pg_stack, plugin, tmp_path):
+    # The module's last test: the others run the plugin.
+    removed = run_cli(pg_stack, "plugin", "rm", plugin, cwd=tmp_path)
+    assert removed.returncode == 0 and f"plugin {plugin} of project default removed" in removed.stdout, removed.stderr
+    again = run_cli(pg_stack, "plugin", "rm", plugin, cwd=tmp_path)
+    assert again.returncode == 2 and f"no registered plugin named {plugin!r}" in again.stderr
+    planned = pg_stack.api("POST", "/api/network/distributed/plan",
+                           json={"plugin_name": plugin, "resource_requirements": {"num_machines": 2}})
+    assert planned.status_code == 400 and f"unknown plugin {plugin!r}" in planned.json()["plugin_name"][0]

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from clients import signed_in
 from torchyard.bundles import pack_directory
+from torchyard_server.audit.models import AuditEntry
+from torchyard_server.bundles.models import Bundle
 from torchyard_server.jobs.models import Job
 from torchyard_server.plugins.models import Plugin
 from torchyard_server.projects.models import Project
@@ -67,6 +69,35 @@ def test_a_pushed_plugin_is_listed_beside_the_built_in_ones_and_a_new_version_re
     again = api.post("/api/plugins", manifest(bundle, version="1.3.0"), format="json")
     assert again.status_code == 200 and again.json()["version"] == "1.3.0"
     assert Plugin.objects.count() == 1
+
+
+def test_a_plugin_is_shown_and_removed_by_name_and_both_pushes_and_the_removal_are_audited(
+        api, owner, bundle, django_user_model):
+    lab = Project.objects.create(name="lab")
+    lab.memberships.create(user=owner, role="member")
+    assert api.post("/api/plugins", manifest(bundle, project="lab"), format="json").status_code == 201
+    assert api.post("/api/plugins", manifest(bundle, project="lab", version="1.3.0"), format="json").status_code == 200
+    shown = api.get("/api/plugins/lab/llama_trainer")
+    assert shown.status_code == 200 and shown.json()["version"] == "1.3.0" and set(shown.json()) == PLUGIN_FIELDS
+
+    # Another member may see it but not remove it; outside the project it is not found.
+    mia, oz = django_user_model.objects.create_user("mia"), django_user_model.objects.create_user("oz")
+    lab.memberships.create(user=mia, role="member")
+    assert signed_in(mia).get("/api/plugins/lab/llama_trainer").status_code == 200
+    assert signed_in(mia).delete("/api/plugins/lab/llama_trainer").status_code == 403
+    assert signed_in(oz).get("/api/plugins/lab/llama_trainer").status_code == 404
+    assert signed_in(oz).delete("/api/plugins/lab/llama_trainer").status_code == 404
+    assert api.get("/api/plugins/lab/nothing_here").status_code == 404
+
+    assert api.delete("/api/plugins/lab/llama_trainer").status_code == 204
+    assert not Plugin.objects.exists() and api.get("/api/plugins/lab/llama_trainer").status_code == 404
+    # Its code stays: jobs that ran it keep their bundle.
+    assert Bundle.objects.filter(sha256=bundle).exists()
+
+    entries = [(e.action, e.detail.get("version"), e.detail.get("replaced_version"), e.actor_label, e.project.name)
+               for e in AuditEntry.objects.filter(target_type="plugin").order_by("id")]
+    assert entries == [("plugin.push", "1.2.0", None, "alice", "lab"), ("plugin.push", "1.3.0", "1.2.0", "alice", "lab"),
+                       ("plugin.delete", "1.3.0", None, "alice", "lab")]
 
 
 @pytest.mark.parametrize(("change", "field", "words"), [

@@ -8,7 +8,7 @@
     torchyard queue [--project P] [--json] | usage [--by project|user|machine] [--since 7d] [--bucket day] [--json]
     torchyard priority JOB low|normal|high|N        (run and submit take --priority and --time-limit too)
     torchyard login [--username U] | token create NAME [--expires-days N] | token list | token revoke ID
-    torchyard plugin push DIR [--name NAME] | plugin list   (TransformerLab-style plugins: seed 000's plugin_name)
+    torchyard plugin push DIR [--name NAME] | plugin list | plugin rm NAME   (TransformerLab-style plugins)
     torchyard validate [--json] [--keep] [--timeout 300]   (the installation checked end to end, seed 001's validate.py)
     torchyard agent --server http://HOST:8000 --token TOKEN
 
@@ -35,7 +35,7 @@ from torchyard.client.artifacts import show_or_download
 from torchyard.client.follow import JobRenderer, follow_job
 from torchyard.client.http import ApiClient
 from torchyard.client.monitor import monitor
-from torchyard.client.plugins import plugin_lines, push_plugin
+from torchyard.client.plugins import plugin_lines, push_plugin, remove_plugin
 from torchyard.client.results import show_results
 from torchyard.client.sharing import apply_queue_options, set_priority, show_queue, show_usage
 from torchyard.client.specfile import (
@@ -322,6 +322,11 @@ def cmd_plugin_push(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plugin_rm(args: argparse.Namespace) -> int:
+    remove_plugin(_client(args), args.name, Console(), project=args.project)
+    return 0
+
+
 def cmd_plugin_list(args: argparse.Namespace) -> int:
     for line in plugin_lines(_client(args).call("GET", "/api/plugins")):
         print(line)
@@ -505,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds between redraws (default 1)")
     watch.add_argument("--once", action="store_true", help="print the view once and exit")
     api_command("recipes", cmd_recipes, "list the built-in recipes a job can run")
-    plugins = sub.add_parser("plugin", help="plugins (TransformerLab's): push a plugin directory, list them")
+    plugins = sub.add_parser("plugin", help="plugins (TransformerLab's): push a plugin directory, list, remove")
     plugin_sub = plugins.add_subparsers(dest="plugin_command", required=True)
     plugin_push = api_command(
         "push", cmd_plugin_push, "upload a plugin directory and register it", parent=plugin_sub,
@@ -517,6 +522,10 @@ def build_parser() -> argparse.ArgumentParser:
     plugin_push.add_argument("--project", help="the project it belongs to (default: the server's default project)")
     api_command("list", cmd_plugin_list, "list the plugins you can run: yours, your projects', the built-in ones",
                 parent=plugin_sub)
+    plugin_rm = api_command("rm", cmd_plugin_rm, "remove a registered plugin (its owner or a project admin)",
+                            parent=plugin_sub)
+    plugin_rm.add_argument("name", metavar="NAME", help="the plugin's name")
+    plugin_rm.add_argument("--project", help="its project (needed when plugins of that name are in several)")
     checkpoints = api_command("checkpoints", cmd_checkpoints, "list a job's committed checkpoints, newest first")
     checkpoints.add_argument("job", type=int)
     logs = api_command("logs", cmd_logs, "print a job's logs")

@@ -28,6 +28,8 @@ class AuditEntry(models.Model):
         TOKEN_CREATE = "token.create"
         TOKEN_REVOKE = "token.revoke"
         BUNDLE_UPLOAD = "bundle.upload"
+        PLUGIN_PUSH = "plugin.push"  # a new plugin, or a new version of one
+        PLUGIN_DELETE = "plugin.delete"
 
     created = models.DateTimeField(default=timezone.now, db_index=True)
     # The user, while the account exists; the label stays when it is deleted. Labels are a username,

@@ -1,17 +1,19 @@
 """`/api/plugins`: the plugins a job can run by name (seed 000's plugin_name): the built-in recipes
-and the registered ones, and registering one (`torchyard plugin push DIR` calls it)."""
+and the registered ones, and registering one (`torchyard plugin push DIR` calls it);
+`/api/plugins/<project>/<name>`: one registered plugin, and removing it (`torchyard plugin rm`)."""
 
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..rest.openapi import ValidationErrorOut
-from .selectors import plugin_catalog, plugin_row
+from .selectors import plugin_catalog, plugin_row, plugins_visible_to
 from .serializers import PluginIn, PluginOut
-from .services import plugin_register
+from .services import plugin_delete, plugin_register
 
 
 class PluginListView(APIView):
@@ -28,3 +30,22 @@ class PluginListView(APIView):
         body.is_valid(raise_exception=True)
         plugin, created = plugin_register(data=body.validated_data, owner=request.user)
         return Response(PluginOut(plugin_row(plugin)).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class PluginDetailView(APIView):
+    def _plugin(self, request, project: str, name: str):
+        # A plugin of a project the user is not in is not found, as a job of one is.
+        plugin = plugins_visible_to(request.user).filter(project__name=project, name=name).first()
+        if plugin is None:
+            raise NotFound(f"no plugin {name!r} in a project {project!r} that you belong to.")
+        return plugin
+
+    @extend_schema(responses=PluginOut)
+    def get(self, request, project: str, name: str):
+        return Response(PluginOut(plugin_row(self._plugin(request, project, name))).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request, project: str, name: str):
+        """Remove the plugin: its owner or an admin of its project. Jobs that ran it are unchanged."""
+        plugin_delete(plugin=self._plugin(request, project, name), user=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

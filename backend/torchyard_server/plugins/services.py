@@ -9,6 +9,7 @@ from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
+from ..audit import services as audit
 from ..jobs.jobspec import JobSpec
 from ..jobs.recipes import builtin_recipes
 from ..projects.permissions import can_control_job
@@ -32,12 +33,28 @@ def plugin_register(*, data: dict[str, Any], owner: Any) -> tuple[Plugin, bool]:
                                    "only they or an admin of the project may push a new version.")
         fields = {key: data[key] for key in ("version", "description", "entrypoint", "default_config", "bundle")}
         if existing is None:
-            return Plugin.objects.create(project=project, name=data["name"], owner=owner, **fields), True
-        for key, value in fields.items():
-            setattr(existing, key, value)
-        existing.created_at = timezone.now()
-        existing.save()
-        return existing, False
+            plugin, created = Plugin.objects.create(project=project, name=data["name"], owner=owner, **fields), True
+        else:
+            previous = existing.version
+            for key, value in fields.items():
+                setattr(existing, key, value)
+            existing.created_at = timezone.now()
+            existing.save()
+            plugin, created = existing, False
+        audit.record(None, audit.Action.PLUGIN_PUSH, plugin, version=plugin.version, bundle=plugin.bundle.sha256,
+                     **({} if created else {"replaced_version": previous}))
+        return plugin, created
+
+
+def plugin_delete(*, plugin: Plugin, user: Any) -> None:
+    """Remove a registered plugin (for its owner or an admin of its project, as for jobs). Jobs that
+    ran it keep their spec and code: the plugin's bundle stays while anything uses it."""
+    if not can_control_job(user, plugin):
+        raise PermissionDenied(f"plugin {plugin.name!r} of project {plugin.project.name} is "
+                               f"{plugin.owner.get_username()}'s: only they or an admin of the project may delete it.")
+    with transaction.atomic():
+        audit.record(None, audit.Action.PLUGIN_DELETE, plugin, version=plugin.version, bundle=plugin.bundle.sha256)
+        plugin.delete()
 
 
 def _builtin_entrypoint(name: str) -> str | None:

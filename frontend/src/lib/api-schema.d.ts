@@ -1174,6 +1174,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/plugins/{project}/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["plugins_retrieve"];
+        put?: never;
+        post?: never;
+        /** @description Remove the plugin: its owner or an admin of its project. Jobs that ran it are unchanged. */
+        delete: operations["plugins_destroy"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/preferences/distributed": {
         parameters: {
             query?: never;
@@ -1428,9 +1445,11 @@ export interface components {
          *     * `token.create` - Token Create
          *     * `token.revoke` - Token Revoke
          *     * `bundle.upload` - Bundle Upload
+         *     * `plugin.push` - Plugin Push
+         *     * `plugin.delete` - Plugin Delete
          * @enum {string}
          */
-        ActionEnum: "job.submit" | "job.stop" | "job.delete" | "job.priority_change" | "machine.add" | "machine.update" | "machine.drain" | "machine.undrain" | "machine.rotate_token" | "machine.remove" | "project.create" | "project.update" | "project.member_add" | "project.member_role_change" | "project.member_remove" | "token.create" | "token.revoke" | "bundle.upload";
+        ActionEnum: "job.submit" | "job.stop" | "job.delete" | "job.priority_change" | "machine.add" | "machine.update" | "machine.drain" | "machine.undrain" | "machine.rotate_token" | "machine.remove" | "project.create" | "project.update" | "project.member_add" | "project.member_role_change" | "project.member_remove" | "token.create" | "token.revoke" | "bundle.upload" | "plugin.push" | "plugin.delete";
         AgentConfigOut: {
             machine: components["schemas"]["AgentMachineOut"];
             /** @description the broker and event stream the agent connects to */
@@ -4130,8 +4149,10 @@ export interface operations {
                  *     * `token.create` - Token Create
                  *     * `token.revoke` - Token Revoke
                  *     * `bundle.upload` - Bundle Upload
+                 *     * `plugin.push` - Plugin Push
+                 *     * `plugin.delete` - Plugin Delete
                  */
-                action?: "job.submit" | "job.stop" | "job.delete" | "job.priority_change" | "machine.add" | "machine.update" | "machine.drain" | "machine.undrain" | "machine.rotate_token" | "machine.remove" | "project.create" | "project.update" | "project.member_add" | "project.member_role_change" | "project.member_remove" | "token.create" | "token.revoke" | "bundle.upload";
+                action?: "job.submit" | "job.stop" | "job.delete" | "job.priority_change" | "machine.add" | "machine.update" | "machine.drain" | "machine.undrain" | "machine.rotate_token" | "machine.remove" | "project.create" | "project.update" | "project.member_add" | "project.member_role_change" | "project.member_remove" | "token.create" | "token.revoke" | "bundle.upload" | "plugin.push" | "plugin.delete";
                 /** @description username, "machine <id>" or "system" */
                 actor?: string;
                 /** @description The pagination cursor value. */
@@ -8454,6 +8475,121 @@ export interface operations {
             };
             /** @description The body is not of a media type this route takes. */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    plugins_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PluginOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    plugins_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

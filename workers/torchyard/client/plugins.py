@@ -1,4 +1,4 @@
-"""`torchyard plugin push DIR` and `torchyard plugin list`: plugins (seed 000) registered on the server.
+"""`torchyard plugin push DIR`, `plugin list` and `plugin rm NAME`: plugins (seed 000) registered on the server.
 
 Push reads the manifest here (a missing or invalid one is refused before anything is sent), uploads
 the directory as a content-addressed bundle (nothing when the server already has it) and registers
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from rich.console import Console
 
@@ -42,3 +43,16 @@ def plugin_lines(plugins: list[dict[str, Any]]) -> list[str]:
         origin = "built-in" if plugin["builtin"] else plugin.get("project") or ""
         lines.append(f"{plugin['name']:<24} {plugin['version']:<10} {origin:<12} {plugin['description'][:60]}")
     return lines
+
+
+def remove_plugin(api: ApiClient, name: str, console: Console, *, project: str | None = None) -> None:
+    """Delete a registered plugin; without `project`, the one plugin of that name the user can see."""
+    if project is None:
+        projects = sorted(p["project"] for p in api.call("GET", "/api/plugins") if not p["builtin"] and p["name"] == name)
+        if not projects:
+            raise CliError(f"no registered plugin named {name!r} that you can see (`torchyard plugin list`)")
+        if len(projects) > 1:
+            raise CliError(f"plugin {name!r} is registered in projects {', '.join(projects)}: give --project")
+        project = projects[0]
+    api.call("DELETE", f"/api/plugins/{quote(project, safe='')}/{quote(name, safe='')}")
+    say(console, f"plugin {name} of project {project} removed")
