@@ -104,6 +104,22 @@ for step in range(1, 1000):
         os.kill(os.getpid(), signal.SIGSTOP)
 """
 
+# Both ranks report steps, then each waits to receive from the other: a hang in which every rank
+# waits on a peer and none holds the others.
+WAITS_ON_PEERS = """
+import time
+import torch
+import torch.distributed as dist
+from torchyard import sdk
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for step in range(1, 6):
+    time.sleep(0.1)
+    sdk.report(step=step, loss=1.0 / step)
+dist.recv(torch.zeros(1), src=1 - rank)
+"""
+
 # Rank 0 reports three steps and ends; rank 1 reports none and ends 5 s later, so torchrun runs on
 # while rank 0's last step grows old.
 FINISHES_FIRST = """
@@ -120,6 +136,7 @@ else:
 SCRIPTS = {
     "finishes_first.py": FINISHES_FIRST,
     "stalls.py": STALLS,
+    "waits_on_peers.py": WAITS_ON_PEERS,
     "allreduce.py": ALLREDUCE,
     "fail_one_rank.py": FAIL_ONE_RANK,
     "sleeper.py": SLEEPER,

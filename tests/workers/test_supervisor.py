@@ -317,3 +317,23 @@ def test_a_stopped_rank_is_reported_stalled_with_its_stack(supervisors, make_lau
     assert "global rank 1 stalled: no new step for" in final["reason"] and "(its process is stopped)" in final["reason"]
     assert "on_stall: recover" in final["reason"]
     assert not find_job_processes(node.job_id)
+
+
+def test_ranks_that_only_wait_on_peers_leave_the_culprits_node_a_grace_then_recover(supervisors, make_launch):
+    # No rank here holds the others (on another node one would end the attempt first and be named):
+    # under on_stall: recover the node waits its grace, then ends as failed all the same.
+    node = make_launch(entrypoint="scripts/waits_on_peers.py", nproc_per_node=2, master_port=free_port(),
+                       stall_timeout=2.0, on_stall="recover")
+    proc, _ = supervisors.start(node, env={"TORCHYARD_SUPERVISOR_VICTIM_GRACE_S": "2"})
+    assert wait_exit(proc, timeout=60) == 1
+    events = supervisors.events(node.job_id)
+    stalled = [e for e in events if e["type"] == protocol.STALLED]
+    assert sorted(e["rank"] for e in stalled) == [0, 1]
+    assert all("torch/distributed/" in (e["waits_in"] or "") for e in stalled), stalled
+    lines = [e["line"] for e in events if e["type"] == protocol.LOG]
+    assert any("wait on a peer: the node holding them has 2 s to end the attempt" in line for line in lines), lines[-10:]
+    [final] = final_states(events, 0)
+    assert final["status"] == "failed" and "on_stall: recover" in final["reason"], final
+    # It ended after the grace, not at the first report.
+    assert final["ts"] - min(e["ts"] for e in stalled) >= 2.0, (final["ts"], [e["ts"] for e in stalled])
+    assert not find_job_processes(node.job_id)

@@ -11,7 +11,11 @@ What the control plane needs to name the rank that holds the others (backend job
 read here too: the process state (stopped, in uninterruptible sleep, gone) and where the main
 thread's stack is: inside a collective (waiting on a peer) or outside any (the rank the others
 wait for). Every stalled rank is looked at before anything is done about any (`examine`): under
-`on_stall: recover` the first report ends the node's ranks, and the others' evidence with them.
+`on_stall: recover` the first report ends the node's ranks, and the others' evidence with them,
+unless every stalled rank here only waits on a peer: then the node that holds the job (its rank
+stopped, gone, or outside any collective) is given a grace (SupervisorSettings.victim_grace_s) to end
+the attempt itself, so that the control plane's verdict names it; a hang with no such node ends
+after the grace.
 
 Only ranks that report steps (`sdk.report(step=...)`) can be watched: without steps there is no
 notion of progress to lose. A rank that reached the total it declared (`sdk.set_total_steps`) has
@@ -99,6 +103,10 @@ class StallWatch:
             known.reported = True
         return [Stall(rank=rank, step=known.step, stalled_for=round(now - known.advanced_at, 1), timeout=round(limit, 1))
                 for rank, known in waiting]
+
+    def still_stalled(self, ranks: list[int]) -> bool:
+        """Whether any of `ranks` has not advanced since it was reported."""
+        return any(self._ranks[rank].reported for rank in ranks if rank in self._ranks)
 
     def snapshot(self, now: float) -> dict[str, list[float]]:
         """{rank: [last step, seconds since it advanced]} for heartbeats."""

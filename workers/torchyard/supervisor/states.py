@@ -20,6 +20,7 @@ from torchyard import protocol
 
 ENV_STOP_GRACE = "TORCHYARD_SUPERVISOR_STOP_GRACE_S"
 ENV_WATCHDOG = "TORCHYARD_SUPERVISOR_WATCHDOG_S"
+ENV_VICTIM_GRACE = "TORCHYARD_SUPERVISOR_VICTIM_GRACE_S"
 
 
 class SupervisorState(StrEnum):
@@ -76,7 +77,7 @@ class SupervisorResult:
 
 @dataclass(frozen=True)
 class SupervisorSettings:
-    """Timings; the environment can override the two a test may want shorter."""
+    """Timings; the environment can override the three a test may want shorter."""
 
     # How often rank output and SDK events are read: half of it is what a line waits here on average.
     poll_interval_s: float = 0.05
@@ -88,15 +89,21 @@ class SupervisorSettings:
     stop_grace_s: float = 5.0
     # How long torchrun may outlive a failed local worker (it waits up to 30 s on the others).
     watchdog_s: float = 10.0
+    # Under on_stall: recover, how long a node whose stalled ranks all wait on a peer leaves the node
+    # holding them to end the attempt first (its verdict then names the culprit): time for that node
+    # to read its ranks and for its report to arrive.
+    victim_grace_s: float = 10.0
     final_delivery_s: float = 30.0
     last_lines: int = protocol.FAILURE_LOG_LINES
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SupervisorSettings:
-        """Defaults, with $TORCHYARD_SUPERVISOR_STOP_GRACE_S and $TORCHYARD_SUPERVISOR_WATCHDOG_S applied."""
+        """Defaults, with $TORCHYARD_SUPERVISOR_STOP_GRACE_S, $TORCHYARD_SUPERVISOR_WATCHDOG_S and
+        $TORCHYARD_SUPERVISOR_VICTIM_GRACE_S applied."""
         environ = os.environ if environ is None else environ
         overrides: dict[str, Any] = {}
-        for name, key in ((ENV_STOP_GRACE, "stop_grace_s"), (ENV_WATCHDOG, "watchdog_s")):
+        for name, key in ((ENV_STOP_GRACE, "stop_grace_s"), (ENV_WATCHDOG, "watchdog_s"),
+                          (ENV_VICTIM_GRACE, "victim_grace_s")):
             raw = environ.get(name, "").strip()
             if raw:
                 value = float(raw)  # a bad value fails loudly at start, not at the first stop

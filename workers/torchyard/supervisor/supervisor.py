@@ -64,7 +64,7 @@ from .proctree import TreeSampler
 from .publisher import EventPublisher
 from .ranks import RankProcesses
 from .ray_logs import RayLogs
-from .stall import StallWatch, examine
+from .stall import Examined, StallWatch, examine
 from .states import (
     Outcome,
     StopRequested,
@@ -85,6 +85,12 @@ log = logging.getLogger(__name__)
 # SIGTERMs the other local workers, then, once they are gone, it names the first failure.
 _CLOSING_PEERS = re.compile(r"Sending process \d+ closing signal")
 _FIRST_FAILURE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+
+def _stall_summary(seen: Examined) -> str:
+    stall = seen.stall
+    return (f"global rank {stall.rank} stalled: no new step for {stall.stalled_for:g} s after step {stall.step} "
+            f"(its process is {seen.process_state})")
+
 
 class NodeSupervisor:
     """Supervises one node: `run()` blocks until its processes are gone and returns the SupervisorResult."""
@@ -125,6 +131,8 @@ class NodeSupervisor:
         self._preflight_since = 0.0
         self._stalls = StallWatch(launch.stall_timeout)
         self._stall_failure = ""
+        # Under on_stall: recover, a stall whose ranks here only wait on a peer: (deadline, why, ranks).
+        self._victim_stall: tuple[float, str, list[int]] | None = None
         self._function_env: dict[str, str] = {}
         self._results: list[dict[str, Any]] = []
         self._what = what_runs(launch)
@@ -422,21 +430,40 @@ class NodeSupervisor:
         assert self._ranks is not None
         ranks = self._ranks
         rank_pid = lambda rank: ranks.rank_pid(rank, launcher_may_be_rank=not runs_torchrun(self.launch))  # noqa: E731
-        for seen in examine(self._stalls.stalled(now), rank_pid, self.pump.mask):
+        examined = examine(self._stalls.stalled(now), rank_pid, self.pump.mask)
+        for seen in examined:
             stall, pid, status, stack = seen.stall, seen.pid, seen.process_state, seen.stack
-            summary = (f"global rank {stall.rank} stalled: no new step for {stall.stalled_for:g} s after step "
-                       f"{stall.step} (its process is {status})")
             self.publisher.emit(protocol.STALLED, rank=stall.rank, step=stall.step, stalled_for=stall.stalled_for,
                                 timeout=stall.timeout, process_state=status, pid=pid, stack=stack,
                                 last_line=self.pump.last_line.get(stall.rank, ""), hostname=socket.gethostname(),
                                 on_stall=self.launch.on_stall, waits_in=seen.waits_in, frame=seen.frame)
-            self.pump.supervisor_line(f"{summary}; its Python stack (py-spy):")
+            self.pump.supervisor_line(f"{_stall_summary(seen)}; its Python stack (py-spy):")
             for line in stack.splitlines()[:60]:
                 self.pump.supervisor_line(f"  {line}")
-            if self.launch.on_stall == "recover" and not self._stall_failure:
-                self._stall_failure = f"{summary}; treated as a failure (on_stall: recover)"
-                self.state = SupervisorState.STOPPING
-                ranks.kill_now()
+        if self.launch.on_stall != "recover" or self._stall_failure:
+            return
+        if examined:
+            worst = examined[0]  # the most suspicious first
+            if worst.suspicion < 2:
+                self._fail_for_stall(_stall_summary(worst))
+                return
+            if self._victim_stall is None:
+                grace = self.settings.victim_grace_s
+                self._victim_stall = (now + grace, _stall_summary(worst), [s.stall.rank for s in examined])
+                self.pump.supervisor_line(
+                    f"the stalled ranks here wait on a peer: the node holding them has {grace:g} s to end "
+                    "the attempt before this one does (on_stall: recover)")
+        if self._victim_stall is not None and now >= self._victim_stall[0]:
+            _, summary, waiting = self._victim_stall
+            self._victim_stall = None
+            if self._stalls.still_stalled(waiting):
+                self._fail_for_stall(summary)
+
+    def _fail_for_stall(self, summary: str) -> None:
+        assert self._ranks is not None
+        self._stall_failure = f"{summary}; treated as a failure (on_stall: recover)"
+        self.state = SupervisorState.STOPPING
+        self._ranks.kill_now()
 
     # --- end ---------------------------------------------------------------------------------------
     def _wind_down(self) -> list[int]:
