@@ -125,11 +125,11 @@ def test_a_sigstopped_rank_is_named_with_its_machine_which_recovery_then_suspect
         stalls = {e["rank"]: e for e in pg_stack.events(job["id"], "stalled") if e["attempt"] == 0}
         # Its process state names it, wherever its stack stopped (in its sleep, or inside backward).
         assert stalls[1]["process_state"] == "stopped", stalls[1]
-        # The others that were looked at before on_stall: recover ended them wait on their peers: in DDP's
-        # all-reduce (inside backward) or, when the stop caught rank 1 past it, in the script's own all_reduce.
-        waiting = [e for rank, e in stalls.items() if rank != 1]
-        assert waiting and all(any(where in (e["waits_in"] or "") for where in ("torch/autograd/", "torch/distributed/"))
-                               for e in waiting), stalls
+        # Rank 0, examined in the same pass as rank 1 (its node's), waits on its peers: in DDP's all-reduce
+        # (inside backward) or, when the stop caught rank 1 past it, in the script's own all_reduce. The
+        # other node's ranks may be examined only once rank 1's node has ended its ranks, when they are
+        # already on their way out: what they show then is no evidence either way.
+        assert any(where in (stalls[0]["waits_in"] or "") for where in ("torch/autograd/", "torch/distributed/")), stalls
         recovering = next(e for e in pg_stack.events(job["id"], "state")
                           if e.get("scope") == "job" and e["status"] == "recovering")
         assert f"stall verdict: {verdict}" in recovering["reason"], recovering["reason"]
