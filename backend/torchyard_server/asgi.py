@@ -16,8 +16,9 @@ from torchyard_server.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # The admin's CSS/JS, served by daphne itself so embedded mode needs no other web server.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        # The admin's CSS/JS, served by daphne itself so embedded mode needs no other web server;
+        # the probe lets a streamed response (live/sse.py) see what a slow client leaves unread.
+        "http": SendBacklogProbe(ASGIStaticFilesHandler(django_asgi_app)),
         # Outermost: it needs daphne's own `send` to see what a slow client leaves unread.
         "websocket": SendBacklogProbe(
             BrowserOriginValidator(TokenOrSessionAuthMiddleware(URLRouter(websocket_urlpatterns)))),

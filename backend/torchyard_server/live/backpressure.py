@@ -1,9 +1,10 @@
-"""How many bytes a WebSocket's server holds for a client that has not read them yet.
+"""How many bytes the server holds for a client that has not read them yet (a WebSocket, or a
+streamed HTTP response such as the SSE log stream).
 
 An ASGI application cannot see that: `send` returns at once and the server buffers whatever the
 client is too slow to take. Under daphne the outermost `send` is `partial(server.handle_reply,
 protocol)`, whose Twisted transport keeps that buffer, so SendBacklogProbe (the outermost
-WebSocket middleware) puts a function that reads its size into the scope. Under another server,
+middleware of both protocols, asgi.py) puts a function that reads its size into the scope. Under another server,
 or behind TLS terminated in the same process, there is no probe and send_backlog() answers 0:
 then only the channel layer's bounded queues limit what waits for a slow client.
 """
