@@ -11,11 +11,15 @@ then only the channel layer's bounded queues limit what waits for a slow client.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 from typing import Any
 
 SCOPE_KEY = "torchyard.send_backlog"
+# What the server may hold for one client before a stream stops sending to it (WebSocket and SSE).
+SEND_BACKLOG_LIMIT = 4 << 20
+DRAIN_POLL_S = 0.05
 
 
 def _transport_of(send: Any) -> Any:
@@ -46,3 +50,9 @@ def send_backlog(scope: dict[str, Any]) -> int:
     """Bytes written to this connection that its client has not taken yet (0 when unknown)."""
     probe = scope.get(SCOPE_KEY)
     return probe() if probe is not None else 0
+
+
+async def drained(backlog: Callable[[], int], *, below: int = SEND_BACKLOG_LIMIT // 2) -> None:
+    """Until the client has taken all but `below` bytes of what it was sent."""
+    while backlog() > below:
+        await asyncio.sleep(DRAIN_POLL_S)

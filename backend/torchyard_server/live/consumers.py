@@ -31,15 +31,13 @@ from ..streaming import jsontext
 from ..streaming.bulk import stored_after
 from ..streaming.telemetry import WEBSOCKETS
 from . import groups, recent
-from .backpressure import send_backlog
+from .backpressure import DRAIN_POLL_S, SEND_BACKLOG_LIMIT, drained, send_backlog
 from .cluster import JobUpdates, QueueUpdates
 from .frames import events_frame, frame_text
 from .inbound import SendOnlyConsumer
 from .replay import send_tail_replay, wants_tail
 
 REPLAY_BATCH = 1000
-SEND_BACKLOG_LIMIT = 4 << 20
-REPLAY_WAIT_S = 0.05
 # A client that fell behind and reads nothing for this long is closed (it resumes from its cursor).
 CATCH_UP_WAIT_S = 60.0
 
@@ -168,7 +166,7 @@ class JobStreamConsumer(SendOnlyConsumer):
         while send_backlog(self.scope) > SEND_BACKLOG_LIMIT // 2:
             if asyncio.get_running_loop().time() > deadline:
                 return False
-            await asyncio.sleep(REPLAY_WAIT_S)
+            await asyncio.sleep(DRAIN_POLL_S)
         return True
 
     async def _replay(self) -> None:
@@ -178,8 +176,7 @@ class JobStreamConsumer(SendOnlyConsumer):
             read = await self._read(self.cursor)
             if read is None:
                 return
-            while send_backlog(self.scope) > SEND_BACKLOG_LIMIT // 2:
-                await asyncio.sleep(REPLAY_WAIT_S)
+            await drained(lambda: send_backlog(self.scope))
             last, frame = read
             await self.send(text_data=frame)
             self.cursor = last

@@ -16,7 +16,6 @@ the lines below it. None when every rank's lines were all sent.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 from urllib.parse import parse_qs
@@ -30,7 +29,7 @@ from ..jobs.models import Job, JobNode
 from ..streaming.bulk import StoredEvent
 from ..streaming.jsontext import event_text
 from ..streaming.models import JobEvent, seq_of
-from .backpressure import send_backlog
+from .backpressure import drained, send_backlog
 from .frames import frame_text
 
 # The first replay's log lines, all ranks together (a screen shows ~25): a rank's share, within
@@ -146,7 +145,6 @@ async def send_tail_replay(consumer, *, job_id: int, backlog_limit: int) -> int:
     await consumer.send_json({"type": wire.HISTORY, "logs_before": tail.logs_before,
                               "lines_per_rank": tail.lines_per_rank, "last_id": tail.last_id})
     for frame in tail.frames:
-        while send_backlog(consumer.scope) > backlog_limit:
-            await asyncio.sleep(0.05)
+        await drained(lambda: send_backlog(consumer.scope), below=backlog_limit)
         await consumer.send(text_data=frame)
     return tail.last_id

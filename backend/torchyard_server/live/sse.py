@@ -54,12 +54,9 @@ from ..streaming.models import JobEvent
 from ..streaming.selectors import job_events, job_events_tail
 from ..streaming.serializers import LogStreamEventOut
 from . import groups
-from .backpressure import send_backlog
+from .backpressure import SEND_BACKLOG_LIMIT, drained, send_backlog
 
 READ_BATCH = 1000
-# What daphne may hold for a client before the stream waits for it (as the WebSocket's, consumers.py).
-SEND_BACKLOG_LIMIT = 4 << 20
-DRAIN_POLL_S = 0.05
 # Without a wake-up, look at the database (and send a keep-alive comment) this often.
 POLL_EVERY = 5.0
 # What EventSource waits before reconnecting after a dropped connection, in ms.
@@ -148,13 +145,6 @@ def _live_lines(message: dict[str, Any], seen: int, cursor: int,
     return seen, ids, "".join(texts).encode()
 
 
-async def _drained(backlog: Callable[[], int]) -> None:
-    """Until the client has taken all but half of SEND_BACKLOG_LIMIT (if it never does, the wait
-    ends with the client: Django cancels the response when it goes)."""
-    while backlog() > SEND_BACKLOG_LIMIT // 2:
-        await asyncio.sleep(DRAIN_POLL_S)
-
-
 class _Membership:
     """The stream's place in its job's group, held only while the stream is caught up. A process
     pulls each group message once and queues it for every channel of the group in it until that
@@ -218,16 +208,17 @@ async def log_stream(*, user: Any, job_id: int, after: int, rank: int | None,
         while True:
             if backlog() > SEND_BACKLOG_LIMIT:  # a slow client: nothing live is held for it
                 await member.leave()
-                await _drained(backlog)
+                await drained(backlog)  # if it never reads, this ends with it: Django cancels the response
             state, lines, chunk, seen = await sync_to_async(_read)(user, job_id, cursor, rank)
             read_at = clock()
-            if len(lines) == READ_BATCH:  # more are stored: catch up from the database, out of the group
+            behind = len(lines) == READ_BATCH  # more are stored: catch up from the database, out of the group
+            if behind:
                 await member.leave()
             if lines:
                 yield chunk
                 cursor = lines[-1]
-                if len(lines) == READ_BATCH:
-                    continue
+            if behind:
+                continue
             if state is None:
                 yield sse_message({"job": job_id, "status": None, "detail": "no such job."}, event="end")
                 return
