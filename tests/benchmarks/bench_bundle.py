@@ -5,6 +5,8 @@ a node of a job fetches the bundle from the server, hashes it, checks every memb
 into the machine's cache, streamed (the time the node logs), against the same archive done by hand
 on that machine: `cp` of it, then `tar -xf` (GNU tar; zstd) into a fresh directory.
 
+Everything is written on tmpfs (/dev/shm) unless `--dir` says otherwise (why: DEFAULT_DIR below).
+
 Shown beside it, with no target: the whole way from the user's directory (pack, upload, the node)
 against `tar -cf` + `cp` + `tar -xf` of the plain directory, and the same way done with C tools
 through this server (`tar -cf | zstd -1 -T0`, sha256sum, curl PUT, curl GET, `tar -xf`): what
@@ -86,6 +88,15 @@ def make_mixed_directory(root: Path, total_mb: int = SIZE_MB) -> int:
     return written
 
 
+# Where everything is written, the stack's store and the node's cache included: tmpfs by default.
+# This machine's disk is ext4 mounted with `discard`: after any deletion (another test's, another
+# round's), creating files stalls on the journal for a while, and the same 1,822 files took 0.2 s in
+# one round and 1.5 s in the next, for tar as for us (perf: ext4's inode allocation, spinning on
+# locks). On tmpfs each side pays its own CPU and system calls, which is what this compares; both
+# sides write the same files and bytes, so a disk adds the same work to each. `--dir` picks another.
+DEFAULT_DIR = "/dev/shm"
+
+
 def _timed(run) -> float:
     os.sync()  # each side starts with no dirty pages to write back: this disk's writes dominate
     started = time.perf_counter()
@@ -93,47 +104,35 @@ def _timed(run) -> float:
     return time.perf_counter() - started
 
 
-def _fresh(path: Path) -> Path:
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir()
-    return path
-
-
-def by_hand_to_cache(archive: Path, work: Path) -> float:
+def by_hand_to_cache(archive: Path, out: Path) -> float:
     """The node's part by hand, on the same archive: cp of it, tar -xf into a fresh directory."""
-    copy, out = work / "node-copy.tar.zst", _fresh(work / "node-out")
+    copy = out / "copy.tar.zst"
+    (out / "tree").mkdir(parents=True)
 
     def run() -> None:
         subprocess.run(["cp", str(archive), str(copy)], check=True)
-        subprocess.run(["tar", "--zstd", "-xf", str(copy), "-C", str(out)], check=True)
-    try:
-        return _timed(run)
-    finally:
-        copy.unlink(missing_ok=True)
-        shutil.rmtree(out)
+        subprocess.run(["tar", "--zstd", "-xf", str(copy), "-C", str(out / "tree")], check=True)
+    return _timed(run)
 
 
-def by_hand_whole_way(source: Path, work: Path) -> float:
+def by_hand_whole_way(source: Path, out: Path) -> float:
     """tar -cf, cp, tar -xf of the plain directory: shipping it by hand on one machine, at the least."""
-    archive, copy, out = work / "base.tar", work / "copy.tar", _fresh(work / "base-out")
+    archive, copy = out / "base.tar", out / "copy.tar"
+    (out / "tree").mkdir(parents=True)
 
     def run() -> None:
         subprocess.run(["tar", "-cf", str(archive), "-C", str(source), "."], check=True)
         subprocess.run(["cp", str(archive), str(copy)], check=True)
-        subprocess.run(["tar", "-xf", str(copy), "-C", str(out)], check=True)
-    try:
-        return _timed(run)
-    finally:
-        for path in (archive, copy):
-            path.unlink(missing_ok=True)
-        shutil.rmtree(out)
+        subprocess.run(["tar", "-xf", str(copy), "-C", str(out / "tree")], check=True)
+    return _timed(run)
 
 
-def c_tools_through_server(stack, source: Path, work: Path, sha256: str, machine_token: str) -> float:
+def c_tools_through_server(stack, source: Path, out: Path, sha256: str, machine_token: str) -> float:
     """The whole way with C tools through this server: tar | zstd -1 -T0, sha256sum, curl PUT (the
     server hashes and checks it as it does ours), then the node's side: curl GET of the bundle (ours,
     the same content: the machine may fetch it once its job ran) and tar -xf."""
-    archive, fetched, out = work / "c.tar.zst", work / "c-fetched.tar.zst", _fresh(work / "c-out")
+    archive, fetched = out / "c.tar.zst", out / "c-fetched.tar.zst"
+    (out / "tree").mkdir(parents=True)
 
     def run() -> None:
         tar = subprocess.Popen(["tar", "-cf", "-", "-C", str(source), "."], stdout=subprocess.PIPE)
@@ -148,13 +147,8 @@ def c_tools_through_server(stack, source: Path, work: Path, sha256: str, machine
         assert status in ("200", "201"), status
         subprocess.run(["curl", "-sS", "-f", "-o", str(fetched), "-H", f"Authorization: Machine {machine_token}",
                         f"{stack.base}/api/agent/bundles/{sha256}"], check=True)
-        subprocess.run(["tar", "--zstd", "-xf", str(fetched), "-C", str(out)], check=True)
-    try:
-        return _timed(run)
-    finally:
-        for path in (archive, fetched):
-            path.unlink(missing_ok=True)
-        shutil.rmtree(out)
+        subprocess.run(["tar", "--zstd", "-xf", str(fetched), "-C", str(out / "tree")], check=True)
+    return _timed(run)
 
 
 def local_machine_token(stack) -> str:
@@ -173,6 +167,8 @@ def ours(stack, source: Path, work: Path, round_no: int, machine_token: str) -> 
     (source / "round.txt").write_text(str(round_no))  # a new bundle each round: nothing cached
     os.sync()
     started = time.perf_counter()
+    work = work / f"round-{round_no}"
+    work.mkdir()
     packed = pack_directory(source, work / "bundle.tar.zst")
     pack_s = time.perf_counter() - started
     started = time.perf_counter()
@@ -211,10 +207,8 @@ def ours(stack, source: Path, work: Path, round_no: int, machine_token: str) -> 
     head = stack.api("HEAD", f"/api/bundles/{again.sha256}").status_code
     unchanged_s = time.perf_counter() - started
     assert head == 200 and again.sha256 == packed.sha256
-    node_by_hand_s = by_hand_to_cache(packed.path, work)
-    c_tools_s = c_tools_through_server(stack, source, work, packed.sha256, machine_token)
-    for path in (packed.path, again.path):
-        path.unlink()
+    node_by_hand_s = by_hand_to_cache(packed.path, work / "node-by-hand")
+    c_tools_s = c_tools_through_server(stack, source, work / "c-tools", packed.sha256, machine_token)
     whole = pack_s + upload_s + fetch_s
     return {"pack": pack_s, "upload": upload_s, "fetch+unpack": fetch_s, "received": received_s, "workdir": workdir_s,
             "whole": whole, "hit": hit_s, "unchanged": unchanged_s, "archive_mb": packed.size / 1e6,
@@ -224,8 +218,10 @@ def ours(stack, source: Path, work: Path, round_no: int, machine_token: str) -> 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--dir", default=DEFAULT_DIR if os.access(DEFAULT_DIR, os.W_OK) else None,
+                        help=f"where to write everything (default {DEFAULT_DIR}, tmpfs, when writable)")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-bundle-"))
+    work = Path(tempfile.mkdtemp(prefix="bench-bundle-", dir=args.dir))
     stack = None
     try:
         source = work / "project"
@@ -236,7 +232,8 @@ def main() -> int:
         rows = []
         for round_no in range(args.rounds):
             mine = ours(stack, source, work, round_no, token)
-            mine["whole by hand"] = by_hand_whole_way(source, work)
+            mine["whole by hand"] = by_hand_whole_way(source, work / f"round-{round_no}" / "whole-by-hand")
+            shutil.rmtree(work / f"round-{round_no}")  # the stack keeps its own copies
             rows.append(mine)
             print(f"round {round_no + 1}: " + ", ".join(f"{key} {mine[key]:.2f}s" for key in (
                 "node by hand", "fetch+unpack", "received", "workdir", "whole by hand", "pack", "upload", "c tools",
@@ -256,7 +253,7 @@ def main() -> int:
             print(f"{label:<{width}}{med(key):>10.2f}{ratio}{spread(values)}{' (ratio)' if over else ''}")
 
         print(f"\nbundle: {written / 1e6:.0f} MB mixed directory (1,822 files), {args.rounds} rounds (medians), "
-              f"{os.cpu_count()} cores; archive {med('archive_mb'):.0f} MB")
+              f"{os.cpu_count()} cores; archive {med('archive_mb'):.0f} MB; written under {work.parent}")
         print(f"{'step':<{width}}{'seconds':>10}{'ratio':>8}{'rounds, min-max':>18}")
         print("-" * (width + 36))
         print("into the node's cache (the target)")
