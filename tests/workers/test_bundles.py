@@ -293,3 +293,39 @@ def test_files_of_many_directories_unpack_whole_and_a_hard_link_finds_its_target
     assert {f["path"] for f in info.files} == set(contents) | {"z/link"}
     assert all((target / name).read_bytes() == data for name, data in contents.items())
     assert (target / "z/link").stat().st_ino == (target / "d3/f3.py").stat().st_ino
+
+
+def _headers() -> list[tuple[str, bytes]]:
+    """512-byte headers of every shape: what pack_directory writes, tarfile's ustar, GNU and pax
+    formats, a ustar name split into prefix and name, v7 directories, links, base-256 sizes."""
+    cases = []
+    long_dir = "a" * 90 + "/" + "b" * 60
+    for fmt in (tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT):
+        for name, kind, link in ((f"{long_dir}/file.py", tarfile.REGTYPE, ""), ("dir/", tarfile.DIRTYPE, ""),
+                                 ("l", tarfile.SYMTYPE, "dir/x"), ("h", tarfile.LNKTYPE, "dir/y"),
+                                 ("v7dir/", tarfile.AREGTYPE, ""), ("exe", tarfile.REGTYPE, "")):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.size, info.mode = kind, link, 1234 if kind == tarfile.REGTYPE else 0, 0o755
+            cases.append((f"{fmt}:{name[-8:]}", info.tobuf(fmt, "utf-8", "surrogateescape")[-512:]))
+    big = tarfile.TarInfo("big.bin")
+    big.size = 9 << 33  # over 8 GiB: base-256 in a GNU header
+    cases.append(("base-256", big.tobuf(tarfile.GNU_FORMAT)[-512:]))
+    return cases
+
+
+@pytest.mark.parametrize(("label", "block"), _headers())
+def test_the_header_fast_path_reads_what_tarfile_reads(label, block):
+    fast, slow = bundles._header(block), tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+    assert (fast.name, fast.mode, fast.size, fast.type, fast.linkname) == \
+        (slow.name, slow.mode, slow.size, slow.type, slow.linkname), label
+
+
+def test_the_header_fast_path_refuses_a_wrong_checksum_and_takes_a_signed_one():
+    block = bytearray(tarfile.TarInfo("x.py").tobuf(tarfile.USTAR_FORMAT))
+    block[0:1] = b"y"  # the checksum no longer matches
+    with pytest.raises(tarfile.HeaderError):
+        bundles._header(bytes(block))
+    signed = bytearray(tarfile.TarInfo("\u00e9.py").tobuf(tarfile.USTAR_FORMAT))
+    # An old tar's signed checksum: bytes over 127 counted negative.
+    signed[148:156] = b"%06o\0 " % (sum(b if b < 128 else b - 256 for b in signed[:148] + signed[156:]) + 256)
+    assert bundles._header(bytes(signed)).name == "\u00e9.py"
