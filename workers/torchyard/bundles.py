@@ -486,9 +486,10 @@ PROGRESS_EVERY = 0.25  # seconds between two calls of an unpacking's `progress` 
 class _Decoder:
     """Reads and decompresses the archive in a thread of its own, a megabyte at a time (the raw
     bytes' sha256 on another, _Digest), while the caller parses and writes what came before: zstd
-    and the socket or disk release the GIL, so they overlap on two cores. It checks the compression ratio on the bytes it
-    actually produced, so a bomb stops at the first implausible megabyte whatever its headers claim,
-    and it never runs more than _QUEUED_CHUNKS ahead. Its failures reach the caller in order."""
+    and the socket or disk release the GIL, so they overlap on two cores. It checks the compression
+    ratio on the bytes it actually produced, so a bomb stops at the first implausible megabyte
+    whatever its headers claim, and it never runs more than _QUEUED_CHUNKS ahead. Its failures
+    reach the caller in order."""
 
     def __init__(self, raw: _RawSource, *, max_ratio: float) -> None:
         self.raw = raw
