@@ -99,7 +99,7 @@ DEFAULT_DIR = "/dev/shm"
 
 
 def _timed(run) -> float:
-    os.sync()  # each side starts with no dirty pages to write back: this disk's writes dominate
+    os.sync()  # each side starts with nothing dirty to write back (on a disk, `--dir`, writes dominate)
     started = time.perf_counter()
     run()
     return time.perf_counter() - started
@@ -164,12 +164,11 @@ def local_machine_token(stack) -> str:
 def ours(stack, source: Path, work: Path, round_no: int, machine_token: str) -> dict[str, float]:
     """Pack, upload, then one node of a job fetches, verifies and unpacks it (as it logs) and gets its
     working directory; then what a second node on that machine would pay (cache hit). The by-hand
-    and C-tool sides run in the same round, on the same archive."""
+    and C-tool sides run in the same round, on the same archive; everything goes under `work`, the
+    round's own folder."""
     (source / "round.txt").write_text(str(round_no))  # a new bundle each round: nothing cached
     os.sync()
     started = time.perf_counter()
-    work = work / f"round-{round_no}"
-    work.mkdir()
     packed = pack_directory(source, work / "bundle.tar.zst")
     pack_s = time.perf_counter() - started
     started = time.perf_counter()
@@ -235,9 +234,11 @@ def main() -> int:
         token = local_machine_token(stack)
         rows = []
         for round_no in range(args.rounds + 1):
-            mine = ours(stack, source, work, round_no, token)
-            mine["whole by hand"] = by_hand_whole_way(source, work / f"round-{round_no}" / "whole-by-hand")
-            shutil.rmtree(work / f"round-{round_no}")  # the stack keeps its own copies
+            round_dir = work / f"round-{round_no}"
+            round_dir.mkdir()
+            mine = ours(stack, source, round_dir, round_no, token)
+            mine["whole by hand"] = by_hand_whole_way(source, round_dir / "whole-by-hand")
+            shutil.rmtree(round_dir)  # the stack keeps its own copies
             if round_no:
                 rows.append(mine)
             print(f"round {round_no}{' (warm-up, not counted)' if not round_no else ''}: " + ", ".join(
@@ -261,7 +262,8 @@ def main() -> int:
             values = ratios(key, over) if over else [row[key] for row in rows]
             print(f"{label:<{width}}{med(key):>10.2f}{ratio}{spread(values)}{' (ratio)' if over else ''}")
 
-        print(f"\nbundle: {written / 1e6:.0f} MB mixed directory (1,822 files), {args.rounds} rounds after a warm-up (medians; ratios: "
+        files = sum(1 for path in source.rglob("*") if path.is_file())
+        print(f"\nbundle: {written / 1e6:.0f} MB mixed directory ({files:,} files), {args.rounds} rounds after a warm-up (medians; ratios: "
               f"the median of the rounds' own), "
               f"{os.cpu_count()} cores; archive {med('archive_mb'):.0f} MB; written under {work.parent}")
         print(f"{'step':<{width}}{'seconds':>10}{'ratio':>8}{'rounds, min-max':>18}")

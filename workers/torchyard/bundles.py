@@ -187,47 +187,76 @@ def _link_inside(root: Path, link: Path, rel: str) -> str:
 _QUEUED_WRITES = 8  # compressed megabytes the packing may run ahead of the hashing
 
 
+class _InOrder:
+    """Applies `consume` to each piece given to `put`, on a thread of its own and in order, at most
+    `queued` pieces behind: hashing and file writes release the GIL, so they run beside the thread
+    that produces the pieces instead of after it. The first failure is kept (later pieces are
+    skipped) and raised by the next `put` and by `finish`."""
+
+    def __init__(self, consume: Callable[[bytes], object], *, name: str, queued: int) -> None:
+        self.consume = consume
+        self.failed: list[BaseException] = []
+        self.pending: queue.Queue[bytes | None] = queue.Queue(maxsize=queued)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (data := self.pending.get()) is not None:
+            if self.failed:
+                continue
+            try:
+                self.consume(data)
+            except BaseException as exc:
+                self.failed.append(exc)
+
+    def put(self, data: bytes) -> None:
+        if self.failed:
+            raise self.failed[0]
+        self.pending.put(data)
+
+    def finish(self) -> None:
+        """Waits for the last piece (call once); raises the thread's failure, if any."""
+        self.pending.put(None)
+        self.thread.join()
+        if self.failed:
+            raise self.failed[0]
+
+    def abandon(self) -> None:
+        """Ends the thread without waiting for what is queued (a failed or abandoned read)."""
+        if self.thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    self.pending.get_nowait()
+            self.pending.put(None)
+            self.thread.join(timeout=2.0)
+
+
 class _HashingWriter(io.RawIOBase):
-    """The compressor's output, hashed and written to the archive file by a thread of its own: sha256
-    and the file's writes release the GIL, so they run beside the packing thread (which reads files
-    and feeds zstd) instead of after it, in the order the compressor wrote. `finish()` waits for the
-    last write and raises the thread's failure, if any."""
+    """The compressor's output, hashed and written to the archive file behind the packing thread
+    (which reads files and feeds zstd), in the order the compressor wrote. `finish()` waits for the
+    last write and raises its failure, if any."""
 
     def __init__(self, raw: IO[bytes]) -> None:
         self.raw = raw
         self.digest = hashlib.sha256()
         self.size = 0
-        self.failed: list[BaseException] = []
-        self.pending: queue.Queue[bytes | None] = queue.Queue(maxsize=_QUEUED_WRITES)
-        self.thread = threading.Thread(target=self._drain, name="bundle-hasher", daemon=True)
-        self.thread.start()
+        self.behind = _InOrder(self._hash_and_write, name="bundle-hasher", queued=_QUEUED_WRITES)
+
+    def _hash_and_write(self, data: bytes) -> None:
+        self.digest.update(data)
+        self.raw.write(data)
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
-        if self.failed:
-            raise self.failed[0]
         data = bytes(data)  # the compressor's own bytes (no copy); a caller's buffer may be reused
-        self.pending.put(data)
+        self.behind.put(data)
         self.size += len(data)
         return len(data)
 
-    def _drain(self) -> None:
-        while (data := self.pending.get()) is not None:
-            if self.failed:
-                continue
-            try:
-                self.digest.update(data)
-                self.raw.write(data)
-            except BaseException as exc:
-                self.failed.append(exc)
-
     def finish(self) -> None:
-        self.pending.put(None)
-        self.thread.join()
-        if self.failed:
-            raise self.failed[0]
+        self.behind.finish()
 
 
 def _tarinfo(name: str, *, size: int = 0, executable: bool = False, link: str | None = None) -> tarfile.TarInfo:
@@ -377,47 +406,16 @@ class _SourceFailed(Exception):
         self.error = error
 
 
-class _Digest:
-    """sha256 of the bytes given to `update`, computed by a thread of its own, in order: hashlib
-    releases the GIL, so hashing runs beside the decompression instead of after it. At most
-    _QUEUED_CHUNKS wait."""
-
-    def __init__(self) -> None:
-        self.digest = hashlib.sha256()
-        self.pending: queue.Queue[bytes | None] = queue.Queue(maxsize=_QUEUED_CHUNKS)
-        self.thread = threading.Thread(target=self._run, name="bundle-digest", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while (data := self.pending.get()) is not None:
-            self.digest.update(data)
-
-    def update(self, data: bytes) -> None:
-        self.pending.put(data)
-
-    def hexdigest(self) -> str:
-        """Waits for every byte given so far; ends the thread (call once)."""
-        self.pending.put(None)
-        self.thread.join()
-        return self.digest.hexdigest()
-
-    def close(self) -> None:
-        """Ends the thread without waiting for the digest (a failed or abandoned read)."""
-        if self.thread.is_alive():
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    self.pending.get_nowait()
-            self.pending.put(None)
-            self.thread.join(timeout=2.0)
-
-
 class _RawSource:
     """The archive's bytes as they arrive, hashed (sha256 of every byte) and counted (the compressed
     size, for the ratio check), with the few bytes read to recognise the format put back in front."""
 
     def __init__(self, fileobj: Readable, *, hashing: bool) -> None:
         self.fileobj = fileobj
-        self.digest = _Digest() if hashing else None
+        self.digest = hashlib.sha256() if hashing else None
+        # Hashed beside the decompression, not before it in the decoder's thread.
+        self.hashing = _InOrder(self.digest.update, name="bundle-digest", queued=_QUEUED_CHUNKS) \
+            if self.digest is not None else None
         self.count = 0
         self.head = b""
 
@@ -435,10 +433,21 @@ class _RawSource:
         except Exception as exc:
             raise _SourceFailed(exc) from exc
         if data:
-            if self.digest is not None:
-                self.digest.update(data)
+            if self.hashing is not None:
+                self.hashing.put(data)
             self.count += len(data)
         return data
+
+    def sha256(self) -> str:
+        """The hex sha256 of every byte read (waits for the hashing thread; call once); "" unhashed."""
+        if self.hashing is None or self.digest is None:
+            return ""
+        self.hashing.finish()
+        return self.digest.hexdigest()
+
+    def abandon(self) -> None:
+        if self.hashing is not None:
+            self.hashing.abandon()
 
     def read(self, size: int = -1) -> bytes:
         if self.head:
@@ -485,7 +494,7 @@ PROGRESS_EVERY = 0.25  # seconds between two calls of an unpacking's `progress` 
 
 class _Decoder:
     """Reads and decompresses the archive in a thread of its own, a megabyte at a time (the raw
-    bytes' sha256 on another, _Digest), while the caller parses and writes what came before: zstd
+    bytes' sha256 on another, _RawSource.hashing), while the caller parses and writes what came before: zstd
     and the socket or disk release the GIL, so they overlap on two cores. It checks the compression
     ratio on the bytes it actually produced, so a bomb stops at the first implausible megabyte
     whatever its headers claim, and it never runs more than _QUEUED_CHUNKS ahead. Its failures
@@ -556,8 +565,7 @@ class _Decoder:
             while True:
                 self.chunks.get_nowait()
         self.thread.join(timeout=2.0)
-        if self.raw.digest is not None:
-            self.raw.digest.close()
+        self.raw.abandon()
 
 
 class _TarBytes:
@@ -828,7 +836,7 @@ class _Checker:
 
     def finish(self, data: _TarBytes) -> BundleInfo:
         data.drain()
-        self.info.sha256 = data.raw.digest.hexdigest() if data.raw.digest is not None else ""
+        self.info.sha256 = data.raw.sha256()
         self.info.compressed_size = data.raw.count
         self.info.directories = sorted(self.dirs)
         return self.info

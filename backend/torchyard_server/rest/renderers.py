@@ -48,7 +48,8 @@ DOWNLOAD_RENDERERS = [JSONRenderer, OctetStreamRenderer, ZipRenderer]
 
 
 class StreamedFileResponse(FileResponse):
-    # Django's 4 kB default means thousands of ASGI messages per MB.
+    # Django's 4 kB default means thousands of ASGI messages per MB. Its ASGI handler replaces it
+    # with the handler's chunk_size, which asgi.py sets to this.
     block_size = 1 << 20
 
     def _set_streaming_content(self, value) -> None:
