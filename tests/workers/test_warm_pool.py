@@ -173,3 +173,36 @@ def test_bad_requests_are_refused_without_harming_the_pool(pool):
 def test_an_environment_read_at_import_sends_the_rank_cold():
     assert pools.cold_reason({"TORCH_SHOW_CPP_STACKTRACES": "1"}, {}) != ""
     assert pools.cold_reason({"PYTHONPATH": "/x", "OMP_NUM_THREADS": "4", "RANK": "0"}, {"OMP_NUM_THREADS": "1"}) == ""
+
+
+PLAIN_DDP = Path(__file__).resolve().parents[1] / "integration" / "job_exits" / "plain_ddp.py"
+
+
+def test_a_plain_ddp_script_forked_as_two_nodes_of_two_ends_every_time(pool, tmp_path):
+    # Without rank_main's hold on the process groups, 8 of 12 such runs deadlocked in torch's
+    # teardown (torchyard/rank_main.py): ten in a row all ending is what a user needs.
+    _, path, _ = pool
+    env = dict(os.environ, PYTHONPATH=str(WORKERS), TORCHYARD_JOB_ID="4243")
+    for run in range(10):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        launchers = []
+        for node in (0, 1):
+            folder = tmp_path / f"run{run}" / f"node{node}"
+            folder.mkdir(parents=True)
+            plan = {"socket": str(path), "nproc": 2, "rank_start": 2 * node, "world_size": 4, "nnodes": 2,
+                    "node_rank": node, "master_addr": "127.0.0.1", "master_port": port, "run_id": f"plain{run}",
+                    "log_dir": str(folder / "logs"), "argv": [str(PLAIN_DDP)], "module": "", "binary": sys.executable}
+            (folder / "plan.json").write_text(json.dumps(plan))
+            launchers.append(subprocess.Popen([sys.executable, "-m", "torchyard.warm.run", str(folder / "plan.json")],
+                                              env=env, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        codes = []
+        for launcher in launchers:
+            try:
+                codes.append(launcher.wait(timeout=60))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+                launcher.send_signal(signal.SIGTERM)  # its ranks' groups get it (then SIGKILL after the grace)
+                launcher.wait()
+        assert codes == [0, 0], f"run {run}: launchers ended {codes} (None: a rank never ended)"

@@ -35,6 +35,9 @@ PREEMPT_FILE = "preempt-requested"
 YIELDED_FILE = "preempt-yielded"
 # committing-<rank>: a rank is inside a checkpoint save (sdk.preemption.committing()).
 COMMITTING_PREFIX = "committing-"
+# returned-<rank>: that rank's script returned 0 and the process is ending (rank_main.exit_now): what is
+# left is teardown, which the supervisor ends when it hangs (supervisor/linger.py).
+RETURNED_PREFIX = "returned-"
 # The exit status of a rank that yielded for preemption (the node reports `stopped`, yielded).
 YIELD_EXIT_CODE = 83
 
@@ -262,6 +265,8 @@ class NodeLaunch:
     # ("report": a `stalled` event; "recover": also fail the node, so the job recovers).
     stall_timeout: float | None = None
     on_stall: str = "report"
+    # fault_tolerance.exit_grace: how long a rank may outlive every other rank's exit 0 (supervisor/linger.py).
+    exit_grace: float = 30.0
     # distributed.launcher: "torchrun" (default), "none" (the entrypoint once per node as a plain
     # process) or "command" (`command`, an argv list, once per node). Every one gets the job's peers.
     launcher: str = "torchrun"

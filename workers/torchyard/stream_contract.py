@@ -71,6 +71,8 @@ class NodeStateEvent(TypedDict):
     status: NodeStatus
     previous: NotRequired[NodeStatus | None]
     reason: str
+    # Completed, with something the user should know: a rank ended for outliving the job's work.
+    warning: NotRequired[str]
 
 
 class LogEvent(TypedDict):
@@ -149,6 +151,9 @@ class StalledEvent(TypedDict):
     # The collective frame the main thread waits in; "" outside any; null or absent: no stack read.
     waits_in: NotRequired[str | None]
     frame: NotRequired[str | None]  # the main thread's innermost Python frame
+    # True: a rank that reports no steps printed and reported nothing, used no CPU and had every thread
+    # waiting in the kernel for `stalled_for` s (`step` is then 0).
+    silent: NotRequired[bool]
 
 
 class ResultEvent(TypedDict):

@@ -368,6 +368,7 @@ def _launch_payload(job: Job, spec: JobSpec, plan: Plan, node: JobNode, resume_m
         heartbeat_interval=max(0.5, min(2.0, timeout / 4)),
         stall_timeout=spec.fault_tolerance.stall_timeout,
         on_stall=spec.fault_tolerance.on_stall,
+        exit_grace=spec.fault_tolerance.exit_grace,
         volumes=volumes,
         launcher=spec.distributed.launcher,
         command=list(spec.distributed.command or []),
@@ -559,7 +560,11 @@ def node_report_state(*, event: dict[str, Any]) -> None:
                 attempt=node.attempt).exclude(status=N.RUNNING).exists():
                 transition_job(job, J.RUNNING, f"all {job.world_size} ranks running")
         elif status == protocol.NODE_COMPLETED:
-            transition_node(node, N.COMPLETED, "exited 0", announce=False, exit_code=0)
+            warning = str(event.get("warning") or "")
+            if transition_node(node, N.COMPLETED, f"exited 0{COMPLETED_WARNING}{warning}" if warning else "exited 0",
+                               announce=False, exit_code=0) and job.attempt == node.attempt:
+                # The nodes still running learn it: a rank that outlives every other one is ended (supervisor/linger.py).
+                membership_send(job_id=job.pk, attempt=node.attempt)
             if _is_ray(JobSpec.from_json(job.spec)) and node.node_rank == 0 and job.attempt == node.attempt and job.status not in JOB_FINAL \
                     and job.status not in (J.STOPPING, J.RECOVERING):
                 # A Ray job is its driver on the head: done when it exits 0; the workers' raylets
@@ -568,7 +573,7 @@ def node_report_state(*, event: dict[str, Any]) -> None:
                 transition_job(job, J.COMPLETED, "the Ray driver exited 0")
             elif not _winding_down(job) and job.attempt == node.attempt and not job.nodes.filter(
                 attempt=node.attempt).exclude(status=N.COMPLETED).exists():
-                transition_job(job, J.COMPLETED, "every node exited 0")
+                transition_job(job, J.COMPLETED, "every node exited 0" + _completion_warnings(job))
         elif status in (protocol.NODE_FAILED, protocol.NODE_STOPPED):
             failed = status == protocol.NODE_FAILED
             reason = str(event.get("reason") or ("failed" if failed else "stopped"))
@@ -584,6 +589,18 @@ def node_report_state(*, event: dict[str, Any]) -> None:
             elif not _winding_down(job) and job.attempt == node.attempt and job.status not in JOB_FINAL:
                 detail = reason if failed else f"{_describe(node)} stopped unexpectedly: {reason}"
                 _node_lost_or_failed(job, node, detail, last_lines=event.get("last_lines") or [], fatal=fatal)
+
+
+# Between "exited 0" and the warning a node completed with, in its status reason.
+COMPLETED_WARNING = "; warning: "
+
+
+def _completion_warnings(job: Job) -> str:
+    """The warnings the attempt's nodes completed with (a rank ended for outliving the job's work),
+    for the job's own completion: "" when there were none."""
+    reasons = job.nodes.filter(attempt=job.attempt, status_reason__contains=COMPLETED_WARNING).order_by("node_rank")
+    return "".join(f"{COMPLETED_WARNING}{_describe(node)}: {node.status_reason.split(COMPLETED_WARNING, 1)[1]}"
+                   for node in reasons)
 
 
 def _without_node_rank(reason: str) -> str:

@@ -319,6 +319,10 @@ class FaultToleranceSerializer(serializers.Serializer):
         choices=["report", "recover"], default="report",
         help_text="report: a `stalled` event with the rank's Python stack; recover: also fail its node, "
                   "so the job resumes from its last checkpoint")
+    exit_grace = serializers.FloatField(
+        min_value=1, max_value=3600, default=30,
+        help_text="seconds a rank may stay alive, using no CPU, after every other rank of the job exited 0 "
+                  "(a teardown that hangs); then its stack is kept, it is ended and the job completes with a warning")
     ray_worker_loss = serializers.ChoiceField(
         choices=["recover", "tolerate"], required=False,
         help_text="framework ray: recover (default): a lost Ray worker node is a node failure like any other; "

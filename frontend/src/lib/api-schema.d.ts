@@ -1979,6 +1979,12 @@ export interface components {
              */
             on_stall?: components["schemas"]["OnStallEnum"];
             /**
+             * Format: double
+             * @description seconds a rank may stay alive, using no CPU, after every other rank of the job exited 0 (a teardown that hangs); then its stack is kept, it is ended and the job completes with a warning
+             * @default 30
+             */
+            exit_grace?: number;
+            /**
              * @description framework ray: recover (default): a lost Ray worker node is a node failure like any other; tolerate: the driver handles the loss itself, the job goes on while the head lives
              *
              *     * `recover` - recover
@@ -2219,6 +2225,11 @@ export interface components {
              */
             stall_timeout: number | null;
             on_stall: components["schemas"]["OnStallEnum"];
+            /**
+             * Format: double
+             * @description seconds a rank may outlive every other rank's exit 0, idle, before it is ended
+             */
+            exit_grace: number;
             /**
              * @description framework ray: what a lost Ray worker node does
              *
@@ -3862,6 +3873,7 @@ export interface components {
             status: components["schemas"]["NodeStatusEnum"];
             previous?: components["schemas"]["NodeStatusEnum"] | null;
             reason: string;
+            warning?: string;
         };
         LogEvent: components["schemas"]["EventOut"] & {
             /** @enum {string} */
@@ -3938,6 +3950,7 @@ export interface components {
             on_stall: "report" | "recover";
             waits_in?: string | null;
             frame?: string | null;
+            silent?: boolean;
         };
         /** @description A function job's rank returned or raised (GET /api/jobs/{id}/results holds the result). */
         ResultEvent: components["schemas"]["EventOut"] & {

@@ -36,3 +36,23 @@ def test_lines_without_a_rank_are_quoted_as_the_nodes(owner):
                              "last_lines": [{"rank": None, "line": "ERROR: No matching distribution"}]})
     job.refresh_from_db()
     assert job.status_reason.endswith("[node 1] ERROR: No matching distribution")
+
+
+def test_a_node_that_completed_with_a_warning_puts_it_in_the_jobs_completion(owner):
+    job = Job.objects.create(name="j", owner=owner, status=Job.Status.RUNNING, attempt=0, world_size=4,
+                             spec={"fault_tolerance": {"max_restarts": 0}})
+    first = make_node(job, node_rank=0, machine_name="gpu-a", host="10.0.0.1", status=JobNode.Status.RUNNING)
+    second = make_node(job, node_rank=1, machine_name="gpu-b", host="10.0.0.2", status=JobNode.Status.RUNNING)
+    node_report_state(event={"node": first.pk, "status": protocol.NODE_COMPLETED, "exit_code": 0,
+                             "reason": "node rank 0: every rank exited 0"})
+    job.refresh_from_db()
+    assert job.status == Job.Status.RUNNING
+    warning = ("global rank 3 (pid 42) was still alive 30 s after every other rank of the job exited 0, using no "
+               "CPU (hung in c10d::ProcessGroupGloo::~ProcessGroupGloo); its stack was kept and it was ended")
+    node_report_state(event={"node": second.pk, "status": protocol.NODE_COMPLETED, "exit_code": 0,
+                             "reason": f"node rank 1: every rank's work is done; {warning}", "warning": warning})
+    job.refresh_from_db()
+    second.refresh_from_db()
+    assert job.status == Job.Status.COMPLETED
+    assert job.status_reason == f"every node exited 0; warning: node 1 (gpu-b): {warning}"
+    assert second.status_reason == f"exited 0; warning: {warning}"

@@ -38,6 +38,8 @@ PACKAGE_PARENT = Path(torchyard.__file__).resolve().parent.parent
 # package: putting PACKAGE_PARENT itself on their path would shadow the training environment's own
 # packages with the agent's (another Python's compiled modules, other versions).
 SDK_PATH_DIR = "pythonpath"
+# What a cold rank runs before its script or module (torchrun's own `-m`): torchyard/rank_main.py.
+RANK_MAIN = ("-m", "torchyard.rank_main")
 
 
 class EntrypointError(ValueError):
@@ -118,7 +120,9 @@ def build_torchrun_argv(launch: NodeLaunch, run_dir: Path, script: Path | None, 
     None the launch's module runs, as `torchrun -m`. `python` is the interpreter of the ranks
     (the machine's training Python, or the job's prepared environment).
     """
-    target = ["-m", launch.module] if script is None else [str(script)]
+    # Each rank runs the script through torchyard.rank_main (on the ranks' PYTHONPATH, sdk_path), which
+    # ends it as a warm rank ends: without torch's process-group teardown, where it can hang or abort.
+    target = [*RANK_MAIN, *(["-m", launch.module] if script is None else [str(script)])]
     return [
         python or sys.executable,
         "-m",

@@ -64,6 +64,7 @@ class OutputPump:
         self._ray_logs: RayLogs | None = None
         self._socket: EventSocket | None = None
         self.last_line: dict[int, str] = {}  # global rank -> its newest log line
+        self.heard_at: dict[int, float] = {}  # global rank -> when it last printed or reported (monotonic)
         self.recent: dict[str, deque[dict[str, Any]]] = {
             kind: deque(maxlen=keep) for kind in ("prepare", "stderr", "stdout", "torchrun")}
 
@@ -91,6 +92,7 @@ class OutputPump:
                 line = self.mask(item.line)
                 self.recent[item.stream].append({"rank": rank, "stream": item.stream, "line": line})
                 self.last_line[rank] = line
+                self.heard_at[rank] = time.monotonic()
                 self.publisher.emit(protocol.LOG, rank=rank, stream=item.stream, line=line,
                                     local_rank=item.local_rank, source="worker")
         if self._torchrun_tail is not None:
@@ -118,6 +120,8 @@ class OutputPump:
         rank = event.pop("rank", None)
         rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
         ts = event.pop("ts", None)
+        if rank is not None:
+            self.heard_at[rank] = time.monotonic()
         step = event.get("step")
         if event_type == protocol.METRIC and rank is not None and isinstance(step, int) and not isinstance(step, bool):
             total = event.get("total_steps")

@@ -70,6 +70,35 @@ class RankProcesses:
                 self._warm_ranks = [psutil.Process(int(pid)) for pid in json.loads(pids_file.read_text()).values()]
         return [proc.pid for proc in self._warm_ranks if proc.is_running()]
 
+    def rank_processes(self, rank_start: int, *, one_process: bool) -> tuple[dict[int | None, psutil.Process], set[int]]:
+        """The node's rank processes found now, by global rank (None: `one_process`, the command is
+        the node's one process), and the ranks known to have ended already: a warm rank may start and
+        end between two looks, its pid is in the launcher's file."""
+        if one_process:
+            with contextlib.suppress(psutil.Error):
+                return {None: psutil.Process(self.proc.pid)}, set()
+            return {}, set()
+        found: dict[int | None, psutil.Process] = {}
+        ended: set[int] = set()
+        if self.command.warm_pids_file is not None:
+            with contextlib.suppress(OSError, ValueError):
+                for local_rank, pid in json.loads(self.command.warm_pids_file.read_text()).items():
+                    try:
+                        found[rank_start + int(local_rank)] = psutil.Process(int(pid))
+                    except psutil.NoSuchProcess:
+                        ended.add(rank_start + int(local_rank))
+            return found, ended
+        try:
+            workers = psutil.Process(self.proc.pid).children()  # torchrun's own: not a rank's children
+        except psutil.Error:
+            return found, ended
+        for proc in workers:
+            with contextlib.suppress(psutil.Error, OSError, ValueError):
+                rank = proc.environ().get("RANK")
+                if rank is not None:
+                    found[int(rank)] = proc
+        return found, ended
+
     def tree(self) -> list[psutil.Process]:
         """The launcher and every process under it, then a warm start's ranks and theirs."""
         tree = process_tree(self.proc.pid)

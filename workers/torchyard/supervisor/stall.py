@@ -24,6 +24,7 @@ finished training: its last evaluation, checkpoint and teardown make no steps, a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -59,6 +60,7 @@ class Stall:
     step: int
     stalled_for: float
     timeout: float
+    silent: bool = False  # found by SilenceWatch: the rank reports no steps
 
 
 class StallWatch:
@@ -104,6 +106,10 @@ class StallWatch:
         return [Stall(rank=rank, step=known.step, stalled_for=round(now - known.advanced_at, 1), timeout=round(limit, 1))
                 for rank, known in waiting]
 
+    def reports(self, rank: int) -> bool:
+        """Whether the rank has reported a step (its progress is watched here)."""
+        return rank in self._ranks
+
     def still_stalled(self, ranks: list[int]) -> bool:
         """Whether any of `ranks` has not advanced since it was reported."""
         return any(self._ranks[rank].reported for rank in ranks if rank in self._ranks)
@@ -111,6 +117,93 @@ class StallWatch:
     def snapshot(self, now: float) -> dict[str, list[float]]:
         """{rank: [last step, seconds since it advanced]} for heartbeats."""
         return {str(r): [k.step, round(now - k.advanced_at, 1)] for r, k in sorted(self._ranks.items())}
+
+
+# A rank that reports no steps is watched by what it does instead (SilenceWatch): what it prints
+# and reports, the CPU it uses, and where its threads wait. A thread in a timed sleep (`time.sleep`,
+# whose kernel wait is a nanosleep) is quiet on purpose.
+IDLE_CPU_SHARE = 0.02
+TIMED_SLEEP = "nanosleep"
+
+
+def tree_cpu_seconds(proc: psutil.Process) -> float | None:
+    """User and system CPU seconds of the process and everything under it; None when it is gone."""
+    total = 0.0
+    try:
+        for each in [proc, *proc.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                times = each.cpu_times()
+                total += times.user + times.system
+    except psutil.Error:
+        return None
+    return total
+
+
+def blocked_in_kernel(proc: psutil.Process) -> bool:
+    """Every thread of the process and of everything under it waits in the kernel (sleeping or in
+    uninterruptible sleep), none in a timed sleep; False when any runs, sleeps on a timer, or cannot
+    be read."""
+    try:
+        pids = [proc.pid, *(child.pid for child in proc.children(recursive=True))]
+    except psutil.Error:
+        return False
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                    state = stat.read().rsplit(")", 1)[1].split()[0]
+                with open(f"/proc/{pid}/task/{tid}/wchan") as wchan:
+                    waits_in = wchan.read()
+            except (OSError, IndexError):
+                continue
+            if state not in ("S", "D") or TIMED_SLEEP in waits_in:
+                return False
+    return True
+
+
+@dataclass
+class _Quiet:
+    since: float
+    cpu: float
+    heard_at: float
+
+
+class SilenceWatch:
+    """Ranks that report no steps, hung without a word: for the stall timeout (the job's, else
+    DEFAULT_MIN_TIMEOUT_S) each printed and reported nothing, used no CPU, and had every thread
+    waiting in the kernel, none on a timer. A rank that computes, prints, or sleeps in Python on
+    purpose is only quiet. `look` returns a Stall once, until the rank does something again."""
+
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = timeout if timeout is not None else DEFAULT_MIN_TIMEOUT_S
+        self._ranks: dict[int, _Quiet] = {}
+        self._reported: set[int] = set()
+
+    def look(self, rank: int, proc: psutil.Process, heard_at: float, now: float) -> Stall | None:
+        cpu = tree_cpu_seconds(proc)
+        if cpu is None:
+            self._ranks.pop(rank, None)
+            return None
+        known = self._ranks.get(rank)
+        busy = known is None or heard_at > known.heard_at or \
+            cpu - known.cpu > IDLE_CPU_SHARE * max(now - known.since, 1.0) or not blocked_in_kernel(proc)
+        if busy:
+            self._ranks[rank] = _Quiet(since=now, cpu=cpu, heard_at=heard_at)
+            self._reported.discard(rank)
+            return None
+        assert known is not None
+        if now - known.since < self.timeout or rank in self._reported:
+            return None
+        self._reported.add(rank)
+        return Stall(rank=rank, step=0, stalled_for=round(now - known.since, 1), timeout=round(self.timeout, 1),
+                     silent=True)
+
+    def still_silent(self, ranks: list[int]) -> bool:
+        return any(rank in self._reported for rank in ranks)
 
 
 def _py_spy() -> str | None:
@@ -121,16 +214,18 @@ def _py_spy() -> str | None:
     return shutil.which("py-spy")
 
 
-def python_stack(pid: int, timeout: float = 10.0) -> str:
+def python_stack(pid: int, timeout: float = 10.0, *, native: bool = False) -> str:
     """Every thread's Python stack of a live process, read from outside.
 
     `--nonblocking` reads the memory without pausing the process (and works on a stopped one,
-    which py-spy's default ptrace suspend does not)."""
+    which py-spy's default ptrace suspend does not). `native`: the C and C++ frames too, which needs
+    the process paused for the moment of the read (a hung teardown is in torch's C++)."""
     tool = _py_spy()
     if tool is None:
         return "(no stack: py-spy is not installed beside the agent)"
+    how = "--native" if native else "--nonblocking"
     try:
-        done = subprocess.run([tool, "dump", "--pid", str(pid), "--nonblocking"], capture_output=True,
+        done = subprocess.run([tool, "dump", "--pid", str(pid), how], capture_output=True,
                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"(no stack: py-spy failed: {exc})"

@@ -126,6 +126,8 @@ class Outcome:
     fatal: bool = False
     # The ranks checkpointed and yielded to a preemption (sdk.yield_for_preemption): not a failure.
     yielded: bool = False
+    # Completed, but not as cleanly as it should have (a rank ended for outliving the job's work).
+    warning: str = ""
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

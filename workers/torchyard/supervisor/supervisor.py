@@ -53,6 +53,7 @@ from .argv import (
 )
 from .commands import node_command, what_runs
 from .event_socket import EventSocket
+from .linger import Lingered, LingerWatch, end_lingering
 from .network import interface_env
 from .node_preflight import run_preflight
 from .output_pump import OutputPump, secret_masker
@@ -64,7 +65,7 @@ from .proctree import TreeSampler
 from .publisher import EventPublisher
 from .ranks import RankProcesses
 from .ray_logs import RayLogs
-from .stall import Examined, StallWatch, examine
+from .stall import Examined, SilenceWatch, Stall, StallWatch, examine
 from .states import (
     Outcome,
     StopRequested,
@@ -88,6 +89,9 @@ _FIRST_FAILURE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(p
 
 def _stall_summary(seen: Examined) -> str:
     stall = seen.stall
+    if stall.silent:
+        return (f"global rank {stall.rank} hung without a word: nothing printed or reported, no CPU used and every "
+                f"thread waiting in the kernel for {stall.stalled_for:g} s (its process is {seen.process_state})")
     return (f"global rank {stall.rank} stalled: no new step for {stall.stalled_for:g} s after step {stall.step} "
             f"(its process is {seen.process_state})")
 
@@ -125,14 +129,24 @@ class NodeSupervisor:
         self._first_failure: tuple[int, int] | None = None  # (exit code, local rank) as torchrun names it
         self._watchdog_fired = False
         self._torchrun_cut = False  # ended by us once its workers were gone (see _cut_torchrun_short)
+        self._ranks_done_at: float | None = None  # when every rank of the node was seen gone, none failed
+        self._next_done_look = 0.0
         self._sampler = TreeSampler()
         self._listener: MasterListener | None = None  # node 0 holds the master port until torchrun takes it
         self._interface_env: dict[str, str] = {}
         self._preflight_since = 0.0
         self._stalls = StallWatch(launch.stall_timeout)
+        self._silence = SilenceWatch(launch.stall_timeout)  # ranks that report no steps
+        self._next_silence_look = 0.0
         self._stall_failure = ""
         # Under on_stall: recover, a stall whose ranks here only wait on a peer: (deadline, why, ranks).
         self._victim_stall: tuple[float, str, list[int]] | None = None
+        # Ranks that outlive the job's work (linger.py); Ray's workers end with its driver instead.
+        self._linger = LingerWatch(launch.exit_grace, nnodes=launch.nnodes, node_rank=launch.node_rank,
+                                   local_ranks=launch.nproc_per_node if runs_torchrun(launch) else 1,
+                                   run_dir=self.run_dir) if launch.launcher != ray_launch.LAUNCHER_RAY else None
+        self._lingered: list[Lingered] = []
+        self._next_linger_look = 0.0
         self._function_env: dict[str, str] = {}
         self._results: list[dict[str, Any]] = []
         self._what = what_runs(launch)
@@ -340,6 +354,7 @@ class NodeSupervisor:
                 self._cut_torchrun_short(now)
             if exit_code is None and self.state is SupervisorState.RUNNING:
                 self._check_stalls(now)
+                self._check_lingering(now)
                 self._check_preemption()
             if now >= next_beat and exit_code is None:
                 self._beat()
@@ -378,8 +393,10 @@ class NodeSupervisor:
         self._ranks.kill_now()
 
     def _note_torchrun_line(self, line: str) -> None:
-        if self.state is not SupervisorState.RUNNING:
-            return  # after our own SIGTERM, torchrun closing its workers is expected
+        if self.state is not SupervisorState.RUNNING or self._lingered:
+            # After our own SIGTERM, torchrun closing its workers is expected; after a lingering
+            # rank was ended, the failure torchrun names is that rank's SIGKILL.
+            return
         failure = _FIRST_FAILURE.search(line)
         if failure:
             self._first_failure = (int(failure.group(1)), int(failure.group(2)))
@@ -391,17 +408,38 @@ class NodeSupervisor:
         takes 0.6-1 s to tear itself down (a Python process with torch loaded), and a job's recovery
         waits for that twice: on the failed node, and on every node it stops. With --max-restarts 0 a
         failed worker means torchrun exits non-zero, and a stop means it ends: once its workers are
-        gone (and it has named the first failure, or had half a second to), nothing is lost."""
+        gone (and it has named the first failure, or had half a second to), nothing is lost.
+
+        Nor once every rank exited 0 (a second ago, no failure named): torchrun would wait in its exit
+        barrier until every other node's torchrun is done, holding the store its own ranks no longer
+        use, and with it this node's completion; a node whose rank outlives the job's work (linger.py)
+        would then never learn that every other rank is done. A warm node ends so too."""
         assert self._ranks is not None
         if self._torchrun_cut or not runs_torchrun(self.launch):
             return  # another launcher's process is the worker (or its parent): it ends by itself
         failed = self._worker_failed_at is not None and (
             self._first_failure is not None or now - self._worker_failed_at > 0.5)
-        if not (failed or self._stop_sent) or self._ranks.workers_alive():
+        if not (failed or self._stop_sent or self._lingered or self._every_rank_exited_0(now)) \
+                or self._ranks.workers_alive():
             return
         self._torchrun_cut = True
         self._ranks.signal_group(signal.SIGKILL)
         self._ranks.wait(5)
+
+    def _every_rank_exited_0(self, now: float) -> bool:
+        """Every rank of the node was seen and has been gone for a second, and torchrun named no failure."""
+        assert self._ranks is not None
+        if self._linger is None or self._worker_failed_at is not None or self._stop_sent or not self._linger.all_seen():
+            return False
+        if now < self._next_done_look:
+            return self._ranks_done_at is not None and now - self._ranks_done_at >= 1.0
+        self._next_done_look = now + 0.25  # a look at the process tree: not every loop
+        if self._ranks.workers_alive():
+            self._ranks_done_at = None
+            return False
+        if self._ranks_done_at is None:
+            self._ranks_done_at = now
+        return now - self._ranks_done_at >= 1.0
 
     def _beat(self) -> None:
         assert self._ranks is not None
@@ -430,13 +468,14 @@ class NodeSupervisor:
         assert self._ranks is not None
         ranks = self._ranks
         rank_pid = lambda rank: ranks.rank_pid(rank, launcher_may_be_rank=not runs_torchrun(self.launch))  # noqa: E731
-        examined = examine(self._stalls.stalled(now), rank_pid, self.pump.mask)
+        examined = examine(self._stalls.stalled(now) + self._silent_ranks(now), rank_pid, self.pump.mask)
         for seen in examined:
             stall, pid, status, stack = seen.stall, seen.pid, seen.process_state, seen.stack
             self.publisher.emit(protocol.STALLED, rank=stall.rank, step=stall.step, stalled_for=stall.stalled_for,
                                 timeout=stall.timeout, process_state=status, pid=pid, stack=stack,
                                 last_line=self.pump.last_line.get(stall.rank, ""), hostname=socket.gethostname(),
-                                on_stall=self.launch.on_stall, waits_in=seen.waits_in, frame=seen.frame)
+                                on_stall=self.launch.on_stall, waits_in=seen.waits_in, frame=seen.frame,
+                                **({"silent": True} if stall.silent else {}))
             self.pump.supervisor_line(f"{_stall_summary(seen)}; its Python stack (py-spy):")
             for line in stack.splitlines()[:60]:
                 self.pump.supervisor_line(f"  {line}")
@@ -456,8 +495,44 @@ class NodeSupervisor:
         if self._victim_stall is not None and now >= self._victim_stall[0]:
             _, summary, waiting = self._victim_stall
             self._victim_stall = None
-            if self._stalls.still_stalled(waiting):
+            if self._stalls.still_stalled(waiting) or self._silence.still_silent(waiting):
                 self._fail_for_stall(summary)
+
+    def _check_lingering(self, now: float) -> None:
+        """End each rank that outlives the job's work (linger.py): its stack first, then SIGKILL."""
+        if self._linger is None or now < self._next_linger_look:
+            return
+        assert self._ranks is not None
+        self._next_linger_look = now + 0.5
+        if not self._linger.all_seen():
+            found, gone = self._ranks.rank_processes(self.launch.rank_start, one_process=not runs_torchrun(self.launch))
+            for unit, proc in found.items():
+                self._linger.see(unit, proc)
+            for unit in gone:
+                self._linger.gone(unit)
+        failed = bool(self._worker_failed_at is not None or self._stop_sent or self._stall_failure)
+        for rank, proc, waited, returned in self._linger.check(now, failed=failed):
+            ended = end_lingering(rank, proc, waited, returned, self.pump.mask)
+            self._lingered.append(ended)
+            self.pump.supervisor_line(f"{ended.summary()}; its stack (py-spy, with native frames):")
+            for line in ended.stack.splitlines()[:80]:
+                self.pump.supervisor_line(f"  {line}")
+
+    def _silent_ranks(self, now: float) -> list[Stall]:
+        """Ranks that report no steps and hang without a word (stall.py SilenceWatch); their
+        processes are the ones the linger watch found."""
+        if self._linger is None or now < self._next_silence_look:
+            return []
+        self._next_silence_look = now + 1.0
+        found = []
+        for unit, proc in self._linger.alive().items():
+            rank = unit if unit is not None else self.launch.node_rank
+            if self._stalls.reports(rank) or self._linger.finishing(unit):
+                continue  # its steps say whether it moves (StallWatch), or its work is done (linger.py)
+            stall = self._silence.look(rank, proc, self.pump.heard_at.get(rank, 0.0), now)
+            if stall is not None:
+                found.append(stall)
+        return found
 
     def _fail_for_stall(self, summary: str) -> None:
         assert self._ranks is not None
@@ -516,6 +591,10 @@ class NodeSupervisor:
                            f"{node}: stopped for preemption: did not yield within {self._preemption.grace:g} s")
         if self._stop_sent:
             return Outcome(SupervisorState.STOPPED, exit_code, f"stop requested ({signal_name(self._stop_signal)})")
+        if self._lingered and not (self._stall_failure or self._watchdog_fired):
+            # Every other rank of the job had exited 0: the work is done, the ranks ended were hung.
+            warning = "; ".join(ended.summary() for ended in self._lingered)
+            return Outcome(SupervisorState.COMPLETED, 0, f"{node}: every rank's work is done; {warning}", warning=warning)
         detail = ""
         if self._first_failure is not None:
             worker_code, local_rank = self._first_failure
@@ -527,6 +606,9 @@ class NodeSupervisor:
             return Outcome(SupervisorState.FAILED, exit_code,
                            f"{node}: a worker failed and torchrun did not exit within {self.settings.watchdog_s:g} s; "
                            f"killed its process tree{detail}")
+        if self._torchrun_cut and self._ranks_done_at is not None and self._worker_failed_at is None:
+            return Outcome(SupervisorState.COMPLETED, 0, f"{node}: every rank exited 0 ({self._what} ended without "
+                           "waiting for the other nodes in its exit barrier)")
         if self._torchrun_cut:
             # The exit code torchrun was about to return (any failed worker makes it exit 1).
             return Outcome(SupervisorState.FAILED, 1, f"{node}: torchrun failed, ended once its workers were gone{detail}")
@@ -543,4 +625,6 @@ class NodeSupervisor:
             payload["fatal"] = True
         if outcome.yielded:
             payload["yielded"] = True
+        if outcome.warning:
+            payload["warning"] = outcome.warning
         self.publisher.emit(protocol.STATE, **payload)

@@ -21,16 +21,15 @@ import io
 import json
 import os
 import resource
-import runpy
 import selectors
 import signal
 import socket
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
+from torchyard import rank_main
 from torchyard.warm import proctitle
 
 # Read by the C libraries torch and numpy load as they import (OpenMP and OpenBLAS size their thread
@@ -132,38 +131,14 @@ def become_rank(request: dict[str, Any], base_path: list[str]) -> int:
     sys.path[:] = _cold_sys_path(script_dir, env.get("PYTHONPATH", ""), base_path)
     for name in [n for n in sys.modules if n == "torchyard" or n.startswith("torchyard.")]:
         del sys.modules[name]  # the server's copy: the rank imports the SDK from its own path, as cold
-    sys.argv = list(argv)
+    # Before the user's code makes any process group: a rank never tears one down (rank_main.py says why).
+    rank_main.keep_process_groups()
     # What ps and /proc show: the command a cold torchrun would have run, and the rank's environment
     # (its identity first: that is how a job's processes are found).
     command = [sys.executable, "-u", *(["-m", module, *argv[1:]] if module else argv)]
     with contextlib.suppress(OSError, ValueError, IndexError):
         proctitle.rewrite(command, env, first=("TORCHYARD_", "RANK", "LOCAL_RANK", "WORLD_SIZE"))
-    return _run_main(module, argv)
-
-
-def _run_main(module: str, argv: list[str]) -> int:
-    """Run the script or module as `__main__`, ending as the interpreter would: SystemExit's code,
-    or 1 with the traceback (without these frames) for an exception."""
-    try:
-        if module:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(argv[0], run_name="__main__")
-    except SystemExit as exc:
-        code = exc.code
-        if code is None:
-            return 0
-        if isinstance(code, int):
-            return code
-        print(code, file=sys.stderr)
-        return 1
-    except BaseException as exc:  # noqa: BLE001 - the interpreter's own top level, as a cold start
-        tb = exc.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
-            tb = tb.tb_next
-        traceback.print_exception(type(exc), exc, tb)
-        return 1
-    return 0
+    return rank_main.run_main(module, argv)
 
 
 # --- the server ------------------------------------------------------------------------------------
@@ -369,25 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # its working directory or files are gone: the launcher reports the code
         print(f"[torchyard warm] cannot start the rank: {exc}", file=sys.stderr, flush=True)
         code = 126
-    exit_now(code)
+    rank_main.exit_now(code)
     return code
-
-
-def exit_now(code: int) -> None:
-    """End the rank as the interpreter would, less the teardown of every module (about a second with
-    torch loaded, for nothing: the process is gone after it), as multiprocessing ends its children:
-    non-daemon threads joined, atexit callbacks run, the standard streams flushed, then _exit."""
-    import atexit
-    import threading
-
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is not None:
-        shutdown()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code & 0xFF if code >= 0 else 1)
 
 
 if __name__ == "__main__":

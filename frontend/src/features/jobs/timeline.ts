@@ -46,12 +46,19 @@ export function timelineEntries(states: StateEvent[], stalls: StalledEvent[]): T
       ts: s.ts,
       attempt: s.attempt ?? 0,
       subject: `rank ${s.rank ?? '?'}`,
-      change: `stalled at step ${s.step}`,
-      reason: `no new step for ${s.stalled_for} s on ${s.hostname} (process ${s.process_state}${whereItWaits(s)})${s.on_stall === 'recover' ? '; on_stall: recover ended its node' : ''}`,
+      change: s.silent ? 'hung without a word' : `stalled at step ${s.step}`,
+      reason: `${stallWhat(s)} on ${s.hostname} (process ${s.process_state}${whereItWaits(s)})${s.on_stall === 'recover' ? '; on_stall: recover ended its node' : ''}`,
       kind: 'stall',
     })
   }
   return entries.sort((a, b) => a.id - b.id)
+}
+
+/** What a stall is: a step that stopped advancing, or (no steps reported) nothing at all for a while. */
+export function stallWhat(s: StalledEvent): string {
+  return s.silent
+    ? `nothing printed or reported, no CPU used, every thread waiting for ${s.stalled_for} s`
+    : `no new step for ${s.stalled_for} s`
 }
 
 function whereItWaits(s: StalledEvent): string {

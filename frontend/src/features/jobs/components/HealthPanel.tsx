@@ -1,4 +1,5 @@
 import type { JobDetail, PreflightEvent, StalledEvent } from '../../../lib/types'
+import { stallWhat } from '../timeline'
 
 /**
  * What the nodes found before and while training: each node's preflight (the master reached, the
@@ -49,7 +50,7 @@ export function HealthPanel({
         .map((e) => (
           <details key={e.id} className="stall">
             <summary>
-              attempt {e.attempt ?? 0}, rank {e.rank} on {e.hostname}: no new step for {e.stalled_for} s after step {e.step}{' '}
+              attempt {e.attempt ?? 0}, rank {e.rank} on {e.hostname}: {stallWhat(e)}{e.silent ? '' : ` after step ${e.step}`}{' '}
               (process {e.process_state}{describeStack(e)}){e.on_stall === 'recover' ? '; on_stall: recover ended its node' : ''}
             </summary>
             {e.last_line && (

@@ -70,6 +70,15 @@ describe('StateTimeline', () => {
     expect(screen.getByText('5 events, 1 preemption')).toBeInTheDocument()
   })
 
+  it('says what a rank that reports no steps did when it hung without a word', () => {
+    const silent: StalledEvent = { ...stall, id: 8, rank: 0, step: 0, stalled_for: 4.5, timeout: 4, silent: true,
+      process_state: 'sleeping', waits_in: '' }
+    render(<StateTimeline states={[jobState(1, 'queued', 'running')]} stalls={[silent]} />)
+    const items = within(screen.getByRole('list', { name: 'Transitions' })).getAllByRole('listitem')
+    expect(items[1]).toHaveTextContent('rank 0hung without a wordstallnothing printed or reported, no CPU used, every thread '
+      + 'waiting for 4.5 s on beta (process sleeping; outside any collective); on_stall: recover ended its node')
+  })
+
   it('says so before the first transition', () => {
     render(<StateTimeline states={[]} stalls={[]} />)
     expect(screen.getByText('No transitions yet.')).toBeInTheDocument()
