@@ -20,7 +20,7 @@ FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.conf
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/torchyard
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/9
 
-.PHONY: run test install frontend services lint pytest npm-test bench clean browser api-types
+.PHONY: run test setup install frontend services lint pytest npm-test bench clean browser api-types
 
 run: install frontend
 	$(BIN)/torchyard-server run
@@ -79,8 +79,12 @@ lint: install $(NPM_STAMP)
 	@cmp -s var/api-schema.d.ts $(API_TYPES) || (echo "$(API_TYPES) is stale: run 'make api-types' and commit it" >&2; exit 1)
 	npm run lint
 
-pytest: install frontend services browser
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
+# Everything the tests need: the virtualenv, the dashboard's build, PostgreSQL and Redis, Chromium.
+setup: install frontend services browser
+
+pytest: setup
+	@mkdir -p var
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest --junitxml=var/junit.xml $(PYTEST_ARGS)
 
 # Regenerates the dashboard's API types after a change to a serializer or view.
 api-types: install $(NPM_STAMP)
@@ -91,7 +95,22 @@ api-types: install $(NPM_STAMP)
 npm-test: $(NPM_STAMP)
 	npm test
 
-test: lint npm-test pytest
+# `make test`'s phases, each timed: it prints its seconds and appends them to $(PHASES), which the
+# test ledger (tests/ledger.py) prints beside pytest's modules and stacks at the end of the run, and
+# writes with them to var/test-ledger.json.
+PHASES := var/test-phases.tsv
+define timed
+	@start=$$(date +%s.%N); $(MAKE) --no-print-directory $(1) || exit $$?; \
+	seconds=$$(awk "BEGIN { printf \"%.1f\", $$(date +%s.%N) - $$start }"); \
+	echo "== make test: $(1) took $$seconds s"; printf '%s\t%s\n' $(1) $$seconds >> $(PHASES)
+endef
+
+test:
+	@mkdir -p var && rm -f $(PHASES)
+	$(call timed,setup)
+	$(call timed,lint)
+	$(call timed,npm-test)
+	@TORCHYARD_TEST_PHASES=$(PHASES) $(MAKE) --no-print-directory pytest
 
 # `make bench` runs every tests/benchmarks/bench_*.py, `make bench BENCH=checkpoint` only
 # bench_checkpoint.py; each prints its own table, and any failing bench fails the target.

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+# The test ledger (tests/ledger.py): where the run's time went, printed at its end.
+pytest_plugins = ["ledger"]
+
 ROOT = Path(__file__).resolve().parent.parent
 for sub in ("backend", "workers"):
     p = str(ROOT / sub)
@@ -39,6 +42,18 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
         yield server
     finally:
         server.stop()
+
+
+# Django's production hasher (PBKDF2, a million iterations) takes about 0.3 s a password on these
+# machines and the role fixtures and the permission matrix make hundreds of users: the test process
+# hashes with MD5. The stacks under test run with production settings, and
+# tests/accounts/test_auth.py checks that production stores passwords with PBKDF2.
+QUICK_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def quick_password_hashes(settings):
+    settings.PASSWORD_HASHERS = QUICK_HASHERS
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,18 @@ PROTECTED = [
 ]
 
 
+def test_production_stores_passwords_with_pbkdf2_and_a_million_iterations(settings, django_user_model):
+    # The test process hashes with MD5 (tests/conftest.py); the server's own settings keep Django's.
+    from django.conf import global_settings
+    from torchyard_server import settings as production
+
+    assert not hasattr(production, "PASSWORD_HASHERS")
+    settings.PASSWORD_HASHERS = global_settings.PASSWORD_HASHERS
+    user = django_user_model.objects.create_user("paula", password="pw-paula")
+    assert user.password.startswith("pbkdf2_sha256$1000000$")
+    assert user.check_password("pw-paula") and not user.check_password("pw-pauline")
+
+
 def test_health_answers_anonymously(anonymous):
     response = anonymous.get("/api/health")
     assert response.status_code == 200

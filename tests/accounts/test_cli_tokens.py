@@ -11,8 +11,7 @@ from torchyard_server.accounts.models import ApiToken
 
 
 @pytest.fixture
-def server(live_server, django_user_model, settings, monkeypatch):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def server(live_server, django_user_model, monkeypatch):
     django_user_model.objects.create_user("erin", password="pw-erin")
     monkeypatch.setenv("TORCHYARD_SERVER", live_server.url)
     monkeypatch.delenv("TORCHYARD_TOKEN", raising=False)

@@ -18,12 +18,6 @@ pytestmark = pytest.mark.django_db
 LIMIT = settings.AXES_FAILURE_LIMIT
 
 
-@pytest.fixture(autouse=True)
-def quick_hashes(settings):
-    # The default hasher takes a second a check here; these tests check dozens of passwords.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def carol(django_user_model):
     return django_user_model.objects.create_user("carol", password="pw-carol")

@@ -93,8 +93,6 @@ def _validated(spec: dict) -> dict:
 @pytest.fixture
 def world(settings, tmp_path, django_user_model):
     settings.STORAGE_URL = (tmp_path / "store").as_uri()
-    # Every operation gets its own world: the default hasher would spend seconds on its passwords.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.PING_TIMEOUT = 0.1  # no agent answers here: a ping waits this long for nothing
     ada = django_user_model.objects.create_user("ada", password="pw-ada")
     mia = django_user_model.objects.create_user("mia", password=PASSWORD)  # both join the default project

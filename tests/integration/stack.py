@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ledger
 import psutil
 import requests
 from torchyard import protocol
@@ -211,6 +212,11 @@ class Stack:
         raise AssertionError(f"the stack was not ready in {timeout}s:\n{self.log_tail()}")
 
     def stop(self) -> None:
+        started_at = time.monotonic()
+        self._stop()
+        ledger.record_stack("stop", time.monotonic() - started_at)
+
+    def _stop(self) -> None:
         if self.process.poll() is None:
             # Everything the stack started, taken while the launcher still parents it: whatever
             # survives the launcher's own shutdown is ended here, or it would consume the next
@@ -240,6 +246,7 @@ def running_stack(tmp: Path, *, env: dict[str, str] | None = None, agents: int =
 def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = "127.0.0.1") -> Stack:
     """`torchyard-server run` with its web process on `host` (the bridge address when the agents
     live in network namespaces) and `agents` local agents; ready once they are online."""
+    started_at = time.monotonic()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         port = probe.getsockname()[1]
@@ -269,6 +276,7 @@ def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = 
     except BaseException:
         stack.stop()
         raise
+    ledger.record_stack("start", time.monotonic() - started_at)
     return stack
 
 
