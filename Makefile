@@ -20,7 +20,7 @@ FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.conf
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/torchyard
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/9
 
-.PHONY: run test setup install frontend services lint pytest npm-test bench clean browser api-types
+.PHONY: run test test-fast setup install frontend services lint pytest npm-test bench clean browser api-types
 
 run: install frontend
 	$(BIN)/torchyard-server run
@@ -94,6 +94,11 @@ api-types: install $(NPM_STAMP)
 
 npm-test: $(NPM_STAMP)
 	npm test
+
+# For work in progress: lint and every test outside tests/integration (no whole stack is started).
+# `make test` stays the whole suite, and what CI runs.
+test-fast: setup lint
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest --ignore=tests/integration $(PYTEST_ARGS)
 
 # `make test`'s phases, each timed: it prints its seconds and appends them to $(PHASES), which the
 # test ledger (tests/ledger.py) prints beside pytest's modules and stacks at the end of the run, and

@@ -52,8 +52,12 @@ QUICK_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(autouse=True)
-def quick_password_hashes(settings):
-    settings.PASSWORD_HASHERS = QUICK_HASHERS
+def quick_password_hashes():
+    # Not pytest-django's `settings` fixture: a test may take that name for a parameter of its own.
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=QUICK_HASHERS):
+        yield
 
 
 @pytest.fixture(autouse=True)

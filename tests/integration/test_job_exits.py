@@ -2,8 +2,8 @@
 `destroy_process_group()` at the end) completes warm and cold, run after run; a rank held in its
 teardown after every other rank exited 0 is ended within fault_tolerance.exit_grace with its stack
 kept and the job completes with a warning; a 2x2 job whose ranks block without a word is declared
-stalled within its stall timeout and recovered; a job that only computes or sleeps quietly is left
-alone."""
+stalled within its stall timeout and recovered; a job that only computes or sleeps quietly, or
+whose ranks wait silently on a busy one, is left alone."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def test_ranks_that_block_without_a_word_are_declared_stalled_and_recovered(pg_s
     assert pg_stack.wait_no_job_processes(job["id"]) == []
 
 
-def test_a_job_that_computes_or_sleeps_quietly_is_left_alone(pg_stack, bundle):
+def test_a_job_that_computes_sleeps_or_waits_on_a_busy_rank_quietly_is_left_alone(pg_stack, bundle):
     job = pg_stack.submit({**job_spec(bundle, "quiet.py", fault_tolerance={
         "max_restarts": 0, "stall_timeout": 3, "on_stall": "recover", "exit_grace": 1}),
         "resources": {"nodes": 1, "procs_per_node": 2}})

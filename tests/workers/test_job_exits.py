@@ -209,6 +209,12 @@ def test_a_rank_blocked_without_a_word_is_silent_once_until_it_moves(spawn):
     assert watch.look(0, proc, start + 5, start + 5.5) is None
     assert not watch.still_silent([0])
     assert watch.look(0, proc, start + 5, start + 6.0) is None
+    # Silence that named no hang (it waited in a collective) is looked at again after another timeout.
+    assert watch.look(0, proc, start + 5, start + 7.1) is not None
+    watch.not_yet(0, start + 7.2)
+    assert not watch.still_silent([0])
+    assert watch.look(0, proc, start + 5, start + 8.0) is None
+    assert watch.look(0, proc, start + 5, start + 8.8) is not None
 
 
 @pytest.mark.parametrize("code", [SLEEPS, COMPUTES])
@@ -220,3 +226,36 @@ def test_a_rank_that_sleeps_or_computes_quietly_is_not_silent(spawn, code):
     for i in range(8):
         assert watch.look(0, proc, 0.0, start + i * 0.5) is None
         time.sleep(0.25)
+
+
+def test_a_stopped_rank_counts_as_waiting_in_the_kernel(spawn):
+    proc = spawn(COMPUTES)
+    assert not blocked_in_kernel(proc)
+    proc.suspend()  # SIGSTOP: it holds its peers whatever its stack
+    try:
+        deadline = time.monotonic() + 5
+        while proc.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert blocked_in_kernel(proc)
+    finally:
+        proc.resume()
+
+
+def test_a_rank_that_reads_slowly_is_not_silent():
+    # Waiting in the kernel for its next bytes, as a slow download does: what it reads is a sign of life.
+    reader = subprocess.Popen([sys.executable, "-c", "import sys\nprint('up', flush=True)\n"
+                               "while sys.stdin.buffer.read(1):\n    pass"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert reader.stdin is not None and reader.stdout is not None and reader.stdout.readline().strip() == b"up"
+        proc = psutil.Process(reader.pid)
+        watch = SilenceWatch(timeout=1.0)
+        start = time.monotonic()
+        for i in range(8):
+            reader.stdin.write(b"x")
+            reader.stdin.flush()
+            time.sleep(0.25)
+            assert blocked_in_kernel(proc)
+            assert watch.look(0, proc, 0.0, start + i * 0.5) is None
+    finally:
+        reader.kill()
+        reader.wait()

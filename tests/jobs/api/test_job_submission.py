@@ -27,7 +27,7 @@ def test_it_accepts_a_good_spec_and_queues_the_job(api, two_machines):
     assert body["status"] == "queued"
     assert body["spec"]["resources"] == {"nodes": 2, "procs_per_node": 2, "gpus_per_node": 0, "min_gpu_memory": 0}
     assert body["spec"]["fault_tolerance"] == {"max_restarts": 3, "heartbeat_timeout": 10.0, "stall_timeout": None,
-                                               "on_stall": "report"}
+                                               "on_stall": "report", "exit_grace": 30.0}
     assert Job.objects.get(pk=body["id"]).owner.username == "alice"
 
 
@@ -169,3 +169,10 @@ def test_it_refuses_a_stall_timeout_under_two_seconds_and_an_unknown_on_stall(ap
     assert response.status_code == 400
     errors = response.json()["fault_tolerance"]
     assert "stall_timeout" in errors and "on_stall" in errors
+
+
+@pytest.mark.parametrize("grace", [0, 3601, "soon"])
+def test_it_refuses_an_exit_grace_outside_a_second_to_an_hour(api, two_machines, grace):
+    response = api.post("/api/jobs", spec(fault_tolerance={"exit_grace": grace}), format="json")
+    assert response.status_code == 400
+    assert list(response.json()["fault_tolerance"]) == ["exit_grace"]

@@ -139,10 +139,22 @@ def tree_cpu_seconds(proc: psutil.Process) -> float | None:
     return total
 
 
+def tree_io_chars(proc: psutil.Process) -> int:
+    """Bytes the process and everything under it read and wrote through any descriptor (files,
+    pipes, sockets: /proc/PID/io's rchar and wchar); a hung process moves none."""
+    total = 0
+    with contextlib.suppress(psutil.Error):
+        for each in [proc, *proc.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error, AttributeError):
+                counters = each.io_counters()
+                total += counters.read_chars + counters.write_chars  # type: ignore[attr-defined]
+    return total
+
+
 def blocked_in_kernel(proc: psutil.Process) -> bool:
-    """Every thread of the process and of everything under it waits in the kernel (sleeping or in
-    uninterruptible sleep), none in a timed sleep; False when any runs, sleeps on a timer, or cannot
-    be read."""
+    """Every thread of the process and of everything under it waits in the kernel (sleeping, in
+    uninterruptible sleep, or stopped), none in a timed sleep; False when any runs, sleeps on a
+    timer, or cannot be read."""
     try:
         pids = [proc.pid, *(child.pid for child in proc.children(recursive=True))]
     except psutil.Error:
@@ -160,7 +172,8 @@ def blocked_in_kernel(proc: psutil.Process) -> bool:
                     waits_in = wchan.read()
             except (OSError, IndexError):
                 continue
-            if state not in ("S", "D") or TIMED_SLEEP in waits_in:
+            # S: waits; D: waits uninterruptibly; T and t: stopped by a signal or a debugger.
+            if state not in ("S", "D", "T", "t") or TIMED_SLEEP in waits_in:
                 return False
     return True
 
@@ -169,14 +182,17 @@ def blocked_in_kernel(proc: psutil.Process) -> bool:
 class _Quiet:
     since: float
     cpu: float
+    io: int
     heard_at: float
 
 
 class SilenceWatch:
     """Ranks that report no steps, hung without a word: for the stall timeout (the job's, else
-    DEFAULT_MIN_TIMEOUT_S) each printed and reported nothing, used no CPU, and had every thread
-    waiting in the kernel, none on a timer. A rank that computes, prints, or sleeps in Python on
-    purpose is only quiet. `look` returns a Stall once, until the rank does something again."""
+    DEFAULT_MIN_TIMEOUT_S) each printed and reported nothing, used no CPU, read and wrote nothing
+    (a slow download is not a hang), and had every thread waiting in the kernel, none on a timer. A rank that computes, prints, or sleeps in Python on
+    purpose is only quiet. `look` returns a Stall once, until the rank does something again. The
+    supervisor names a hang from silence only where a silent rank is outside any collective (or
+    stopped): one waiting in a collective may wait on a busy peer (`not_yet`)."""
 
     def __init__(self, timeout: float | None = None) -> None:
         self.timeout = timeout if timeout is not None else DEFAULT_MIN_TIMEOUT_S
@@ -188,11 +204,12 @@ class SilenceWatch:
         if cpu is None:
             self._ranks.pop(rank, None)
             return None
+        io = tree_io_chars(proc)
         known = self._ranks.get(rank)
-        busy = known is None or heard_at > known.heard_at or \
+        busy = known is None or heard_at > known.heard_at or io != known.io or \
             cpu - known.cpu > IDLE_CPU_SHARE * max(now - known.since, 1.0) or not blocked_in_kernel(proc)
         if busy:
-            self._ranks[rank] = _Quiet(since=now, cpu=cpu, heard_at=heard_at)
+            self._ranks[rank] = _Quiet(since=now, cpu=cpu, io=io, heard_at=heard_at)
             self._reported.discard(rank)
             return None
         assert known is not None
@@ -204,6 +221,13 @@ class SilenceWatch:
 
     def still_silent(self, ranks: list[int]) -> bool:
         return any(rank in self._reported for rank in ranks)
+
+    def not_yet(self, rank: int, now: float) -> None:
+        """The rank's silence named no hang (it waits in a collective on a peer that may be busy):
+        look again after another timeout."""
+        self._reported.discard(rank)
+        if rank in self._ranks:
+            self._ranks[rank].since = now
 
 
 def _py_spy() -> str | None:

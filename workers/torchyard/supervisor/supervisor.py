@@ -469,6 +469,14 @@ class NodeSupervisor:
         ranks = self._ranks
         rank_pid = lambda rank: ranks.rank_pid(rank, launcher_may_be_rank=not runs_torchrun(self.launch))  # noqa: E731
         examined = examine(self._stalls.stalled(now) + self._silent_ranks(now), rank_pid, self.pump.mask)
+        if not any(seen.stall.silent and seen.suspicion < 2 for seen in examined):
+            # Silence alone names a hang only where a silent rank is outside any collective (or stopped,
+            # gone, in D state): one that waits in a collective may wait on a peer that is busy without a
+            # word (rank 0 preparing the data), not hung. Looked at again after another timeout.
+            for seen in examined:
+                if seen.stall.silent:
+                    self._silence.not_yet(seen.stall.rank, now)
+            examined = [seen for seen in examined if not seen.stall.silent]
         for seen in examined:
             stall, pid, status, stack = seen.stall, seen.pid, seen.process_state, seen.stack
             self.publisher.emit(protocol.STALLED, rank=stall.rank, step=stall.step, stalled_for=stall.stalled_for,
