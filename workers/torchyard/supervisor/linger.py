@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,8 +34,8 @@ import psutil
 
 from torchyard import protocol
 
-from .proctree import is_alive, kill_processes
-from .stall import IDLE_CPU_SHARE, python_stack, stack_facts, tree_cpu_seconds
+from .proctree import is_alive, kill_process_tree, tree_usage
+from .stall import IDLE_CPU_SHARE, python_stack, stack_facts
 
 # A rank idle enough to be hung: at most IDLE_CPU_SHARE of one core over the last IDLE_WINDOW_S.
 IDLE_WINDOW_S = 3.0
@@ -63,7 +64,7 @@ class Lingered:
 @dataclass
 class _Unit:
     proc: psutil.Process
-    since: float | None = None  # when every other rank was known to have exited 0
+    since: float | None = None  # when its work was known to be done (its grace started)
     cpu: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=64))
 
 
@@ -122,7 +123,7 @@ class LingerWatch:
         # The work is done when every unit of this node was seen and those still alive either returned
         # from their script (0) or are all that is left of the job: every other one gone (as exited 0:
         # no failure named) and every other node completed. A one-rank job has nobody to outlive.
-        returned = self._returned()
+        returned = self._returned() if self.all_seen() else set()
         local_done = self.all_seen() and all(rank in returned for rank in self._units)
         others_done = self.all_seen() and self._others_done(now) and bool(self._gone or self.nnodes > 1)
         if not (local_done or others_done):
@@ -132,9 +133,10 @@ class LingerWatch:
             return []
         due = []
         for rank, unit in self._units.items():
-            cpu = tree_cpu_seconds(unit.proc)
-            if cpu is None:
+            usage = tree_usage(unit.proc)
+            if usage is None:
                 continue
+            cpu = usage[0]
             unit.cpu.append((now, cpu))
             if unit.since is None:
                 unit.since = now
@@ -179,8 +181,7 @@ def end_lingering(rank: int | None, proc: psutil.Process, after_s: float, return
     stack = mask(python_stack(proc.pid, native=True))
     _, frame = stack_facts(stack)
     native = _innermost_native_frame(stack)
-    with contextlib.suppress(psutil.Error):
-        kill_processes([proc, *proc.children(recursive=True)], sig=9)
+    kill_process_tree(proc.pid, sig=signal.SIGKILL)
     return Lingered(rank=rank, pid=proc.pid, after_s=after_s, frame=native or frame, stack=stack, returned=returned)
 
 

@@ -141,6 +141,24 @@ def sweep_job_processes(
     return killed
 
 
+def tree_usage(proc: psutil.Process) -> tuple[float, int] | None:
+    """(CPU seconds, user and system; bytes read and written through any descriptor, /proc/PID/io's
+    rchar and wchar) of the process and everything under it, in one walk; None when it is gone.
+    A hung process tree moves neither."""
+    try:
+        tree = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return None
+    cpu, io = 0.0, 0
+    for each in tree:
+        with contextlib.suppress(psutil.Error, AttributeError), each.oneshot():
+            times = each.cpu_times()
+            cpu += times.user + times.system
+            counters = each.io_counters()
+            io += counters.read_chars + counters.write_chars  # type: ignore[attr-defined]
+    return cpu, io
+
+
 class TreeSampler:
     """CPU percent and RSS summed over a process tree, sampled repeatedly.
 

@@ -24,7 +24,6 @@ finished training: its last evaluation, checkpoint and teardown make no steps, a
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -37,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from .proctree import tree_usage
 
 # The default timeout: 10x the median time between two steps, never under a minute, so that a
 # checkpoint save or an evaluation pass is not taken for a hang.
@@ -126,31 +127,6 @@ IDLE_CPU_SHARE = 0.02
 TIMED_SLEEP = "nanosleep"
 
 
-def tree_cpu_seconds(proc: psutil.Process) -> float | None:
-    """User and system CPU seconds of the process and everything under it; None when it is gone."""
-    total = 0.0
-    try:
-        for each in [proc, *proc.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                times = each.cpu_times()
-                total += times.user + times.system
-    except psutil.Error:
-        return None
-    return total
-
-
-def tree_io_chars(proc: psutil.Process) -> int:
-    """Bytes the process and everything under it read and wrote through any descriptor (files,
-    pipes, sockets: /proc/PID/io's rchar and wchar); a hung process moves none."""
-    total = 0
-    with contextlib.suppress(psutil.Error):
-        for each in [proc, *proc.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error, AttributeError):
-                counters = each.io_counters()
-                total += counters.read_chars + counters.write_chars  # type: ignore[attr-defined]
-    return total
-
-
 def blocked_in_kernel(proc: psutil.Process) -> bool:
     """Every thread of the process and of everything under it waits in the kernel (sleeping, in
     uninterruptible sleep, or stopped), none in a timed sleep; False when any runs, sleeps on a
@@ -200,11 +176,11 @@ class SilenceWatch:
         self._reported: set[int] = set()
 
     def look(self, rank: int, proc: psutil.Process, heard_at: float, now: float) -> Stall | None:
-        cpu = tree_cpu_seconds(proc)
-        if cpu is None:
+        usage = tree_usage(proc)
+        if usage is None:
             self._ranks.pop(rank, None)
             return None
-        io = tree_io_chars(proc)
+        cpu, io = usage
         known = self._ranks.get(rank)
         busy = known is None or heard_at > known.heard_at or io != known.io or \
             cpu - known.cpu > IDLE_CPU_SHARE * max(now - known.since, 1.0) or not blocked_in_kernel(proc)
