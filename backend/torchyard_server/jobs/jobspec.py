@@ -109,7 +109,7 @@ class FaultTolerance(StoredValue):
     heartbeat_timeout: float = 10.0
     stall_timeout: float | None = shown(None, help_text="null: 10x the job's median step time, at least 60 s")
     on_stall: str = shown("report", choices=["report", "recover"])
-    exit_grace: float = shown(30.0, help_text="seconds a rank may outlive every other rank's exit 0, idle, before it is ended")
+    exit_grace: float = shown(30.0, help_text="seconds a rank may stay alive, idle, once its work is done, before it is ended")
     ray_worker_loss: str | None = shown(None, choices=["recover", "tolerate"],
                                         help_text="framework ray: what a lost Ray worker node does")
     OMIT_WHEN_NONE: ClassVar = frozenset({"ray_worker_loss"})

@@ -321,8 +321,9 @@ class FaultToleranceSerializer(serializers.Serializer):
                   "so the job resumes from its last checkpoint")
     exit_grace = serializers.FloatField(
         min_value=1, max_value=3600, default=30,
-        help_text="seconds a rank may stay alive, using no CPU, after every other rank of the job exited 0 "
-                  "(a teardown that hangs); then its stack is kept, it is ended and the job completes with a warning")
+        help_text="seconds a rank may stay alive, using no CPU, after its script returned 0 or every other rank of "
+                  "the job exited 0 (a teardown that hangs); then its stack is kept, it is ended and the job "
+                  "completes with a warning")
     ray_worker_loss = serializers.ChoiceField(
         choices=["recover", "tolerate"], required=False,
         help_text="framework ray: recover (default): a lost Ray worker node is a node failure like any other; "

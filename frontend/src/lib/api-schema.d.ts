@@ -1980,7 +1980,7 @@ export interface components {
             on_stall?: components["schemas"]["OnStallEnum"];
             /**
              * Format: double
-             * @description seconds a rank may stay alive, using no CPU, after every other rank of the job exited 0 (a teardown that hangs); then its stack is kept, it is ended and the job completes with a warning
+             * @description seconds a rank may stay alive, using no CPU, after its script returned 0 or every other rank of the job exited 0 (a teardown that hangs); then its stack is kept, it is ended and the job completes with a warning
              * @default 30
              */
             exit_grace?: number;
@@ -2227,7 +2227,7 @@ export interface components {
             on_stall: components["schemas"]["OnStallEnum"];
             /**
              * Format: double
-             * @description seconds a rank may outlive every other rank's exit 0, idle, before it is ended
+             * @description seconds a rank may stay alive, idle, once its work is done, before it is ended
              */
             exit_grace: number;
             /**

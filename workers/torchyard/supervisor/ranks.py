@@ -51,7 +51,8 @@ class RankProcesses:
                 preexec_fn=_terminate_with_parent,  # safe: the supervisor starts no threads
             )
         self.started_at = time.time()
-        self._warm_ranks: list[psutil.Process] = []
+        # A warm start's ranks by local rank (None: ended before its pid was read), once known.
+        self._warm_ranks: dict[int, psutil.Process | None] = {}
 
     @property
     def pid(self) -> int:
@@ -60,15 +61,23 @@ class RankProcesses:
     def poll(self) -> int | None:
         return self.proc.poll()
 
-    def rank_pids(self) -> list[int]:
-        """A warm start's rank pids, once its launcher has written them (the pool forked them: they
-        are not under the launcher)."""
+    def _warm(self) -> dict[int, psutil.Process | None]:
+        """A warm start's ranks by local rank, once its launcher has written their pids (the pool
+        forked them: they are not under the launcher). Process objects: psutil tells a pid reused by
+        another process from the rank."""
         pids_file = self.command.warm_pids_file
         if not self._warm_ranks and pids_file is not None:
-            with contextlib.suppress(OSError, ValueError, psutil.Error):
-                # Process objects: psutil tells a pid reused by another process from the rank.
-                self._warm_ranks = [psutil.Process(int(pid)) for pid in json.loads(pids_file.read_text()).values()]
-        return [proc.pid for proc in self._warm_ranks if proc.is_running()]
+            with contextlib.suppress(OSError, ValueError):
+                for local_rank, pid in json.loads(pids_file.read_text()).items():
+                    try:
+                        self._warm_ranks[int(local_rank)] = psutil.Process(int(pid))
+                    except psutil.NoSuchProcess:
+                        self._warm_ranks[int(local_rank)] = None
+        return self._warm_ranks
+
+    def rank_pids(self) -> list[int]:
+        """A warm start's live rank pids."""
+        return [proc.pid for proc in self._warm().values() if proc is not None and proc.is_running()]
 
     def rank_processes(self, rank_start: int, *, one_process: bool) -> tuple[dict[int | None, psutil.Process], set[int]]:
         """The node's rank processes found now, by global rank (None: `one_process`, the command is
@@ -81,12 +90,11 @@ class RankProcesses:
         found: dict[int | None, psutil.Process] = {}
         ended: set[int] = set()
         if self.command.warm_pids_file is not None:
-            with contextlib.suppress(OSError, ValueError):
-                for local_rank, pid in json.loads(self.command.warm_pids_file.read_text()).items():
-                    try:
-                        found[rank_start + int(local_rank)] = psutil.Process(int(pid))
-                    except psutil.NoSuchProcess:
-                        ended.add(rank_start + int(local_rank))
+            for local_rank, proc in self._warm().items():
+                if proc is None:
+                    ended.add(rank_start + local_rank)
+                else:
+                    found[rank_start + local_rank] = proc
             return found, ended
         try:
             workers = psutil.Process(self.proc.pid).children()  # torchrun's own: not a rank's children
@@ -102,10 +110,9 @@ class RankProcesses:
     def tree(self) -> list[psutil.Process]:
         """The launcher and every process under it, then a warm start's ranks and theirs."""
         tree = process_tree(self.proc.pid)
-        self.rank_pids()
-        for rank in self._warm_ranks:
+        for rank in self._warm().values():
             with contextlib.suppress(psutil.Error):
-                if rank.is_running():
+                if rank is not None and rank.is_running():
                     tree += [proc for proc in [rank, *rank.children(recursive=True)] if proc not in tree]
         return tree
 
