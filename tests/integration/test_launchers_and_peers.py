@@ -79,7 +79,7 @@ def test_launcher_none_peers_are_the_two_host_addresses_in_node_order(cluster, b
     hosts = [node["host"] for node in sorted(plan["nodes"], key=lambda n: n["node_rank"])]
     assert set(hosts) == {h.address for h in cluster.hosts}
     for rank in (0, 1):
-        assert f"peers {','.join(hosts)} as rank {rank} of 2" in lines, lines
+        assert f"peers {','.join(hosts)} as rank {rank} of 2" in lines, cluster.stack.job_log_tail(job["id"], 60)
 
 
 def test_launcher_command_runs_the_users_torch_distributed_run_across_hosts(cluster, bundle):

@@ -134,6 +134,15 @@ def test_peers_returns_the_nodes_up_in_node_order_once_the_quorum_is(node_env):
     assert peers(quorum=2, timeout=1) == ["10.0.0.5", "10.0.0.6"]
 
 
+def test_a_node_that_already_exited_0_was_up_and_still_counts(node_env):
+    # Node 0 saw node 1 running, returned from peers(), finished and exited 0 before node 1 looked:
+    # node 1 must get the same answer. A node that failed was not up.
+    runs.write_peers(node_env, 7, 2, 1, membership(4, "completed", "running", "failed"))
+    assert peers(quorum=2, timeout=0) == ["10.0.0.5", "10.0.0.6"]
+    with pytest.raises(PeersTimeout, match=r"missing: node 2 \(gpu-c, failed\)"):
+        peers(timeout=0)
+
+
 def test_peers_waits_for_the_update_that_brings_the_quorum(node_env):
     writer = threading.Timer(0.3, runs.write_peers, (node_env, 7, 2, 1, membership(3, "running", "running", "running")))
     writer.start()

@@ -22,6 +22,9 @@ from torchyard import protocol
 
 POLL_INTERVAL_S = 0.05
 RUNNING = "running"
+# A node that already exited 0 was up: a quick node may reach the quorum, return and finish before
+# a slower one has looked, and the slower one must still count it (the answer is the same on every node).
+UP = frozenset({RUNNING, "completed"})
 
 
 class PeersTimeout(TimeoutError):
@@ -59,8 +62,8 @@ def _read(run_dir: Path) -> _View:
 
 
 def _up(view: _View, own: int) -> list[dict[str, Any]]:
-    """The nodes that are up: running as the controller last said, and this node itself."""
-    return [n for n in view.nodes if n.get("status") == RUNNING or int(n["node_rank"]) == own]
+    """The nodes that are up: running (or done with exit 0) as the controller last said, and this node itself."""
+    return [n for n in view.nodes if n.get("status") in UP or int(n["node_rank"]) == own]
 
 
 def _describe(node: dict[str, Any]) -> str:
