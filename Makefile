@@ -20,7 +20,7 @@ FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.conf
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/torchyard
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/9
 
-.PHONY: run test test-fast setup install frontend services lint pytest npm-test bench clean browser api-types
+.PHONY: run test test-fast setup install frontend services lint pytest pytest-unit pytest-integration npm-test bench clean browser api-types
 
 run: install frontend
 	$(BIN)/torchyard-server run
@@ -82,9 +82,22 @@ lint: install $(NPM_STAMP)
 # Everything the tests need: the virtualenv, the dashboard's build, PostgreSQL and Redis, Chromium.
 setup: install frontend services browser
 
-pytest: setup
+# pytest in two tiers, each its own run, the unit tier first so that a unit failure shows in minutes:
+# - unit: every test outside tests/integration, on two pytest-xdist workers (a module stays on one
+#   worker; each has its own test database, named by pytest-django, and Redis database: xdist_redis.py);
+# - integration: whole stacks (tests/integration), one test at a time, sharing the stacks they can
+#   (tests/integration/shared.py).
+TEST_ENV := DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL)
+UNIT_TIER := --ignore=tests/integration -p tests.xdist_redis -n 2 --dist loadfile
+pytest: pytest-unit pytest-integration
+
+pytest-unit: setup
 	@mkdir -p var
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest --junitxml=var/junit.xml $(PYTEST_ARGS)
+	$(TEST_ENV) TORCHYARD_TEST_TIER=unit $(BIN)/python -m pytest $(UNIT_TIER) --junitxml=var/junit-unit.xml $(PYTEST_ARGS)
+
+pytest-integration: setup
+	@mkdir -p var
+	$(TEST_ENV) TORCHYARD_TEST_TIER=integration $(BIN)/python -m pytest tests/integration --junitxml=var/junit-integration.xml $(PYTEST_ARGS)
 
 # Regenerates the dashboard's API types after a change to a serializer or view.
 api-types: install $(NPM_STAMP)
@@ -95,10 +108,9 @@ api-types: install $(NPM_STAMP)
 npm-test: $(NPM_STAMP)
 	npm test
 
-# For work in progress: lint and every test outside tests/integration (no whole stack is started).
+# For work in progress: lint and the unit tier (no whole stack is started), a few minutes.
 # `make test` stays the whole suite, and what CI runs.
-test-fast: setup lint
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest --ignore=tests/integration $(PYTEST_ARGS)
+test-fast: setup lint pytest-unit
 
 # `make test`'s phases, each timed: it prints its seconds and appends them to $(PHASES), which the
 # test ledger (tests/ledger.py) prints beside pytest's modules and stacks at the end of the run, and
@@ -111,11 +123,12 @@ define timed
 endef
 
 test:
-	@mkdir -p var && rm -f $(PHASES)
+	@mkdir -p var && rm -f $(PHASES) var/test-ledger.*.json
 	$(call timed,setup)
 	$(call timed,lint)
 	$(call timed,npm-test)
-	@TORCHYARD_TEST_PHASES=$(PHASES) $(MAKE) --no-print-directory pytest
+	@TORCHYARD_TEST_PHASES=$(PHASES) $(MAKE) --no-print-directory pytest-unit
+	@TORCHYARD_TEST_PHASES=$(PHASES) $(MAKE) --no-print-directory pytest-integration
 
 # `make bench` runs every tests/benchmarks/bench_*.py, `make bench BENCH=checkpoint` only
 # bench_checkpoint.py; each prints its own table, and any failing bench fails the target.

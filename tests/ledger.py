@@ -7,12 +7,14 @@ its module), lists every stack started and stopped (tests/integration/stack.py r
 the module that asked), and puts `make test`'s other phases beside pytest's (install, lint, the
 dashboard's tests: `make test` appends each one's seconds to var/test-phases.tsv).
 
-    {"total_seconds": ..., "phases": {"install": s, "lint": s, "npm-test": s, "pytest": s},
-     "tests": {"passed": n, ...}, "modules": [{"module", "seconds", "tests"}], "stacks": [...]}
+    {"total_seconds": ..., "phases": {"setup": s, "lint": s, "npm-test": s, "pytest unit": s,
+     "pytest integration": s}, "tests": {"passed": n, ...}, "modules": [{"module", "seconds", "tests"}],
+     "stacks": [{"event": "start" | "stop" | "check" | "restart", "seconds", "module", "reason"?}]}
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -27,6 +29,9 @@ VAR = ROOT / "var"
 LEDGER_FILE = VAR / "test-ledger.json"
 # "name<TAB>seconds" lines, one a phase: `make test` writes them and names the file in this variable.
 PHASES_ENV = "TORCHYARD_TEST_PHASES"
+# `make test` runs pytest twice, the unit tier then the integration tier, naming each here: each run
+# writes var/test-ledger.<tier>.json, and the ledger puts together every tier run so far.
+TIER_ENV = "TORCHYARD_TEST_TIER"
 SHOWN_MODULES = 30
 
 _started = time.monotonic()
@@ -36,11 +41,14 @@ _outcomes: dict[str, int] = defaultdict(int)
 _stacks: list[dict[str, Any]] = []
 
 
-def record_stack(event: str, seconds: float) -> None:
-    """A whole stack started or stopped (`event`), taking `seconds`, for the test running now."""
+def record_stack(event: str, seconds: float, reason: str = "") -> None:
+    """A whole stack started, stopped, checked on a module's entry or restarted after a failed check
+    (`event`: start, stop, check, restart), taking `seconds`, for the test running now."""
     current = os.environ.get("PYTEST_CURRENT_TEST", "")
-    _stacks.append({"event": event, "seconds": round(seconds, 1),
-                    "module": current.split("::")[0] or "(outside a test)"})
+    entry = {"event": event, "seconds": round(seconds, 1), "module": current.split("::")[0] or "(outside a test)"}
+    if reason:
+        entry["reason"] = reason
+    _stacks.append(entry)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -70,24 +78,51 @@ def _phases() -> dict[str, float]:
     return phases
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    pytest_seconds = round(time.monotonic() - _started, 1)
-    phases = {**_phases(), "pytest": pytest_seconds}
-    modules: list[dict[str, Any]] = sorted(
-        ({"module": m, "seconds": round(s, 1), "tests": _tests[m]} for m, s in _modules.items()),
-        key=lambda entry: -entry["seconds"])
-    ledger = {"total_seconds": round(sum(phases.values()), 1), "phases": phases, "tests": dict(_outcomes),
-              "modules": modules, "stacks": _stacks}
-    VAR.mkdir(exist_ok=True)
-    LEDGER_FILE.write_text(json.dumps(ledger, indent=2) + "\n")
+def _tiers() -> dict[str, dict[str, Any]]:
+    """Every tier's own ledger that `make test` has written so far, by tier, in the order they ran."""
+    found = [(path.stat().st_mtime, path) for path in VAR.glob("test-ledger.*.json")]
+    tiers: dict[str, dict[str, Any]] = {}
+    for _, path in sorted(found):
+        with contextlib.suppress(OSError, ValueError):
+            tiers[path.name.split(".")[1]] = json.loads(path.read_text())
+    return tiers
 
-    write = terminalreporter.write_line
-    terminalreporter.section("test ledger (var/test-ledger.json)")
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: its controller has every report
+    own = {"seconds": round(time.monotonic() - _started, 1), "tests": dict(_outcomes),
+           "modules": [{"module": m, "seconds": round(s, 1), "tests": _tests[m]} for m, s in _modules.items()],
+           "stacks": _stacks}
+    VAR.mkdir(exist_ok=True)
+    tier = os.environ.get(TIER_ENV, "")
+    if tier:
+        (VAR / f"test-ledger.{tier}.json").write_text(json.dumps(own, indent=2) + "\n")
+    # Under `make test` (which names its phases file and removes the tiers' files first), every tier
+    # run so far; a tier or pytest run on its own, itself.
+    tiers = _tiers() if tier and os.environ.get(PHASES_ENV) else {tier: own}
+    phases = {**_phases(), **{f"pytest {name}".strip(): part["seconds"] for name, part in tiers.items()}}
+    outcomes: dict[str, int] = defaultdict(int)
+    for part in tiers.values():
+        for outcome, count in part["tests"].items():
+            outcomes[outcome] += count
+    modules = sorted((row for part in tiers.values() for row in part["modules"]), key=lambda row: -row["seconds"])
+    stacks = [entry for part in tiers.values() for entry in part["stacks"]]
+    ledger = {"total_seconds": round(sum(phases.values()), 1), "phases": phases, "tests": dict(outcomes),
+              "modules": modules, "stacks": stacks}
+    LEDGER_FILE.write_text(json.dumps(ledger, indent=2) + "\n")
+    _print(terminalreporter.write_line, terminalreporter.section, ledger)
+
+
+def _print(write: Any, section: Any, ledger: dict[str, Any]) -> None:
+    section("test ledger (var/test-ledger.json)")
     write(f"{'phase':<60}{'seconds':>10}")
-    for name, seconds in phases.items():
+    for name, seconds in ledger["phases"].items():
         write(f"{name:<60}{seconds:>10.1f}")
     write(f"{'total':<60}{ledger['total_seconds']:>10.1f}")
+    write("tests: " + ", ".join(f"{count} {outcome}" for outcome, count in sorted(ledger["tests"].items())))
     write("")
+    modules = ledger["modules"]
     write(f"{'module (setup + call + teardown)':<60}{'seconds':>10}{'tests':>7}")
     for row in modules[:SHOWN_MODULES]:
         write(f"{row['module']:<60}{row['seconds']:>10.1f}{row['tests']:>7}")
@@ -95,20 +130,26 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if rest:
         write(f"{f'{len(rest)} more modules':<60}{sum(r['seconds'] for r in rest):>10.1f}"
               f"{sum(r['tests'] for r in rest):>7}")
-    if _stacks:
-        write("")
-        starts = [s for s in _stacks if s["event"] == "start"]
-        stops = [s for s in _stacks if s["event"] == "stop"]
-        write(f"stacks: {len(starts)} started ({sum(s['seconds'] for s in starts):.1f} s), "
-              f"{len(stops)} stopped ({sum(s['seconds'] for s in stops):.1f} s)")
-        by_module: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
-        for entry in _stacks:
-            sums = by_module[entry["module"]]
-            if entry["event"] == "start":
-                sums[0] += 1
-                sums[1] += entry["seconds"]
-            else:
-                sums[2] += entry["seconds"]
-        write(f"{'module':<60}{'starts':>7}{'start s':>9}{'stop s':>8}")
-        for module, (count, start_s, stop_s) in sorted(by_module.items(), key=lambda item: -item[1][1]):
-            write(f"{module:<60}{int(count):>7}{start_s:>9.1f}{stop_s:>8.1f}")
+    stacks = ledger["stacks"]
+    if not stacks:
+        return
+    write("")
+    counts = {event: [s for s in stacks if s["event"] == event] for event in ("start", "stop", "check", "restart")}
+    words = {"start": "started", "stop": "stopped", "check": "checked on a module's entry", "restart": "restarted"}
+    write("stacks: " + ", ".join(f"{len(entries)} {words[event]} ({sum(s['seconds'] for s in entries):.1f} s)"
+                                 for event, entries in counts.items() if entries))
+    for entry in counts["restart"]:
+        write(f"  restarted for {entry['module']}: {entry.get('reason', '')}")
+    by_module: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+    for entry in stacks:
+        sums = by_module[entry["module"]]
+        if entry["event"] in ("start", "restart"):
+            sums[0] += 1
+            sums[1] += entry["seconds"]
+        elif entry["event"] == "stop":
+            sums[2] += entry["seconds"]
+        else:
+            sums[3] += entry["seconds"]
+    write(f"{'module':<60}{'starts':>7}{'start s':>9}{'stop s':>8}{'check s':>9}")
+    for module, (count, start_s, stop_s, check_s) in sorted(by_module.items(), key=lambda item: -item[1][1]):
+        write(f"{module:<60}{int(count):>7}{start_s:>9.1f}{stop_s:>8.1f}{check_s:>9.1f}")

@@ -1,36 +1,55 @@
 from __future__ import annotations
 
-import os
-
-import psycopg
 import pytest
-import redis
 
-from .browser import screenshot_folder
-from .stack import start_stack, unique_name
+from .browser import chromium, screenshot_folder
+from .shared import SharedStack
+from .stack import SHARED_PG_REDIS, Stack, start_pg_stack, start_stack, stop_pg_stack
 
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+# --- the shared stacks (shared.py): one per pytest session, checked on each module's entry ---------
+@pytest.fixture(scope="session")
+def _shared_pg(tmp_path_factory):
+    shared = SharedStack("pg", lambda: start_pg_stack(tmp_path_factory.mktemp("pg-stack"), redis_offset=SHARED_PG_REDIS),
+                         stop_pg_stack)
+    try:
+        yield shared
+    finally:
+        shared.close()
 
 
 @pytest.fixture(scope="module")
-def pg_stack(tmp_path_factory):
-    """The production-shaped stack: PostgreSQL and the machine's Redis (a database of its own,
-    emptied first), two local agents."""
-    name = unique_name("torchyard_it")
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9")
-    redis.Redis.from_url(redis_url).flushdb()
-    stack = start_stack(
-        tmp_path_factory.mktemp("pg-stack"),
-        env={"DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{name}", "REDIS_URL": redis_url},
-    )
+def pg_stack(_shared_pg) -> Stack:
+    """The shared production-shaped stack (PostgreSQL, the machine's Redis, two local agents), as a
+    fresh one would be on this module's entry."""
+    return _shared_pg.for_module()
+
+
+@pytest.fixture(scope="session")
+def _shared_embedded(tmp_path_factory):
+    # Seed 001's coordinator settings, as its users set them (they are only the defaults of its own
+    # `POST /jobs`): quick steps for its test, nothing for anyone else's.
+    shared = SharedStack("embedded", lambda: start_stack(
+        tmp_path_factory.mktemp("embedded-stack"), env={"SLEEP_SEC": "0.02", "CHECKPOINT_EVERY": "10"}),
+        Stack.stop)
     try:
-        yield stack
+        yield shared
     finally:
-        stack.stop()
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        shared.close()
+
+
+@pytest.fixture(scope="module")
+def embedded_stack(_shared_embedded) -> Stack:
+    """The shared stack `make run` starts (SQLite, its own Redis, two local agents), as a fresh one
+    would be on this module's entry."""
+    return _shared_embedded.for_module()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium per browser module; each test opens a fresh context of it."""
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture

@@ -39,10 +39,9 @@ from pathlib import Path
 import psutil
 import psycopg
 
-from .stack import ROOT, Stack, start_stack
+from .stack import PG_ADMIN_URL, ROOT, Stack, start_stack
 
 BIN = Path(sys.executable).parent
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 # Namespace addresses are 10.231.<n>.0/24 with <n> picked at random among the unused ones, so two
 # runs (a developer's and CI's) on one machine do not collide.
 NET_PREFIX = "10.231"

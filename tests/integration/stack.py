@@ -17,13 +17,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import ledger
 import psutil
+import psycopg
+import redis
 import requests
 from torchyard import protocol
 
 ROOT = Path(__file__).resolve().parents[2]
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SERVER = str(Path(sys.executable).with_name("torchyard-server"))
 ADMIN = ("admin", "correct-horse-battery")
 _ACCESS_LINE = re.compile(r'"(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) /[^"]*" \d{3} ')
@@ -43,6 +47,7 @@ class Stack:
     log_path: Path
     process: subprocess.Popen
     token: str = ""
+    database: str = ""  # its own PostgreSQL database, if it has one (conftest.start_pg_stack)
     session: requests.Session = field(default_factory=requests.Session)
 
     # --- HTTP -----------------------------------------------------------------------------------
@@ -262,6 +267,9 @@ def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = 
         "TORCHYARD_LOCAL_AGENTS": str(agents),
         # Quicker sweeps so lost-node checks do not dominate test time.
         "TORCHYARD_SUPERVISE_EVERY": "1",
+        # A node that never answers a stop (its agent died) is written off after 10 s, not 30: no
+        # test is about that wait, and several meet it on their way.
+        "TORCHYARD_STOP_TIMEOUT": "10",
         # Every browser case signs in through the login page, all from 127.0.0.1: a module of them
         # can pass the default 10 sign-ins a minute (tests/accounts/test_sign_in_limits.py tests the limit).
         "TORCHYARD_LOGIN_RATE": "600/minute",
@@ -280,8 +288,46 @@ def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = 
     return stack
 
 
+# Databases of the machine's Redis, as offsets from REDIS_URL's (9 under `make test`): the unit tier's
+# xdist workers take +1 and +2 (tests/xdist_redis.py), the shared PostgreSQL stack +3 and a module's own
+# +4. Two stacks on one database would take each other's tasks and events, and a test outside
+# tests/integration (on REDIS_URL's own) never meets a stack a plain `pytest` run still has up.
+SHARED_PG_REDIS, OWN_PG_REDIS = 3, 4
+
+
+def start_pg_stack(tmp, *, agents: int = 2, redis_offset: int = OWN_PG_REDIS) -> Stack:
+    """The production-shaped stack: PostgreSQL (a new database) and the machine's Redis (its database
+    REDIS_URL's + `redis_offset`, emptied first), `agents` local agents. Stop it with stop_pg_stack."""
+    name = unique_name("torchyard_it")
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = urlsplit(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9"))
+    redis_url = urlunsplit(base._replace(path=f"/{int(base.path.strip('/') or 0) + redis_offset}"))
+    redis.Redis.from_url(redis_url).flushdb()
+    try:
+        stack = start_stack(tmp, agents=agents,
+                            env={"DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{name}", "REDIS_URL": redis_url})
+    except BaseException:
+        _drop(name)
+        raise
+    stack.database = name
+    return stack
+
+
+def stop_pg_stack(stack: Stack) -> None:
+    try:
+        stack.stop()
+    finally:
+        _drop(stack.database)
+
+
+def _drop(name: str) -> None:
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def unique_name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
 
-__all__ = ["Stack", "start_stack", "unique_name", "protocol"]
+__all__ = ["Stack", "start_pg_stack", "start_stack", "stop_pg_stack", "unique_name", "protocol"]

@@ -16,24 +16,24 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from .browser import chromium, log_in
-from .stack import ADMIN, running_stack
+from .browser import log_in
+from .stack import ADMIN
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    with running_stack(tmp_path_factory.mktemp("browser")) as stack:
-        yield stack
+def stack(embedded_stack):
+    return embedded_stack  # the shared one (conftest.py)
 
 
 @pytest.fixture
-def page(shots):
-    with chromium() as browser:
-        page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
-        try:
-            yield page
-        finally:
-            page.screenshot(path=str(shots / "last.png"), full_page=True)
+def page(browser, shots):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        page.screenshot(path=str(shots / "last.png"), full_page=True)
+        context.close()
 
 
 def test_a_user_logs_in_launches_the_demo_job_and_watches_it_complete(stack, page, shots):

@@ -12,25 +12,24 @@ import re
 import pytest
 from playwright.sync_api import Route, expect
 
-from .browser import chromium, log_in
-from .stack import running_stack
+from .browser import log_in
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    with running_stack(tmp_path_factory.mktemp("browser-launch")) as stack:
-        yield stack
+def stack(embedded_stack):
+    return embedded_stack  # the shared one (conftest.py)
 
 
 @pytest.fixture
-def page(shots, stack):
-    with chromium() as browser:
-        page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
-        try:
-            log_in(stack.base, page)
-            yield page
-        finally:
-            page.screenshot(path=str(shots / "last.png"), full_page=True)
+def page(browser, shots, stack):
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    try:
+        log_in(stack.base, page)
+        yield page
+    finally:
+        page.screenshot(path=str(shots / "last.png"), full_page=True)
+        context.close()
 
 
 def open_new_job_form(stack, page):

@@ -10,27 +10,25 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .browser import chromium, log_in
-from .stack import running_stack
+from .browser import log_in
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    with running_stack(tmp_path_factory.mktemp("browser-machines")) as stack:
-        yield stack
+def stack(embedded_stack):
+    return embedded_stack  # the shared one (conftest.py)
 
 
 @pytest.fixture
-def page(shots, stack):
-    with chromium() as browser:
-        context = browser.new_context(viewport={"width": 1280, "height": 800})
-        # The join command's Copy button writes to the clipboard.
-        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.base)
-        page = context.new_page()
-        try:
-            yield page
-        finally:
-            page.screenshot(path=str(shots / "last.png"), full_page=True)
+def page(browser, shots, stack):
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    # The join command's Copy button writes to the clipboard.
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.base)
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        page.screenshot(path=str(shots / "last.png"), full_page=True)
+        context.close()
 
 
 def column_edges(page) -> list[float]:

@@ -4,37 +4,25 @@ the global batch and the global sample position unchanged, and completes."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 
 import psutil
-import psycopg
 import pytest
-import redis
 
-from .conftest import PG_ADMIN_URL
-from .stack import start_stack, unique_name
+from .stack import start_pg_stack, stop_pg_stack
 
 STEPS = 120
 
 
 @pytest.fixture(scope="module")
 def three_agents(tmp_path_factory):
-    """The pg_stack fixture's stack with three local agents."""
-    name = unique_name("torchyard_elastic")
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9")
-    redis.Redis.from_url(redis_url).flushdb()
-    stack = start_stack(tmp_path_factory.mktemp("elastic-stack"), agents=3,
-                        env={"DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{name}", "REDIS_URL": redis_url})
+    """The pg_stack fixture's stack with three local agents (its own: the shared one has two)."""
+    stack = start_pg_stack(tmp_path_factory.mktemp("elastic-stack"), agents=3)
     try:
         yield stack
     finally:
-        stack.stop()
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        stop_pg_stack(stack)
 
 
 def test_a_lost_machine_shrinks_the_job_which_resumes_at_the_same_global_sample(three_agents):

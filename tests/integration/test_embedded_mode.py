@@ -11,13 +11,12 @@ import psutil
 import pytest
 import redis
 
-from .stack import running_stack, start_stack
+from .stack import start_stack
 
 
 @pytest.fixture(scope="module")
-def embedded(tmp_path_factory):
-    with running_stack(tmp_path_factory.mktemp("embedded")) as stack:
-        yield stack
+def embedded(embedded_stack):
+    return embedded_stack  # the shared one (conftest.py)
 
 
 def test_the_embedded_stack_uses_sqlite_and_its_own_redis_and_runs_a_job(embedded):

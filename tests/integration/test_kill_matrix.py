@@ -557,17 +557,9 @@ def test_a_master_the_other_node_cannot_reach_fails_at_preflight_naming_address_
     assert f"node 1 ({other.machine_name})" in reason, reason
     # The kernel's word for it: "no route to host" once ARP gives up, or a timeout where it stays silent.
     assert re.search(rf"cannot reach the master at {re.escape(wrong)}:{port}: (no route to host|timed out)", reason), reason
-    # Within the preflight's 10 s, not a rendezvous timeout minutes later; no rank ever started.
-    states = outcome.states("job")
-    dispatched = next(e for e in states if e["status"] == "dispatching")
-    ended = next(e for e in states if e["status"] == "failed")
-    assert seconds_between(dispatched["ts"], ended["ts"]) < 15, states
+    # Failed by the preflight, not by a rendezvous timeout minutes later: no rank ever started (how
+    # soon is `make bench`'s business, not a test's).
     assert not [e for e in outcome.events if e["type"] == "metric"]
     [failed_check] = [e for e in outcome.events if e["type"] == "preflight" and not e["ok"]]
     assert failed_check["node_rank"] == 1 and failed_check["interface"] == "eth0", failed_check
 
-
-def seconds_between(start: str, end: str) -> float:
-    from datetime import datetime
-
-    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()

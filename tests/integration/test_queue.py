@@ -17,7 +17,7 @@ import pytest
 WHOLE_CLUSTER = {"nodes": 2, "procs_per_node": 2}
 
 
-def spec(name: str, steps: int, project: str = "default", **extra) -> dict:
+def spec(name: str, steps: int, project: str = "fifo", **extra) -> dict:
     return {"name": name, "entrypoint": "examples/mlp_ddp.py", "resources": WHOLE_CLUSTER, "project": project,
             "args": ["--steps", str(steps), "--step-sleep", "0.02"], "fault_tolerance": {"max_restarts": 0}, **extra}
 
@@ -28,11 +28,13 @@ def when(stamp: str) -> dt.datetime:
 
 @pytest.mark.timeout(600)
 def test_five_queued_jobs_start_in_submission_order_and_usage_matches_their_nodes(pg_stack):
-    created = pg_stack.api("POST", "/api/projects", json={"name": "vision"})
-    assert created.status_code == 201, created.text
+    # Two projects of this test's own: the shared stack's default project carries earlier modules' usage.
+    for name in ("fifo", "vision"):
+        created = pg_stack.api("POST", "/api/projects", json={"name": name})
+        assert created.status_code == 201, created.text
     blocker = pg_stack.submit(spec("blocker", 100_000))
     pg_stack.wait_job(blocker["id"], {"running"}, timeout=120)
-    queued = [pg_stack.submit(spec(f"fifo-{i}", 30, project="vision" if i % 2 else "default"))["id"]
+    queued = [pg_stack.submit(spec(f"fifo-{i}", 30, project="vision" if i % 2 else "fifo"))["id"]
               for i in range(5)]
 
     deadline = time.monotonic() + 30
@@ -66,13 +68,13 @@ def test_five_queued_jobs_start_in_submission_order_and_usage_matches_their_node
         assert when(after["started_at"]) >= when(before["finished_at"]) - dt.timedelta(seconds=1)
 
     # Process-seconds per project, as the nodes lived (these machines have no GPUs: GPU-seconds are 0).
-    lived: dict[str, float] = {"default": 0.0, "vision": 0.0}
+    lived: dict[str, float] = {"fifo": 0.0, "vision": 0.0}
     for final in finals:
         for node in final["nodes"]:
             lived[final["project"]] += node["nproc"] * (when(node["finished_at"]) - when(node["started_at"])).total_seconds()
     blocker_final = pg_stack.job(blocker["id"])
     for node in blocker_final["nodes"]:
-        lived["default"] += node["nproc"] * (when(node["finished_at"]) - when(node["started_at"])).total_seconds()
+        lived["fifo"] += node["nproc"] * (when(node["finished_at"]) - when(node["started_at"])).total_seconds()
     usage = {t["key"]: t for t in pg_stack.api("GET", "/api/usage", params={"since": "1h"}).json()["totals"]}
     for project, seconds in lived.items():
         assert usage[project]["process_seconds"] == pytest.approx(seconds, abs=1.0), (project, usage)

@@ -28,6 +28,7 @@ FINAL = {"completed", "failed", "stopped"}
 RAY = "ray[default]==2.60.0"
 # The first job of the module installs Ray on both hosts.
 PREPARE_S = 900
+COMPLETE = ".downloaded"  # written once every wheel is there
 RAY_PROCESS_NAMES = ("gcs_server", "raylet", "ray::", "dashboard", "DashboardAgent", "RuntimeEnvAgent",
                      "log_monitor", "monitor.py", "ray.scripts.scripts", "torchyard.ray_node")
 
@@ -84,14 +85,20 @@ if __name__ == "__main__":
 def cluster(tmp_path_factory):
     # The namespaced hosts reach nothing but the bridge: their pip installs the job's requirements
     # from a folder of wheels fetched here first (pip's cache makes a second run quick).
-    wheels = tmp_path_factory.mktemp("wheels")
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels), RAY], check=True,
-                   timeout=PREPARE_S)
-    print(f"downloaded {RAY} and its dependencies in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    # The wheels are kept under var/ by version: fetched once per checkout, not once per run.
+    wheels = ROOT / "var" / "wheels" / RAY.replace("[default]==", "-")
+    if not (wheels / COMPLETE).exists():
+        started = time.monotonic()
+        shutil.rmtree(wheels, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels), RAY], check=True,
+                       timeout=PREPARE_S)
+        (wheels / COMPLETE).touch()
+        print(f"downloaded {RAY} and its dependencies in {time.monotonic() - started:.1f} s", file=sys.stderr)
     patch = pytest.MonkeyPatch()
     patch.setenv("PIP_FIND_LINKS", str(wheels))
     patch.setenv("PIP_NO_INDEX", "1")
+    # Nothing byte-compiled at install: Ray is 80 MB of Python, and a test imports a small part of it.
+    patch.setenv("PIP_NO_COMPILE", "1")
     before = set(Path("/tmp").glob("ray-*"))
     try:
         with separate_hosts(tmp_path_factory.mktemp("ray")) as made:

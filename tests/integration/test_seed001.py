@@ -13,19 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from .stack import ROOT, start_stack
+from .stack import ROOT
 
 WORKER = ROOT / "workers" / "torchyard" / "examples" / "seed001_worker.py"
 
 
 @pytest.fixture(scope="module")
-def seed_stack(tmp_path_factory):
-    # The seed's own settings, as its users set them for its coordinator: quick steps for a test.
-    stack = start_stack(tmp_path_factory.mktemp("seed001"), env={"SLEEP_SEC": "0.02", "CHECKPOINT_EVERY": "10"})
-    try:
-        yield stack
-    finally:
-        stack.stop()
+def seed_stack(embedded_stack):
+    # The shared one (conftest.py), started with the seed's own settings as its users set them for its
+    # coordinator (SLEEP_SEC=0.02, CHECKPOINT_EVERY=10): quick steps for a test.
+    return embedded_stack
 
 
 def curl(*args: str, timeout: float = 30) -> str:

@@ -19,12 +19,9 @@ import termios
 import time
 from pathlib import Path
 
-import psycopg
 import pytest
-import redis
 
-from .conftest import PG_ADMIN_URL
-from .stack import start_stack, unique_name
+from .stack import start_pg_stack, stop_pg_stack
 
 BIN = Path(sys.executable).parent
 SEED_TASK = {  # seed 004's sample task, as its guide writes it
@@ -40,14 +37,8 @@ SEED_TASK = {  # seed 004's sample task, as its guide writes it
 def cluster(tmp_path_factory):
     """A stack with no local agents, and two machines whose agents declare their GPUs as seed 004's
     workers do: rtx-box with two RTX 3090s, a100-box with one A100 of 80 GB."""
-    name = unique_name("torchyard_seed4")
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9")
-    redis.Redis.from_url(redis_url).flushdb()
     tmp = tmp_path_factory.mktemp("seed4")
-    stack = start_stack(tmp, agents=0,
-                        env={"DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{name}", "REDIS_URL": redis_url})
+    stack = start_pg_stack(tmp, agents=0)
     agents = []
     try:
         for machine, flags in (("rtx-box", ["--gpus", "0,1", "--models", "RTX3090,RTX3090", "--memories", "24576,24576"]),
@@ -68,9 +59,7 @@ def cluster(tmp_path_factory):
                 agent.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 agent.kill()
-        stack.stop()
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        stop_pg_stack(stack)
 
 
 def machine(stack, name: str) -> dict:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from .stack import running_stack, unique_name
+from .stack import unique_name
 
 TORCHYARD = os.path.join(os.path.dirname(sys.executable), "torchyard")
 EVERY_CHECK = ["server", "API token", "database", "redis", "storage", "controller", "ingest", "agent local-0",
@@ -20,9 +20,8 @@ EVERY_CHECK = ["server", "API token", "database", "redis", "storage", "controlle
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    with running_stack(tmp_path_factory.mktemp("validate")) as stack:
-        yield stack
+def stack(embedded_stack):
+    return embedded_stack  # the shared one (conftest.py)
 
 
 def validate(stack, *args: str) -> subprocess.CompletedProcess:

@@ -146,12 +146,11 @@ def test_a_node_that_already_exited_0_was_up_and_still_counts(node_env):
 def test_peers_waits_for_the_update_that_brings_the_quorum(node_env):
     writer = threading.Timer(0.3, runs.write_peers, (node_env, 7, 2, 1, membership(3, "running", "running", "running")))
     writer.start()
-    started = time.monotonic()
     try:
+        # Only the update names three nodes running: peers() waited for it.
         assert peers(timeout=10) == ["10.0.0.5", "10.0.0.6", "10.0.0.7"]
     finally:
         writer.cancel()
-    assert 0.25 < time.monotonic() - started < 3
 
 
 def test_the_timeout_names_the_nodes_still_missing(node_env):

