@@ -83,12 +83,13 @@ lint: install $(NPM_STAMP)
 setup: install frontend services browser
 
 # pytest in two tiers, each its own run, the unit tier first so that a unit failure shows in minutes:
-# - unit: every test outside tests/integration, on two pytest-xdist workers (a module stays on one
-#   worker; each has its own test database, named by pytest-django, and Redis database: xdist_redis.py);
+# - unit: every test outside tests/integration, on two pytest-xdist workers (each has its own test
+#   database, named by pytest-django, and Redis database: xdist_redis.py). `--dist load`, not loadfile:
+#   Schemathesis's cases share one node id, and xdist's file and scope schedulers keep one of them.
 # - integration: whole stacks (tests/integration), one test at a time, sharing the stacks they can
 #   (tests/integration/shared.py).
 TEST_ENV := DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL)
-UNIT_TIER := --ignore=tests/integration -p tests.xdist_redis -n 2 --dist loadfile
+UNIT_TIER := --ignore=tests/integration -p tests.xdist_redis -n 2 --dist load
 pytest: pytest-unit pytest-integration
 
 pytest-unit: setup
