@@ -38,6 +38,21 @@ def chromium() -> Iterator[Browser]:
             browser.close()
 
 
+@contextlib.contextmanager
+def fresh_page(browser: Browser, shots: Path, width: int, height: int, *, clipboard_for: str = "") -> Iterator[Page]:
+    """A page in a new context of the module's Chromium (`width` x `height`; with clipboard access for
+    the origin `clipboard_for`), whose last state is kept as `shots`/last.png and whose context is closed."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    if clipboard_for:
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=clipboard_for)
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        page.screenshot(path=str(shots / "last.png"), full_page=True)
+        context.close()
+
+
 def log_in(base: str, page: Page) -> None:
     """Sign in as the stack's admin through the login page."""
     page.goto(base + "/login")

@@ -1,17 +1,18 @@
 from __future__ import annotations
 
 import pytest
+import redis_databases
 
 from .browser import chromium, screenshot_folder
 from .shared import SharedStack
-from .stack import SHARED_PG_REDIS, Stack, start_pg_stack, start_stack, stop_pg_stack
+from .stack import Stack, start_pg_stack, start_stack, stop_pg_stack
 
 
 # --- the shared stacks (shared.py): one per pytest session, checked on each module's entry ---------
 @pytest.fixture(scope="session")
 def _shared_pg(tmp_path_factory):
-    shared = SharedStack("pg", lambda: start_pg_stack(tmp_path_factory.mktemp("pg-stack"), redis_offset=SHARED_PG_REDIS),
-                         stop_pg_stack)
+    shared = SharedStack("pg", lambda: start_pg_stack(tmp_path_factory.mktemp("pg-stack"),
+                                                      redis_offset=redis_databases.SHARED_PG_STACK), stop_pg_stack)
     try:
         yield shared
     finally:

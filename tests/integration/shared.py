@@ -15,7 +15,7 @@ seconds go to the ledger as `check`.
 
 A module whose subject is the start itself (crash-only restarts, the embedded mode's restart, TLS
 agents, an agent venv) or which needs another shape (three agents, S3 storage, agents in network
-namespaces) starts its own with `stack.start_stack` / `stack.running_stack`.
+namespaces) starts its own with `stack.start_stack` / `stack.start_pg_stack`.
 """
 
 from __future__ import annotations

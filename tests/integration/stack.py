@@ -13,16 +13,16 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import ledger
 import psutil
 import psycopg
 import redis
+import redis_databases
 import requests
 from torchyard import protocol
 
@@ -47,7 +47,7 @@ class Stack:
     log_path: Path
     process: subprocess.Popen
     token: str = ""
-    database: str = ""  # its own PostgreSQL database, if it has one (conftest.start_pg_stack)
+    database: str = ""  # its own PostgreSQL database, if it has one (start_pg_stack)
     session: requests.Session = field(default_factory=requests.Session)
 
     # --- HTTP -----------------------------------------------------------------------------------
@@ -238,16 +238,6 @@ class Stack:
                     child.kill()
 
 
-@contextlib.contextmanager
-def running_stack(tmp: Path, *, env: dict[str, str] | None = None, agents: int = 2) -> Iterator[Stack]:
-    """A stack for the length of a with-block (a module's fixture), stopped whatever happens."""
-    stack = start_stack(tmp, env=env or {}, agents=agents)
-    try:
-        yield stack
-    finally:
-        stack.stop()
-
-
 def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = "127.0.0.1") -> Stack:
     """`torchyard-server run` with its web process on `host` (the bridge address when the agents
     live in network namespaces) and `agents` local agents; ready once they are online."""
@@ -288,21 +278,14 @@ def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = 
     return stack
 
 
-# Databases of the machine's Redis, as offsets from REDIS_URL's (9 under `make test`): the unit tier's
-# xdist workers take +1 and +2 (tests/xdist_redis.py), the shared PostgreSQL stack +3 and a module's own
-# +4. Two stacks on one database would take each other's tasks and events, and a test outside
-# tests/integration (on REDIS_URL's own) never meets a stack a plain `pytest` run still has up.
-SHARED_PG_REDIS, OWN_PG_REDIS = 3, 4
-
-
-def start_pg_stack(tmp, *, agents: int = 2, redis_offset: int = OWN_PG_REDIS) -> Stack:
+def start_pg_stack(tmp: Path, *, agents: int = 2, redis_offset: int = redis_databases.OWN_PG_STACK) -> Stack:
     """The production-shaped stack: PostgreSQL (a new database) and the machine's Redis (its database
-    REDIS_URL's + `redis_offset`, emptied first), `agents` local agents. Stop it with stop_pg_stack."""
+    REDIS_URL's + `redis_offset`, emptied first: tests/redis_databases.py), `agents` local agents.
+    Stop it with stop_pg_stack."""
     name = unique_name("torchyard_it")
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    base = urlsplit(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9"))
-    redis_url = urlunsplit(base._replace(path=f"/{int(base.path.strip('/') or 0) + redis_offset}"))
+    redis_url = redis_databases.offset_database(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9"), redis_offset)
     redis.Redis.from_url(redis_url).flushdb()
     try:
         stack = start_stack(tmp, agents=agents,

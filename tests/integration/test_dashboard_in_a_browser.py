@@ -16,7 +16,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from .browser import log_in
+from .browser import fresh_page, log_in
 from .stack import ADMIN
 
 
@@ -27,13 +27,8 @@ def stack(embedded_stack):
 
 @pytest.fixture
 def page(browser, shots):
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
-    page = context.new_page()
-    try:
+    with fresh_page(browser, shots, 1440, 900) as page:
         yield page
-    finally:
-        page.screenshot(path=str(shots / "last.png"), full_page=True)
-        context.close()
 
 
 def test_a_user_logs_in_launches_the_demo_job_and_watches_it_complete(stack, page, shots):

@@ -12,7 +12,7 @@ import re
 import pytest
 from playwright.sync_api import Route, expect
 
-from .browser import log_in
+from .browser import fresh_page, log_in
 
 
 @pytest.fixture(scope="module")
@@ -22,14 +22,9 @@ def stack(embedded_stack):
 
 @pytest.fixture
 def page(browser, shots, stack):
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    try:
+    with fresh_page(browser, shots, 1280, 800) as page:
         log_in(stack.base, page)
         yield page
-    finally:
-        page.screenshot(path=str(shots / "last.png"), full_page=True)
-        context.close()
 
 
 def open_new_job_form(stack, page):

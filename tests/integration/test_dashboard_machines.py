@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .browser import log_in
+from .browser import fresh_page, log_in
 
 
 @pytest.fixture(scope="module")
@@ -20,15 +20,9 @@ def stack(embedded_stack):
 
 @pytest.fixture
 def page(browser, shots, stack):
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
     # The join command's Copy button writes to the clipboard.
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.base)
-    page = context.new_page()
-    try:
+    with fresh_page(browser, shots, 1280, 800, clipboard_for=stack.base) as page:
         yield page
-    finally:
-        page.screenshot(path=str(shots / "last.png"), full_page=True)
-        context.close()
 
 
 def column_edges(page) -> list[float]:

@@ -84,8 +84,7 @@ if __name__ == "__main__":
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     # The namespaced hosts reach nothing but the bridge: their pip installs the job's requirements
-    # from a folder of wheels fetched here first (pip's cache makes a second run quick).
-    # The wheels are kept under var/ by version: fetched once per checkout, not once per run.
+    # from a folder of wheels fetched here first, kept under var/ by version: once per checkout.
     wheels = ROOT / "var" / "wheels" / RAY.replace("[default]==", "-")
     if not (wheels / COMPLETE).exists():
         started = time.monotonic()
