@@ -66,6 +66,19 @@ class StopRequested(Exception):
     """A signal asked for a stop during start-up: what started so far is stopped."""
 
 
+def stop_requested(exc: BaseException | None) -> bool:
+    """Whether `exc` is, or was raised because of, StopRequested: the signal may land inside code that
+    wraps what it raises (Python wraps an exception of a class body's `__set_name__` in a RuntimeError,
+    as it does while Django's models are imported)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, StopRequested):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 @dataclass
 class Child:
     name: str
@@ -472,8 +485,11 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"failed: {exc}")
         return EXIT_LOCKED
     except Exception as exc:  # anything at start-up: say it plainly, then clean up what started
-        _say(f"failed: {exc}")
-        code = 1
+        if stop_requested(exc):
+            code = 0
+        else:
+            _say(f"failed: {exc}")
+            code = 1
     finally:
         stack.shutdown()
     return code
