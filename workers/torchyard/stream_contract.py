@@ -61,6 +61,10 @@ class JobStateEvent(TypedDict):
     status: JobStatus
     previous: JobStatus | None
     reason: str
+    # A priority change (status unchanged): the new and the previous priority. Its reason is the
+    # change, for the timeline; the job's status reason (why it waits) stays what it was.
+    priority: NotRequired[int]
+    previous_priority: NotRequired[int]
 
 
 class NodeStateEvent(TypedDict):

@@ -3863,6 +3863,8 @@ export interface components {
             status: components["schemas"]["JobStatusEnum"];
             previous: components["schemas"]["JobStatusEnum"] | null;
             reason: string;
+            priority?: number;
+            previous_priority?: number;
         };
         /** @description A node's transition, or its own report (its supervisor's, its agent's), without `previous`. */
         NodeStateEvent: components["schemas"]["EventOut"] & {

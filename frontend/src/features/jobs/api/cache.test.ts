@@ -67,4 +67,15 @@ describe('applyEventsToJob', () => {
     }
     expect(applyEventsToJob(job, [metric]).nodes[0].progress).toEqual({ step: 5, loss: 2, throughput: 12, ray })
   })
+
+  it('takes a priority change as the priority, keeping why the job waits; a transition takes its reason', () => {
+    const job = jobDetail({ id: 7, status: 'queued', status_reason: 'waiting for 2 machines', priority: -10 })
+    const base = { id: 4, job: 7, node: null, node_rank: null, rank: null, attempt: 0, seq: 4,
+      ts: '2026-11-29T00:00:00Z', type: 'state', scope: 'job' } as const
+    const raised = applyEventsToJob(job, [{ ...base, status: 'queued', previous: 'queued', priority: 0,
+      previous_priority: -10, reason: 'priority changed from -10 (low) to 0 (normal) by admin' }])
+    expect(raised).toMatchObject({ status: 'queued', status_reason: 'waiting for 2 machines', priority: 0 })
+    const started = applyEventsToJob(raised, [{ ...base, id: 5, status: 'planning', previous: 'queued', reason: 'starting' }])
+    expect(started).toMatchObject({ status: 'planning', status_reason: 'starting' })
+  })
 })

@@ -73,7 +73,10 @@ export function applyEventsToJob(job: JobDetail, events: JobEvent[]): JobDetail 
 
   function applyState(event: StateEvent) {
     if (event.scope === 'job') {
-      if (event.previous === next.status) {
+      if (event.priority != null && event.status === event.previous) {
+        // A priority change: the job's reason (why it waits) stays; the change is the timeline's.
+        next = { ...next, priority: event.priority }
+      } else if (event.previous === next.status) {
         next = { ...next, status: event.status, status_reason: event.reason ?? '' }
       }
     } else if (event.node != null) {
