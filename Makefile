@@ -86,10 +86,14 @@ setup: install frontend services browser
 # - unit: every test outside tests/integration, on two pytest-xdist workers (each has its own test
 #   database, named by pytest-django, and Redis database: xdist_redis.py). `--dist load`, not loadfile:
 #   Schemathesis's cases share one node id, and xdist's file and scope schedulers keep one of them.
-# - integration: whole stacks (tests/integration), one test at a time, sharing the stacks they can
-#   (tests/integration/shared.py).
+# - integration: whole stacks (tests/integration) on two workers too, a module at a time each
+#   (`--dist loadfile`: a module's tests share its fixtures), the longest modules first (the order is
+#   tests/integration/conftest.py's, hence --no-loadscope-reorder); each worker shares its own stacks
+#   among its modules (tests/integration/shared.py). A whole-stack test waits more than it computes:
+#   one at a time left half of the two cores idle.
 TEST_ENV := DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL)
 UNIT_TIER := --ignore=tests/integration -p tests.xdist_redis -n 2 --dist load
+INTEGRATION_TIER := tests/integration -n 2 --dist loadfile --no-loadscope-reorder
 pytest: pytest-unit pytest-integration
 
 pytest-unit: setup
@@ -98,7 +102,7 @@ pytest-unit: setup
 
 pytest-integration: setup
 	@mkdir -p var
-	$(TEST_ENV) TORCHYARD_TEST_TIER=integration $(BIN)/python -m pytest tests/integration --junitxml=var/junit-integration.xml $(PYTEST_ARGS)
+	$(TEST_ENV) TORCHYARD_TEST_TIER=integration $(BIN)/python -m pytest $(INTEGRATION_TIER) --junitxml=var/junit-integration.xml $(PYTEST_ARGS)
 
 # Regenerates the dashboard's API types after a change to a serializer or view.
 api-types: install $(NPM_STAMP)
@@ -115,19 +119,19 @@ test-fast: setup lint pytest-unit
 
 # `make test`'s phases, each timed: it prints its seconds and appends them to $(PHASES), which the
 # test ledger (tests/ledger.py) prints beside pytest's modules and stacks at the end of the run, and
-# writes with them to var/test-ledger.json.
+# writes with them to var/test-ledger.json. A phase of two targets runs them side by side (-j2: the
+# Python and npm installs; lint and the dashboard's tests), each target's output kept together.
 PHASES := var/test-phases.tsv
 define timed
-	@start=$$(date +%s.%N); $(MAKE) --no-print-directory $(1) || exit $$?; \
+	@start=$$(date +%s.%N); $(MAKE) --no-print-directory -j2 --output-sync=target $(1) || exit $$?; \
 	seconds=$$(awk "BEGIN { printf \"%.1f\", $$(date +%s.%N) - $$start }"); \
-	echo "== make test: $(1) took $$seconds s"; printf '%s\t%s\n' $(1) $$seconds >> $(PHASES)
+	echo "== make test: $(1) took $$seconds s"; printf '%s\t%s\n' "$(1)" $$seconds >> $(PHASES)
 endef
 
 test:
 	@mkdir -p var && rm -f $(PHASES) var/test-ledger.*.json
 	$(call timed,setup)
-	$(call timed,lint)
-	$(call timed,npm-test)
+	$(call timed,lint npm-test)
 	@TORCHYARD_TEST_PHASES=$(PHASES) $(MAKE) --no-print-directory pytest-unit
 	@TORCHYARD_TEST_PHASES=$(PHASES) $(MAKE) --no-print-directory pytest-integration
 

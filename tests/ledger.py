@@ -7,7 +7,7 @@ its module), lists every stack started and stopped (tests/integration/stack.py r
 the module that asked), and puts `make test`'s other phases beside pytest's (install, lint, the
 dashboard's tests: `make test` appends each one's seconds to var/test-phases.tsv).
 
-    {"total_seconds": ..., "phases": {"setup": s, "lint": s, "npm-test": s, "pytest unit": s,
+    {"total_seconds": ..., "phases": {"setup": s, "lint npm-test": s, "pytest unit": s,
      "pytest integration": s}, "tests": {"passed": n, ...}, "modules": [{"module", "seconds", "tests"}],
      "stacks": [{"event": "start" | "stop" | "check" | "restart", "seconds", "module", "reason"?}]}
 """
@@ -54,6 +54,18 @@ def record_stack(event: str, seconds: float, reason: str = "") -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     global _started
     _started = time.monotonic()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # A pytest-xdist worker hands its stacks to its controller, which has the reports but started
+    # no stack itself (pytest_testnodedown below).
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["ledger_stacks"] = json.dumps(_stacks)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    _stacks.extend(json.loads(getattr(node, "workeroutput", {}).get("ledger_stacks", "[]")))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

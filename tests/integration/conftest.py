@@ -7,6 +7,24 @@ from .browser import chromium, screenshot_folder
 from .shared import SharedStack
 from .stack import Stack, start_pg_stack, start_stack, stop_pg_stack
 
+# The integration tier runs on two pytest-xdist workers, a module at a time each (`--dist loadfile`),
+# and a worker done with one module takes the next in collection order. Met last, a long module
+# leaves the other worker idle for its length: these, the longest in the ledger (var/test-ledger.json),
+# go first, longest first; every other module follows in its usual order. A new module of a minute or
+# more joins the list.
+LONGEST_FIRST = (
+    "test_kill_matrix", "test_ray_jobs", "test_crash_only", "test_preemption", "test_job_exits",
+    "test_dashboard_in_a_browser", "test_elastic_hosts", "test_embedded_mode", "test_elastic", "test_recovery",
+    "test_agent_distribution",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        return LONGEST_FIRST.index(item.path.stem) if item.path.stem in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: each module's tests keep their order
+
 
 # --- the shared stacks (shared.py): one per pytest session, checked on each module's entry ---------
 @pytest.fixture(scope="session")

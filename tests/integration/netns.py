@@ -38,6 +38,7 @@ from pathlib import Path
 
 import psutil
 import psycopg
+import redis_databases
 
 from .stack import PG_ADMIN_URL, ROOT, Stack, start_stack
 
@@ -68,9 +69,12 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def _free_subnet() -> str:
-    """A 10.231.<n> prefix no interface or route of this machine mentions."""
+    """A 10.231.<n> prefix no interface or route of this machine mentions, among this pytest-xdist
+    worker's: worker gwK picks an <n> with n % 4 == K, so two workers making clusters at the same
+    moment cannot pick the same one (tests/redis_databases.py numbers the workers)."""
     used = ip("-4", "-o", "addr").stdout + ip("-4", "route").stdout
-    candidates = [n for n in range(2, 255) if f"{NET_PREFIX}.{n}." not in used]
+    quarter = redis_databases.worker_index() % 4
+    candidates = [n for n in range(2, 255) if n % 4 == quarter and f"{NET_PREFIX}.{n}." not in used]
     if not candidates:
         raise RuntimeError(f"no free {NET_PREFIX}.x.0/24 subnet")
     return f"{NET_PREFIX}.{random.choice(candidates)}"

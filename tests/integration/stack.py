@@ -25,6 +25,9 @@ import redis
 import redis_databases
 import requests
 from torchyard import protocol
+from torchyard import stream_contract as wire
+from websockets.exceptions import WebSocketException
+from websockets.sync.client import connect as ws_connect
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -38,6 +41,11 @@ LAUNCHER_CHILDREN = {
     "beat": ("beat",),
     "ingest": ("ingest_events",),
 }
+
+
+# A job's stream with nothing on it for this long: a wait asks anyway (a change that sent nothing
+# would otherwise go unseen until its timeout).
+STREAM_QUIET_S = 2.0
 
 
 @dataclass
@@ -68,15 +76,51 @@ class Stack:
         return response.json()
 
     def wait_job(self, job_id: int, statuses: set[str], timeout: float = 120.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        job = self.job(job_id)
-        while job["status"] not in statuses:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id} is {job['status']} after {timeout}s, wanted {statuses}:\n"
-                                     f"{json.dumps(job, indent=1)[:3000]}\n--- stack log tail ---\n{self.log_tail()}")
-            time.sleep(0.3)
-            job = self.job(job_id)
+        """The job's detail once its status is one of `statuses` (read when its stream says it changed)."""
+        job: dict[str, Any] = {}
+
+        def reached() -> bool:
+            job.update(self.job(job_id))
+            return job["status"] in statuses
+
+        if not self.watch_job(job_id, reached, timeout):
+            raise AssertionError(f"job {job_id} is {job.get('status')} after {timeout}s, wanted {statuses}:\n"
+                                 f"{json.dumps(job, indent=1)[:3000]}\n--- stack log tail ---\n{self.log_tail()}")
         return job
+
+    def watch_job(self, job_id: int, done: Callable[[], bool], timeout: float,
+                  on: frozenset[str] = frozenset({protocol.STATE})) -> bool:
+        """Whether `done()` (which reads what it needs over the API) came to hold within `timeout` s,
+        asked once the job's stream is joined and again whenever the stream brings an event of a
+        type in `on` or a `job` message (the job changed), else every STREAM_QUIET_S. A stream
+        that breaks (a test may kill the web process) is joined again. It opens on its tail
+        (`?history=tail`): a job's whole log is not what a wait is about."""
+        deadline = time.monotonic() + timeout
+        url = self.ws_url(f"/api/jobs/{job_id}/stream?history=tail")
+        headers = {"Authorization": f"Token {self.token}"}
+
+        def news(message: dict[str, Any]) -> bool:
+            return message["type"] == wire.JOB or (
+                message["type"] == wire.EVENTS and any(e["type"] in on for e in message["events"]))
+
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                with ws_connect(url, additional_headers=headers, open_timeout=min(5.0, left)) as ws:
+                    joined = False  # until `replayed`, the stream brings what is stored: old news
+                    while (left := deadline - time.monotonic()) > 0:
+                        try:
+                            message = json.loads(ws.recv(timeout=min(STREAM_QUIET_S, left)))
+                        except TimeoutError:
+                            message = None  # quiet: ask anyway
+                        if message is not None and message["type"] == wire.REPLAYED:
+                            joined = True
+                        elif message is not None and not (joined and news(message)):
+                            continue
+                        if done():
+                            return True
+            except (OSError, WebSocketException, requests.RequestException):
+                time.sleep(0.3)  # the web process is away: join again once it is back
+        return False
 
     def events(self, job_id: int, types: str = "") -> list[dict[str, Any]]:
         out, after = [], 0
@@ -133,7 +177,9 @@ class Stack:
         agents = sorted((self.data_dir / "agents").glob("local-*"))
         deadline = time.monotonic() + timeout
         while True:
-            answers = [next(filter(None, map(pools.hello, (agent / "cache" / pools.WARM_DIR).glob("*.sock"))), None)
+            # A pool's socket is beside its log, or in /tmp where that path is too long (pools.socket_of).
+            answers = [next(filter(None, (pools.hello(pools.socket_of(agent / "cache", log.stem))
+                                          for log in (agent / "cache" / pools.WARM_DIR).glob("*.log"))), None)
                        for agent in agents]
             if agents and all(answers):
                 return [a for a in answers if a]
@@ -145,13 +191,15 @@ class Stack:
 
     def wait_checkpoint(self, job_id: int, timeout: float = 90) -> dict[str, Any]:
         """The job's newest committed checkpoint, once there is one."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            checkpoints = self.api("GET", f"/api/jobs/{job_id}/checkpoints").json()
-            if checkpoints:
-                return checkpoints[0]
-            time.sleep(0.3)
-        raise AssertionError(f"no checkpoint committed:\n{self.log_tail()}")
+        found: list[dict[str, Any]] = []
+
+        def committed() -> bool:
+            found[:] = self.api("GET", f"/api/jobs/{job_id}/checkpoints").json()
+            return bool(found)
+
+        if not self.watch_job(job_id, committed, timeout, on=frozenset({protocol.CHECKPOINT})):
+            raise AssertionError(f"no checkpoint committed:\n{self.log_tail()}")
+        return found[0]
 
     def wait_no_job_processes(self, job_id: int, timeout: float = 20.0) -> list[psutil.Process]:
         deadline = time.monotonic() + timeout
@@ -280,12 +328,14 @@ def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = 
 
 def start_pg_stack(tmp: Path, *, agents: int = 2, redis_offset: int = redis_databases.OWN_PG_STACK) -> Stack:
     """The production-shaped stack: PostgreSQL (a new database) and the machine's Redis (its database
-    REDIS_URL's + `redis_offset`, emptied first: tests/redis_databases.py), `agents` local agents.
+    REDIS_URL's + `redis_offset`, this pytest-xdist worker's, emptied first: tests/redis_databases.py),
+    `agents` local agents.
     Stop it with stop_pg_stack."""
     name = unique_name("torchyard_it")
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    redis_url = redis_databases.offset_database(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9"), redis_offset)
+    redis_url = redis_databases.offset_database(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9"),
+                                                redis_databases.stack_offset(redis_offset))
     redis.Redis.from_url(redis_url).flushdb()
     try:
         stack = start_stack(tmp, agents=agents,

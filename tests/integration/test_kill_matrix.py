@@ -105,12 +105,19 @@ class Run:
             found[:] = self.stack.api("GET", f"/api/jobs/{self.job_id}/checkpoints").json()
             return bool(found)
 
-        self._wait(committed, "no checkpoint committed", timeout)
+        assert self.stack.watch_job(self.job_id, committed, timeout, on=frozenset({"checkpoint"})), \
+            f"no checkpoint committed within {timeout:.0f}s\n{self.explain()}"
         return max(found, key=lambda c: c["step"])
 
     def wait_final(self, timeout: float = 180.0) -> dict[str, Any]:
-        self._wait(lambda: self.job()["status"] in FINAL, "the job did not end", timeout)
-        return self.job()
+        job: dict[str, Any] = {}
+
+        def ended() -> bool:
+            job.update(self.job())
+            return job["status"] in FINAL
+
+        assert self.stack.watch_job(self.job_id, ended, timeout), f"the job did not end within {timeout:.0f}s\n{self.explain()}"
+        return job
 
     def _wait(self, done: Callable[[], bool], what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -49,7 +49,12 @@ def key_of(python: str) -> str:
 
 
 def socket_path(cache_dir: Path, python: str) -> Path:
-    preferred = Path(cache_dir) / WARM_DIR / f"{key_of(python)}.sock"
+    return socket_of(cache_dir, key_of(python))
+
+
+def socket_of(cache_dir: Path, key: str) -> Path:
+    """Where the pool of key `key` (its log is WARM_DIR/<key>.log) listens."""
+    preferred = Path(cache_dir) / WARM_DIR / f"{key}.sock"
     if len(os.fsencode(str(preferred))) <= MAX_SOCKET_PATH_BYTES:
         return preferred
     digest = hashlib.sha256(os.fsencode(str(preferred))).hexdigest()[:20]
