@@ -20,7 +20,7 @@ FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.conf
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/torchyard
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/9
 
-.PHONY: run test test-fast setup install frontend services lint pytest pytest-unit pytest-integration npm-test bench clean browser api-types
+.PHONY: run test test-fast setup install frontend services lint lint-python lint-frontend pytest pytest-unit pytest-integration npm-test bench clean browser api-types
 
 run: install frontend
 	$(BIN)/torchyard-server run
@@ -63,7 +63,13 @@ services:
 browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
-lint: install $(NPM_STAMP)
+# lint's two halves are independent: `make -j2 lint` (as `make test` runs it) runs them side by side.
+lint: lint-python lint-frontend
+
+lint-frontend: $(NPM_STAMP)
+	npm run lint
+
+lint-python: install $(NPM_STAMP)
 	$(BIN)/ruff check backend workers tests
 	$(BIN)/mypy backend/torchyard_server workers/torchyard
 	$(BIN)/lint-imports
@@ -77,7 +83,6 @@ lint: install $(NPM_STAMP)
 	$(SCHEMA_CMD) --file ../var/openapi.json
 	npx openapi-typescript var/openapi.json --default-non-nullable false --output var/api-schema.d.ts >/dev/null
 	@cmp -s var/api-schema.d.ts $(API_TYPES) || (echo "$(API_TYPES) is stale: run 'make api-types' and commit it" >&2; exit 1)
-	npm run lint
 
 # Everything the tests need: the virtualenv, the dashboard's build, PostgreSQL and Redis, Chromium.
 setup: install frontend services browser
@@ -119,8 +124,9 @@ test-fast: setup lint pytest-unit
 
 # `make test`'s phases, each timed: it prints its seconds and appends them to $(PHASES), which the
 # test ledger (tests/ledger.py) prints beside pytest's modules and stacks at the end of the run, and
-# writes with them to var/test-ledger.json. A phase of two targets runs them side by side (-j2: the
-# Python and npm installs; lint and the dashboard's tests), each target's output kept together.
+# writes with them to var/test-ledger.json. Each phase runs its targets' independent parts side by
+# side (-j2: pip's install beside npm's install, the dashboard's build and its tests; lint's Python
+# half beside its TypeScript half), each target's output kept together.
 PHASES := var/test-phases.tsv
 define timed
 	@start=$$(date +%s.%N); $(MAKE) --no-print-directory -j2 --output-sync=target $(1) || exit $$?; \
@@ -130,8 +136,8 @@ endef
 
 test:
 	@mkdir -p var && rm -f $(PHASES) var/test-ledger.*.json
-	$(call timed,setup)
-	$(call timed,lint npm-test)
+	$(call timed,setup npm-test)
+	$(call timed,lint)
 	@TORCHYARD_TEST_PHASES=$(PHASES) $(MAKE) --no-print-directory pytest-unit
 	@TORCHYARD_TEST_PHASES=$(PHASES) $(MAKE) --no-print-directory pytest-integration
 

@@ -7,7 +7,7 @@ its module), lists every stack started and stopped (tests/integration/stack.py r
 the module that asked), and puts `make test`'s other phases beside pytest's (install, lint, the
 dashboard's tests: `make test` appends each one's seconds to var/test-phases.tsv).
 
-    {"total_seconds": ..., "phases": {"setup": s, "lint npm-test": s, "pytest unit": s,
+    {"total_seconds": ..., "phases": {"setup npm-test": s, "lint": s, "pytest unit": s,
      "pytest integration": s}, "tests": {"passed": n, ...}, "modules": [{"module", "seconds", "tests"}],
      "stacks": [{"event": "start" | "stop" | "check" | "restart", "seconds", "module", "reason"?}]}
 """

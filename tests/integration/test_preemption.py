@@ -70,16 +70,14 @@ def job_events(stack, job_id: int) -> list[str]:
 
 @pytest.mark.timeout(600)
 def test_a_high_priority_job_preempts_a_low_one_that_checkpoints_yields_and_resumes_losing_nothing(pg_stack):
-    low = pg_stack.submit(recipe("low", 300, WHOLE_CLUSTER, priority="low"))["id"]
+    # 200 steps of 0.05 s: the preemption lands near step 50, the resumed attempt still has steps to go.
+    low = pg_stack.submit(recipe("low", 200, WHOLE_CLUSTER, priority="low"))["id"]
     pg_stack.wait_job(low, {"running"}, timeout=120)
     wait_step(pg_stack, low, 50)  # one periodic checkpoint committed (step 40)
-    submitted = time.monotonic()
     high = pg_stack.submit(recipe("high", 30, HALF, priority="high"))["id"]
     pg_stack.wait_job(low, {"preempting", "preempted"}, timeout=60)
     pg_stack.wait_job(high, {"running", "completed"}, timeout=120)
-    to_gpus = time.monotonic() - submitted
-    print(f"\nhigh-priority job got its machines {to_gpus:.1f} s after it was submitted")
-    assert to_gpus < 60
+    # How soon the high job gets its machines is `make bench BENCH=scheduler`'s (preemption row).
 
     victim = pg_stack.job(low)
     assert victim["status"] == "preempted" and victim["restarts"] == 0, victim["status_reason"]
@@ -112,7 +110,7 @@ def test_a_job_that_ignores_the_request_is_stopped_after_its_grace_and_resumes_f
     assert put.status_code in (200, 201), put.text
     ignorer = pg_stack.submit({
         "name": "ignorer", "entrypoint": "ignore.py", "code": {"bundle": packed.sha256}, "resources": WHOLE_CLUSTER,
-        "args": ["400", "10"], "priority": "low", "preemption": {"grace": 3}, "fault_tolerance": {"max_restarts": 0},
+        "args": ["200", "10"], "priority": "low", "preemption": {"grace": 3}, "fault_tolerance": {"max_restarts": 0},
         "checkpointing": {"keep": 50}})["id"]
     pg_stack.wait_job(ignorer, {"running"}, timeout=120)
     wait_step(pg_stack, ignorer, 25)
