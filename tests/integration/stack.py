@@ -43,6 +43,7 @@ LAUNCHER_CHILDREN = {
 }
 
 
+FINAL_STATUSES = frozenset({"completed", "failed", "stopped"})
 # A job's stream with nothing on it for this long: a wait asks anyway (a change that sent nothing
 # would otherwise go unseen until its timeout).
 STREAM_QUIET_S = 2.0
@@ -76,12 +77,18 @@ class Stack:
         return response.json()
 
     def wait_job(self, job_id: int, statuses: set[str], timeout: float = 120.0) -> dict[str, Any]:
-        """The job's detail once its status is one of `statuses` (read when its stream says it changed)."""
+        """The job's detail once its status is one of `statuses` (read when its stream says it changed).
+        A final status counts once its event is stored too: the database has the status as soon as
+        the controller commits it, the event log when the ingest loop has caught up, and a test that
+        then reads the job's events or logs must find everything up to the end."""
         job: dict[str, Any] = {}
 
         def reached() -> bool:
             job.update(self.job(job_id))
-            return job["status"] in statuses
+            if job["status"] not in statuses:
+                return False
+            return job["status"] not in FINAL_STATUSES or any(
+                e.get("scope") == "job" and e["status"] == job["status"] for e in self.events(job_id, protocol.STATE))
 
         if not self.watch_job(job_id, reached, timeout):
             raise AssertionError(f"job {job_id} is {job.get('status')} after {timeout}s, wanted {statuses}:\n"
