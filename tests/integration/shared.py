@@ -27,9 +27,8 @@ from collections.abc import Callable
 import ledger
 import requests
 
-from .stack import Stack
+from .stack import FINAL_STATUSES, Stack
 
-FINAL = {"completed", "failed", "stopped"}
 REPAIR_SECONDS = 60.0
 
 
@@ -71,11 +70,11 @@ def settle(stack: Stack, agents: tuple[str, ...]) -> None:
     if stack.process.poll() is not None:
         raise Unrepairable(f"its launcher exited with {stack.process.returncode}")
     deadline = time.monotonic() + REPAIR_SECONDS
-    live = [job for job in stack.api("GET", "/api/jobs").json() if job["status"] not in FINAL]
+    live = [job for job in stack.api("GET", "/api/jobs").json() if job["status"] not in FINAL_STATUSES]
     for job in live:
         stack.api("POST", f"/api/jobs/{job['id']}/stop")
     for job in live:
-        _until(deadline, lambda job=job: stack.job(job["id"])["status"] in FINAL,
+        _until(deadline, lambda job=job: stack.job(job["id"])["status"] in FINAL_STATUSES,
                f"job {job['id']} ({job['name']}) of an earlier module did not stop")
         if stack.wait_no_job_processes(job["id"], timeout=max(0.0, deadline - time.monotonic())):
             raise Unrepairable(f"job {job['id']} ({job['name']}) still has processes")
