@@ -34,20 +34,30 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def free_weed_port() -> int:
-    """A free port whose +10000 companion is free too: every weed server listens for gRPC there."""
+def free_weed_port(taken: set[int] | None = None) -> int:
+    """A free port whose +10000 companion is free too: every weed server listens for gRPC there.
+    `taken` holds ports (and companions) already picked for the same server, which must not collide."""
+    taken = taken if taken is not None else set()
     for _ in range(200):
         port = random.randint(20000, 45000)
+        if {port, port + 10000} & taken:
+            continue
         if _bindable(port) and _bindable(port + 10000):
+            taken.update((port, port + 10000))
             return port
     raise RuntimeError("no free port pair for SeaweedFS")
+
+
+class WeedExited(RuntimeError):
+    """weed stopped while starting: most often a port picked as free was bound by another process
+    before weed bound it (the unit tier starts one server per xdist worker at the same moment)."""
 
 
 def wait_for_port(port: int, timeout: float, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"weed exited early with code {proc.returncode}")
+            raise WeedExited(f"weed exited early with code {proc.returncode}")
         with socket.socket() as sock:
             sock.settimeout(0.2)
             if sock.connect_ex(("127.0.0.1", port)) == 0:
@@ -61,11 +71,37 @@ class SeaweedS3:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.port = free_weed_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
+        self._pick_ports()
 
-    def start(self, timeout: float = 30.0) -> SeaweedS3:
+    def _pick_ports(self) -> None:
+        taken: set[int] = set()
+        self.port = free_weed_port(taken)
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._server_ports = [free_weed_port(taken) for _ in range(3)]  # master, volume, filer
+
+    def start(self, timeout: float = 30.0, attempts: int = 3) -> SeaweedS3:
+        """Start weed and wait until a bucket round trip works; if weed exits on the way (a port
+        taken between the pick and its bind), start again on fresh ports."""
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once(timeout)
+                return self
+            except WeedExited as exc:
+                tail = self._log_tail()
+                self.stop()
+                if attempt == attempts:
+                    raise WeedExited(f"{exc} on every one of {attempts} tries; its log ends:\n{tail}") from None
+                self._pick_ports()
+        return self
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join((self.workdir / "weed.log").read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def _start_once(self, timeout: float) -> None:
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "s3.json"
@@ -77,9 +113,9 @@ class SeaweedS3:
         config.write_text(json.dumps({"identities": [identity]}))
         argv = [
             str(WEED), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
-            f"-master.port={free_weed_port()}", f"-volume.port={free_weed_port()}", "-volume.max=0",
+            f"-master.port={self._server_ports[0]}", f"-volume.port={self._server_ports[1]}", "-volume.max=0",
             "-master.volumeSizeLimitMB=256", "-volume.preStopSeconds=0",
-            "-filer", f"-filer.port={free_weed_port()}",
+            "-filer", f"-filer.port={self._server_ports[2]}",
             "-s3", f"-s3.port={self.port}", f"-s3.config={config}",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
         ]  # fmt: skip
@@ -87,7 +123,6 @@ class SeaweedS3:
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for_port(self.port, timeout, self.proc)
         self._wait_until_serving(timeout)
-        return self
 
     def env(self) -> dict[str, str]:
         return {
@@ -121,6 +156,8 @@ class SeaweedS3:
                 client.delete_bucket(Bucket=probe)
                 return
             except Exception:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise WeedExited(f"weed exited with code {self.proc.returncode} before serving") from None
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.3)

@@ -4,7 +4,8 @@ import pytest
 import redis_databases
 
 from .browser import chromium, screenshot_folder
-from .shared import SharedStack
+from .netns import Cluster, open_cluster
+from .shared import Shared, settle
 from .stack import Stack, start_pg_stack, start_stack, stop_pg_stack
 
 # The integration tier runs on two pytest-xdist workers, a module at a time each (`--dist loadfile`),
@@ -29,8 +30,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # --- the shared stacks (shared.py): one per pytest session, checked on each module's entry ---------
 @pytest.fixture(scope="session")
 def _shared_pg(tmp_path_factory):
-    shared = SharedStack("pg", lambda: start_pg_stack(tmp_path_factory.mktemp("pg-stack"),
-                                                      redis_offset=redis_databases.SHARED_PG_STACK), stop_pg_stack)
+    shared = Shared("pg", lambda: start_pg_stack(tmp_path_factory.mktemp("pg-stack"),
+                                                 redis_offset=redis_databases.SHARED_PG_STACK), stop_pg_stack, settle)
     try:
         yield shared
     finally:
@@ -48,9 +49,9 @@ def pg_stack(_shared_pg) -> Stack:
 def _shared_embedded(tmp_path_factory):
     # Seed 001's coordinator settings, as its users set them (they are only the defaults of its own
     # `POST /jobs`): quick steps for its test, nothing for anyone else's.
-    shared = SharedStack("embedded", lambda: start_stack(
+    shared = Shared("embedded", lambda: start_stack(
         tmp_path_factory.mktemp("embedded-stack"), env={"SLEEP_SEC": "0.02", "CHECKPOINT_EVERY": "10"}),
-        Stack.stop)
+        Stack.stop, settle)
     try:
         yield shared
     finally:
@@ -62,6 +63,24 @@ def embedded_stack(_shared_embedded) -> Stack:
     """The shared stack `make run` starts (SQLite, its own Redis, two local agents), as a fresh one
     would be on this module's entry."""
     return _shared_embedded.for_module()
+
+
+@pytest.fixture(scope="session")
+def _shared_cluster(tmp_path_factory):
+    shared = Shared("hosts apart", lambda: open_cluster(tmp_path_factory.mktemp("hosts-apart"), hosts=3),
+                    lambda cluster: cluster.close(), Cluster.settle)
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(_shared_cluster) -> Cluster:
+    """The shared three hosts apart (netns.py: a network namespace each, its agent in it, the stack
+    on the bridge), as separate_hosts would make them on this module's entry. A module that needs
+    another shape (volumes, TLS, Ray's environment) defines its own `cluster`."""
+    return _shared_cluster.for_module()
 
 
 @pytest.fixture(scope="module")

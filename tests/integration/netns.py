@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-import psycopg
 import redis_databases
 
-from .stack import PG_ADMIN_URL, ROOT, Stack, start_stack
+from .databases import create_database, drop_database
+from .stack import ROOT, Stack, start_stack
 
 BIN = Path(sys.executable).parent
 # Namespace addresses are 10.231.<n>.0/24 with <n> picked at random among the unused ones, so two
@@ -198,6 +198,7 @@ class Cluster:
     database: str
     redis: RedisServer | None = None
     by_machine: dict[int, Host] = field(default_factory=dict)
+    close: Callable[[], None] = lambda: None  # set by open_cluster: removes everything
 
     def host_of(self, machine_id: int) -> Host:
         """The host whose machine has this id (plans and nodes name machines by id)."""
@@ -212,6 +213,29 @@ class Cluster:
         response = self.stack.api("GET", f"/api/machines/{host.machine_id}")
         response.raise_for_status()
         return response.json()
+
+    def settle(self, timeout: float = 60.0) -> None:
+        """Make the cluster as separate_hosts made it, for the next test or module: every link up,
+        every agent running (started again where a case killed it), no live job, each machine
+        online, not drained, not suspect. Raises shared.Unrepairable when that does not hold in time."""
+        from . import shared
+
+        deadline = time.monotonic() + timeout
+        for host in self.hosts:
+            host.link_up()
+            if host.agent is None or host.agent.poll() is not None:
+                host.start_agent()
+        shared.stop_live_jobs(self.stack, deadline)
+
+        def machines() -> list[dict]:
+            return [self.machine(host) for host in self.hosts]
+
+        for machine in machines():
+            shared.undo_marks(self.stack, machine)
+        shared.until(deadline, lambda: all(m["status"] == "online" and not m["drained"] and not m.get("suspect_until")
+                                           for m in machines()),
+                     lambda: "hosts not back online: " + ", ".join(
+                         f"{m['name']} {m['status']}" for m in machines()) + f"\n{self.hosts[-1].agent_log_tail(10)}")
 
     def wait_machine(self, host: Host, statuses: set[str], timeout: float = 60.0) -> dict:
         """Poll the machine of `host` until its status is one of `statuses`."""
@@ -327,6 +351,14 @@ def _add_host(index: int, tag: str, subnet: str, bridge: str, server: str, data_
     return host
 
 
+def open_cluster(tmp: Path, hosts: int = 3) -> Cluster:
+    """separate_hosts, held open until `cluster.close()`: the cluster a pytest session shares."""
+    exits = contextlib.ExitStack()
+    cluster = exits.enter_context(separate_hosts(tmp, hosts))
+    cluster.close = exits.close
+    return cluster
+
+
 @contextlib.contextmanager
 def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = None,
                    volumes: list[dict[str, str]] | None = None,
@@ -354,14 +386,8 @@ def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = No
         cleanup.callback(redis_server.stop)  # the current process, also after restarts
         redis_url = redis_server.url
 
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{database}"')
-
-        def drop_database() -> None:
-            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-
-        cleanup.callback(drop_database)
+        create_database(database)
+        cleanup.callback(drop_database, database)
 
         stack = start_stack(tmp, host=gateway, agents=0, env={
             "DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{database}",

@@ -20,7 +20,6 @@ from typing import Any
 
 import ledger
 import psutil
-import psycopg
 import redis
 import redis_databases
 import requests
@@ -29,8 +28,8 @@ from torchyard import stream_contract as wire
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect as ws_connect
 
-ROOT = Path(__file__).resolve().parents[2]
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+from .databases import ROOT, create_database, drop_database
+
 SERVER = str(Path(sys.executable).with_name("torchyard-server"))
 ADMIN = ("admin", "correct-horse-battery")
 _ACCESS_LINE = re.compile(r'"(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) /[^"]*" \d{3} ')
@@ -339,8 +338,7 @@ def start_pg_stack(tmp: Path, *, agents: int = 2, redis_offset: int = redis_data
     `agents` local agents.
     Stop it with stop_pg_stack."""
     name = unique_name("torchyard_it")
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    create_database(name)
     redis_url = redis_databases.offset_database(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9"),
                                                 redis_databases.stack_offset(redis_offset))
     redis.Redis.from_url(redis_url).flushdb()
@@ -348,7 +346,7 @@ def start_pg_stack(tmp: Path, *, agents: int = 2, redis_offset: int = redis_data
         stack = start_stack(tmp, agents=agents,
                             env={"DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{name}", "REDIS_URL": redis_url})
     except BaseException:
-        _drop(name)
+        drop_database(name)
         raise
     stack.database = name
     return stack
@@ -358,12 +356,7 @@ def stop_pg_stack(stack: Stack) -> None:
     try:
         stack.stop()
     finally:
-        _drop(stack.database)
-
-
-def _drop(name: str) -> None:
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(stack.database)
 
 
 def unique_name(prefix: str) -> str:

@@ -12,19 +12,13 @@ from datetime import datetime
 
 import pytest
 
-from .netns import netns_unavailable, separate_hosts
+from .netns import netns_unavailable
 from .test_separate_hosts import FINAL, explain
 
 pytestmark = pytest.mark.skipif(bool(netns_unavailable()), reason=netns_unavailable() or "available")
 
 STEPS = 400
 BATCH = 12
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with separate_hosts(tmp_path_factory.mktemp("elastic-hosts"), hosts=3) as made:
-        yield made
 
 
 def _ts(event: dict) -> float:

@@ -11,16 +11,10 @@ from datetime import datetime
 
 import pytest
 
-from .netns import netns_unavailable, separate_hosts
+from .netns import netns_unavailable
 from .test_separate_hosts import FINAL, explain
 
 pytestmark = pytest.mark.skipif(bool(netns_unavailable()), reason=netns_unavailable() or "available")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with separate_hosts(tmp_path_factory.mktemp("spares"), hosts=3) as made:
-        yield made
 
 
 def _ts(event: dict) -> float:
@@ -64,7 +58,10 @@ def test_a_lost_machine_is_replaced_by_the_jobs_hot_spare(cluster):
             training = next((e for e in stack.events(job["id"], "metric") if e["attempt"] == 1
                              and e.get("node_rank") == 1), None)
             time.sleep(0.3)
-        assert _ts(training) - _ts(lost) < 15, (lost, training)
+        # The spare trained after the loss and without waiting for the victim: its link is still down.
+        # (How soon is the healing bench's figure, not this test's.)
+        assert _ts(training) >= _ts(lost), (lost, training)
+        assert cluster.machine(victim)["status"] != "online", cluster.machine(victim)
         resumed = [e["line"] for e in stack.logs(job["id"]) if e["attempt"] == 1 and "resumed from checkpoint" in e["line"]]
         assert len(resumed) == 2, resumed
         # The lost machine is suspect: another job is not planned onto it while its link is down.

@@ -12,8 +12,8 @@ a preflight failure) needs nothing else:
     run.rank_process(1).kill()
     assert_sound(run)                                  # or status="failed", steps=None, ...
 
-The module shares one cluster of three hosts: two for the job and a spare. `every_host_up` gives
-each case all three online, whatever the previous case left behind.
+The cases use the session's three hosts apart (conftest's `cluster`): two for the job and a spare.
+`every_host_up` gives each case all three online, whatever the previous case left behind.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import pytest
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
 
-from .netns import Cluster, Host, netns_unavailable, separate_hosts
+from .netns import Cluster, Host, netns_unavailable
 
 pytestmark = pytest.mark.skipif(bool(netns_unavailable()), reason=netns_unavailable() or "available")
 
@@ -42,26 +42,11 @@ STEP_SLEEP = 0.05
 CHECKPOINT_EVERY = 10
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    # Three hosts: two for the 2-node jobs and a spare for the cases where a host is gone.
-    with separate_hosts(tmp_path_factory.mktemp("kill-matrix"), hosts=3) as made:
-        yield made
-
-
 @pytest.fixture(autouse=True)
 def every_host_up(cluster):
     """Each case starts with every link up and every agent running and online, and no machine
     suspect (a stall verdict of an earlier case would otherwise steer its plan)."""
-    for host in cluster.hosts:
-        host.link_up()
-        if host.agent is None or host.agent.poll() is not None:
-            host.start_agent()
-    for host in cluster.hosts:
-        cluster.wait_machine(host, {"online"}, timeout=60)
-    for machine in cluster.stack.api("GET", "/api/machines").json():
-        if machine["suspect_until"]:
-            assert cluster.stack.api("PATCH", f"/api/machines/{machine['id']}", json={"suspect": False}).ok
+    cluster.settle()
 
 
 # --- the helper API ------------------------------------------------------------------------------

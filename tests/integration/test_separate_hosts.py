@@ -8,18 +8,11 @@ import time
 
 import pytest
 
-from .netns import Cluster, netns_unavailable, separate_hosts
+from .netns import Cluster, netns_unavailable
 
 pytestmark = pytest.mark.skipif(bool(netns_unavailable()), reason=netns_unavailable() or "available")
 
 FINAL = {"completed", "failed", "stopped"}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    # Two hosts, one node of the job on each.
-    with separate_hosts(tmp_path_factory.mktemp("separate-hosts"), hosts=2) as made:
-        yield made
 
 
 def two_node_spec(name: str, steps: int, **extra) -> dict:

