@@ -122,6 +122,7 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/auth/tokens/<int:token_id>": own_token,
     "api/audit": staff_only,
     "api/agent/config": agent,
+    "api/agent/health": agent,
     "api/agent/bundles/<str:sha256>": agent,
     "api/bundles": everyone_signed_in,
     "api/bundles/limits": everyone_signed_in,
@@ -151,6 +152,8 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/jobs/purge": purge,
     "api/jobs/<int:job_id>": {"get": job_read, "patch": job_control, "delete": job_control},
     "api/jobs/<int:job_id>/stop": job_control,
+    # Reading where the ranks are is reading the job (its world's job has ended: a 409 says so).
+    "api/jobs/<int:job_id>/stacks": job_read,
     "api/jobs/<int:job_id>/summary": job_read,
     "api/jobs/<int:job_id>/logs": job_read,
     "api/jobs/<int:job_id>/logs/stream": job_read,
@@ -199,6 +202,7 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
 SPEC = {"name": "m", "project": "lab", "entrypoint": "examples/mlp_ddp.py", "args": ["--steps", "2"],
         "distributed": {"backend": "gloo"}}
 BODIES = {
+    "api/agent/health": {"ok": True, "checks": []},
     "api/jobs": SPEC,
     "api/jobs/plan": SPEC,
     "api/network/machines/<int:machine_id>/dispatch_job": SPEC,

@@ -59,4 +59,6 @@ def log_in(base: str, page: Page) -> None:
     page.fill("input[name=username]", ADMIN[0])
     page.fill("input[name=password]", ADMIN[1])
     page.click("button[type=submit]")
-    expect(page).not_to_have_url(re.compile(r"/login"))
+    # The stack checks the password with production's PBKDF2 (a million iterations): on two cores
+    # shared with the other worker's stacks that alone has taken over 5 s, Playwright's default.
+    expect(page).not_to_have_url(re.compile(r"/login"), timeout=30_000)

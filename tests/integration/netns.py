@@ -217,7 +217,7 @@ class Cluster:
     def settle(self, timeout: float = 60.0) -> None:
         """Make the cluster as separate_hosts made it, for the next test or module: every link up,
         every agent running (started again where a case killed it), no live job, each machine
-        online, not drained, not suspect. Raises shared.Unrepairable when that does not hold in time."""
+        online, not drained, not quarantined. Raises shared.Unrepairable when that does not hold in time."""
         from . import shared
 
         deadline = time.monotonic() + timeout
@@ -232,7 +232,7 @@ class Cluster:
 
         for machine in machines():
             shared.undo_marks(self.stack, machine)
-        shared.until(deadline, lambda: all(m["status"] == "online" and not m["drained"] and not m.get("suspect_until")
+        shared.until(deadline, lambda: all(m["status"] == "online" and not m["drained"] and not m.get("quarantined_at")
                                            for m in machines()),
                      lambda: "hosts not back online: " + ", ".join(
                          f"{m['name']} {m['status']}" for m in machines()) + f"\n{self.hosts[-1].agent_log_tail(10)}")

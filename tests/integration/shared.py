@@ -9,7 +9,7 @@ minutes. The price is state left by an earlier module, so each module gets the s
 
 - no job of an earlier module is live (each is stopped, and its processes are gone);
 - exactly the stack's own machines are registered (a machine an earlier module added is removed),
-  each online, not drained and not suspect; for a cluster, every link up and every agent running;
+  each online, not drained and not quarantined; for a cluster, every link up and every agent running;
 
 repairing what it can within REPAIR_SECONDS. A stack it cannot repair (or whose launcher died) is
 stopped and started again, and the ledger says so (`restart`, with the reason). The check's own
@@ -94,7 +94,7 @@ def settle(stack: Stack, agents: tuple[str, ...] = ("local-0", "local-1")) -> No
     def as_fresh() -> bool:
         now = machines()
         return sorted(now) == sorted(agents) and all(
-            m["status"] == "online" and not m["drained"] and not m.get("suspect_until") for m in now.values())
+            m["status"] == "online" and not m["drained"] and not m.get("quarantined_at") for m in now.values())
 
     until(deadline, as_fresh, lambda: f"its machines are not {', '.join(agents)} online: {_brief(machines)}")
 
@@ -114,11 +114,11 @@ def stop_live_jobs(stack: Stack, deadline: float) -> None:
 
 
 def undo_marks(stack: Stack, machine: dict) -> None:
-    """Undo what an earlier module marked on a machine: drained, suspect."""
+    """Undo what an earlier module marked on a machine: drained, quarantined."""
     if machine["drained"] or machine["status"] == "draining":
         stack.api("PATCH", f"/api/machines/{machine['id']}", json={"status": "online"})
-    if machine.get("suspect_until"):
-        stack.api("PATCH", f"/api/machines/{machine['id']}", json={"suspect": False})
+    if machine.get("quarantined_at"):
+        stack.api("PATCH", f"/api/machines/{machine['id']}", json={"quarantined": False})
 
 
 def until(deadline: float, done: Callable[[], bool], what: str | Callable[[], str]) -> None:
@@ -131,6 +131,5 @@ def until(deadline: float, done: Callable[[], bool], what: str | Callable[[], st
 
 def _brief(machines: Callable[[], dict[str, dict]]) -> str:
     with contextlib.suppress(requests.RequestException):
-        return ", ".join(f"{name} {m['status']}{' drained' if m['drained'] else ''}"
-                         f"{' suspect' if m.get('suspect_until') else ''}" for name, m in machines().items())
+        return ", ".join(f"{name} {m['status']}{' drained' if m['drained'] else ''}" for name, m in machines().items())
     return "(no answer)"

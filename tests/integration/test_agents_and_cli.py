@@ -80,3 +80,33 @@ def test_the_cli_prints_field_errors_readably(pg_stack, tmp_path):
     assert "Traceback" not in result.stderr
     missing = run_cli(pg_stack, "submit", str(tmp_path / "nope.json"))
     assert missing.returncode == 2 and "No such file" in missing.stderr
+
+
+def test_torchyard_stacks_prints_where_every_rank_of_a_running_2x2_job_is(pg_stack):
+    job = pg_stack.submit({"name": "where-is-everyone", "entrypoint": "examples/mlp_ddp.py",
+                           "args": ["--steps", "100000", "--step-sleep", "0.05"],
+                           "resources": {"nodes": 2, "procs_per_node": 2}, "checkpointing": {"enabled": False},
+                           "fault_tolerance": {"max_restarts": 0}})
+    try:
+        def every_rank_trains() -> bool:
+            return {e["rank"] for e in pg_stack.events(job["id"], "metric")} == {0, 1, 2, 3}
+
+        assert pg_stack.watch_job(job["id"], every_rank_trains, timeout=120, on=frozenset({"state", "metric"})), \
+            pg_stack.job_log_tail(job["id"])
+        result = run_cli(pg_stack, "stacks", str(job["id"]), timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "4 rank(s) on 2 node(s)" in result.stdout, result.stdout
+        for rank in range(4):
+            assert f"== rank {rank} · node {rank // 2} on " in result.stdout, result.stdout
+        # Each is the training script's own stack, read from outside while it runs.
+        assert result.stdout.count(" (mlp_ddp.py:") >= 4, result.stdout
+        answers = pg_stack.events(job["id"], "stacks")
+        assert len(answers) == 2 and len({e["request"] for e in answers}) == 1, answers
+        assert sorted(r["rank"] for e in answers for r in e["ranks"]) == [0, 1, 2, 3]
+    finally:
+        pg_stack.api("POST", f"/api/jobs/{job['id']}/stop")
+    assert pg_stack.wait_job(job["id"], {"stopped", "failed", "completed"}, timeout=90)["status"] == "stopped"
+    assert pg_stack.wait_no_job_processes(job["id"]) == []
+    # A job with nothing running has no stacks to read: a readable error, not a wait.
+    done = run_cli(pg_stack, "stacks", str(job["id"]))
+    assert done.returncode == 2 and "no node of attempt 0 is running" in done.stderr, done.stderr

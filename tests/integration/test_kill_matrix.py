@@ -45,7 +45,7 @@ CHECKPOINT_EVERY = 10
 @pytest.fixture(autouse=True)
 def every_host_up(cluster):
     """Each case starts with every link up and every agent running and online, and no machine
-    suspect (a stall verdict of an earlier case would otherwise steer its plan)."""
+    quarantined (a stall verdict of an earlier case would otherwise steer its plan)."""
     cluster.settle()
 
 
@@ -511,26 +511,38 @@ def test_a_job_whose_every_attempt_fails_ends_failed_with_each_reason_kept(clust
     assert "ZeroDivisionError" in outcome.job["status_reason"]
 
 
-def test_a_sigstopped_rank_is_reported_stalled_with_its_stack_and_recovered(cluster):
+def test_a_sigstopped_rank_0_is_named_under_auto_its_machine_quarantined_and_the_job_trains_elsewhere(cluster):
+    """SIGSTOP of rank 0, on the master's node, under the default `stall_timeout: auto`: the deadline
+    comes from the job's own step times (0.05 s: the 15 s floor), the verdict names rank 0 and its
+    machine, the machine is quarantined, and the next attempt is planned on the two other hosts. The
+    operator's release brings the machine back."""
     run = start(cluster, "sigstop", steps=80, fault_tolerance={
-        "max_restarts": 2, "heartbeat_timeout": 10, "stall_timeout": 3, "on_stall": "recover"})
+        "max_restarts": 2, "heartbeat_timeout": 10, "on_stall": "recover"})
     run.wait_checkpoint()
-    run.rank_process(1).suspend()  # SIGSTOP: alive, heart-beating, and going nowhere
+    first = {n["node_rank"]: n["machine"]["id"] for n in run.job()["nodes"] if n["attempt"] == 0}
+    victim = cluster.host_of(first[0])
+    run.rank_process(0).suspend()  # SIGSTOP: alive, heart-beating, and going nowhere
     outcome = assert_sound(run)
     assert outcome.job["attempt"] == 1, run.explain()
     stalled = [e for e in outcome.events if e["type"] == "stalled" and e["attempt"] == 0]
-    stopped = next((e for e in stalled if e["rank"] == 1), None)
+    stopped = next((e for e in stalled if e["rank"] == 0), None)
     assert stopped is not None, run.explain()
     # Named: the rank, where it runs, what it last printed, and its Python stack read from outside.
-    assert stopped["process_state"] == "stopped" and stopped["stalled_for"] >= 3, stopped
-    assert stopped["hostname"] and stopped["node_rank"] == 1 and stopped["last_line"], stopped
+    assert stopped["process_state"] == "stopped" and stopped["node_rank"] == 0 and stopped["last_line"], stopped
     assert "mlp_ddp.py" in stopped["stack"] and "train" in stopped["stack"], stopped["stack"]
-    # Its peer waits in the collective: both stop together, the peer at most the one step that the
-    # stopped rank had not yet reported when SIGSTOP caught it between its step and its report.
-    steps = {e["rank"]: e["step"] for e in stalled}
-    assert 0 in steps and 0 <= steps[0] - steps[1] <= 1, stalled
+    # The deadline came from the job's step times, and the evidence says so.
+    assert stopped["timeout"] == 15 and stopped["stalled_for"] >= 15, stopped
+    assert stopped["timeout_basis"].startswith("auto: 2 x the p95 step time ("), stopped["timeout_basis"]
     failed = next(e for e in outcome.states("node") if e["status"] == "failed" and e["attempt"] == 0)
     assert "stalled: no new step for" in failed["reason"] and "on_stall: recover" in failed["reason"], failed
+    # Quarantined, and the next attempt went to the two other hosts.
+    machine = cluster.machine(victim)
+    assert machine["status"] == "quarantined" and machine["quarantine_job"] == run.job_id, machine
+    assert machine["quarantine_reason"].startswith(f"rank 0 on machine {victim.machine_name} (process stopped"), machine
+    again = {n["machine"]["id"] for n in outcome.job["nodes"] if n["attempt"] == 1}
+    assert len(again) == 2 and victim.machine_id not in again, outcome.job["nodes"]
+    released = cluster.stack.api("PATCH", f"/api/machines/{victim.machine_id}", json={"quarantined": False})
+    assert released.ok and released.json()["status"] == "online", released.text
 
 
 def test_a_master_the_other_node_cannot_reach_fails_at_preflight_naming_address_and_cause(cluster):

@@ -4,7 +4,11 @@ checkpoint by itself, up to fault_tolerance.max_restarts times."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -94,11 +98,18 @@ def test_a_node_that_goes_silent_is_declared_lost_and_the_job_recovers(pg_stack)
     assert pg_stack.wait_no_job_processes(job["id"]) == []
 
 
-def test_a_sigstopped_rank_is_named_with_its_machine_which_recovery_then_suspects(pg_stack):
+def cli(stack, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TORCHYARD_SERVER=stack.base, TORCHYARD_TOKEN=stack.token)
+    return subprocess.run([str(Path(sys.executable).parent / "torchyard"), *args], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def test_a_sigstopped_rank_is_named_its_machine_quarantined_and_the_operators_release_resumes_the_job(pg_stack):
     """2 nodes x 2 ranks; rank 1 (node 0's second, neither the first rank nor the last) is SIGSTOPped
     mid-run. Every rank stalls; the verdict names rank 1 and its machine from its process state, the
-    others wait in a collective; on_stall: recover ends the attempt, and its machine is suspect
-    (the relaunch still goes there: nothing else fits)."""
+    others wait in a collective; on_stall: recover ends the attempt and quarantines its machine. With
+    only the other machine left, the job waits in the queue saying why; the operator's release brings
+    the machine back and the job trains again on both."""
     spec = dict(SPEC, name="sigstop-culprit", args=["--steps", "100000", "--step-sleep", "0.05"],
                 resources={"nodes": 2, "procs_per_node": 2}, checkpointing={"enabled": False},
                 fault_tolerance={"max_restarts": 1, "heartbeat_timeout": 10, "stall_timeout": 3, "on_stall": "recover"})
@@ -117,14 +128,19 @@ def test_a_sigstopped_rank_is_named_with_its_machine_which_recovery_then_suspect
         held = next(n["machine_name"] for n in pg_stack.job(job["id"])["plan"]["nodes"] if n["node_rank"] == 0)
         other = next(n["machine_name"] for n in pg_stack.job(job["id"])["plan"]["nodes"] if n["node_rank"] == 1)
 
-        deadline = time.monotonic() + 120
-        while (detail := pg_stack.job(job["id"]))["attempt"] < 1:
-            assert time.monotonic() < deadline and detail["status"] not in FINAL, json.dumps(detail)[:3000]
-            time.sleep(0.5)
+        # The recovery cannot place 2 nodes on the one machine left: it waits in the queue, saying why.
+        def waits() -> bool:
+            detail = pg_stack.job(job["id"])
+            assert detail["status"] not in FINAL, json.dumps(detail)[:3000]
+            return detail["status"] == "queued" and f"{held} quarantined" in detail["status_reason"]
+
+        assert pg_stack.watch_job(job["id"], waits, timeout=120), json.dumps(pg_stack.job(job["id"]))[:3000]
         verdict = f"rank 1 on machine {held} (process stopped, SIGSTOP?) holds the job: ranks 0, 2, 3 wait"
         stalls = {e["rank"]: e for e in pg_stack.events(job["id"], "stalled") if e["attempt"] == 0}
         # Its process state names it, wherever its stack stopped (in its sleep, or inside backward).
         assert stalls[1]["process_state"] == "stopped", stalls[1]
+        # The job set its deadline, and the evidence says so.
+        assert stalls[1]["timeout"] == 3 and stalls[1]["timeout_basis"] == "stall_timeout 3 s, set by the job", stalls[1]
         # Rank 0, examined in the same pass as rank 1 (its node's), waits on its peers: in DDP's all-reduce
         # (inside backward) or, when the stop caught rank 1 past it, in the script's own all_reduce. The
         # other node's ranks may be examined only once rank 1's node has ended its ranks, when they are
@@ -135,9 +151,21 @@ def test_a_sigstopped_rank_is_named_with_its_machine_which_recovery_then_suspect
         assert f"stall verdict: {verdict}" in recovering["reason"], recovering["reason"]
 
         machines = {m["name"]: m for m in pg_stack.api("GET", "/api/machines").json()}
-        assert machines[held]["suspect_until"] and machines[other]["suspect_until"] is None, machines
-        assert machines[held]["suspect_reason"].startswith(f"rank 1 on machine {held} (process stopped, SIGSTOP?) "
-                                                            f"held job #{job['id']} (attempt 0)"), machines[held]
+        assert machines[held]["status"] == "quarantined" and machines[other]["quarantined_at"] is None, machines
+        assert machines[held]["quarantine_job"] == job["id"], machines[held]
+        assert machines[held]["quarantine_reason"].startswith(f"rank 1 on machine {held} (process stopped, SIGSTOP?) "
+                                                              f"held job #{job['id']} (attempt 0)"), machines[held]
+
+        # The operator sees why with the CLI and releases it there: the job is placed on both machines
+        # again and trains.
+        listed = cli(pg_stack, "machines")
+        assert listed.returncode == 0 and f"torchyard machines release {held}" in listed.stdout, listed.stdout
+        assert "quarantined since " in listed.stdout and f"(job {job['id']}): rank 1 on machine {held}" in listed.stdout
+        released = cli(pg_stack, "machines", "release", held)
+        assert released.returncode == 0, released.stdout + released.stderr
+        assert released.stdout.strip() == f"{held} released from quarantine: online", released.stdout
+        assert pg_stack.watch_job(job["id"], lambda: any(e["attempt"] >= 1 for e in pg_stack.events(job["id"], "metric")),
+                                  timeout=120, on=frozenset({"state", "metric"})), pg_stack.job_log_tail(job["id"])
         assert {n["machine_name"] for n in pg_stack.job(job["id"])["plan"]["nodes"]} == {held, other}
     finally:
         pg_stack.api("POST", f"/api/jobs/{job['id']}/stop")
@@ -145,7 +173,7 @@ def test_a_sigstopped_rank_is_named_with_its_machine_which_recovery_then_suspect
             stopped.resume()  # on_stall: recover killed it; were it left, SIGCONT lets the stop end it
         # The module's other jobs plan on both machines in name order again.
         for machine in pg_stack.api("GET", "/api/machines").json():
-            if machine["suspect_until"]:
-                assert pg_stack.api("PATCH", f"/api/machines/{machine['id']}", json={"suspect": False}).ok
+            if machine["quarantined_at"]:
+                assert pg_stack.api("PATCH", f"/api/machines/{machine['id']}", json={"quarantined": False}).ok
     pg_stack.wait_job(job["id"], FINAL, timeout=90)
     assert pg_stack.wait_no_job_processes(job["id"]) == []

@@ -31,13 +31,13 @@ def test_every_status_is_in_the_table_and_every_target_is_a_status():
     assert all(targets <= ALL for targets in MACHINE_TRANSITIONS.values())
 
 
-@pytest.mark.parametrize("to", [M.ONLINE, M.BUSY, M.DRAINING])
+@pytest.mark.parametrize("to", [M.ONLINE, M.BUSY, M.DRAINING, M.QUARANTINED])
 def test_a_heartbeat_may_move_a_machine_from_any_status(to):
     assert set(machine_sources(to)) == ALL
 
 
 def test_only_a_machine_whose_agent_reports_can_go_offline():
-    assert set(machine_sources(M.OFFLINE)) == set(MACHINE_UP) == {M.ONLINE, M.BUSY, M.DRAINING}
+    assert set(machine_sources(M.OFFLINE)) == set(MACHINE_UP) == {M.ONLINE, M.BUSY, M.DRAINING, M.QUARANTINED}
 
 
 def test_nothing_moves_a_machine_back_to_pending():
@@ -49,11 +49,13 @@ def test_an_unknown_status_is_refused():
         machine_sources("rebooting")
 
 
-@pytest.mark.parametrize(("drained", "running", "status"), [
-    (False, False, M.ONLINE), (False, True, M.BUSY), (True, False, M.DRAINING), (True, True, M.DRAINING),
+@pytest.mark.parametrize(("quarantined", "drained", "running", "status"), [
+    (False, False, False, M.ONLINE), (False, False, True, M.BUSY), (False, True, False, M.DRAINING),
+    (False, True, True, M.DRAINING), (True, False, False, M.QUARANTINED), (True, True, True, M.QUARANTINED),
 ])
-def test_a_heartbeat_says_draining_while_drained_busy_while_running_online_otherwise(drained, running, status):
-    assert reported_status(drained=drained, running=running) == status
+def test_a_heartbeat_says_quarantined_then_draining_then_busy_while_running_online_otherwise(quarantined, drained,
+                                                                                            running, status):
+    assert reported_status(drained=drained, running=running, quarantined=quarantined) == status
 
 
 def _machine(status: str, **fields) -> Machine:
@@ -85,9 +87,9 @@ def test_a_transition_reads_the_status_the_row_has_now_and_only_from_narrows_it(
 
 @pytest.mark.django_db
 def test_a_bulk_transition_moves_only_the_machines_whose_status_allows_it():
-    machines = [_machine(s) for s in (M.PENDING, M.ONLINE, M.BUSY, M.DRAINING, M.OFFLINE)]
-    assert transition_machines(Machine.objects.all(), M.OFFLINE) == 3
-    assert [_status(m) for m in machines] == [M.PENDING, M.OFFLINE, M.OFFLINE, M.OFFLINE, M.OFFLINE]
+    machines = [_machine(s) for s in (M.PENDING, M.ONLINE, M.BUSY, M.DRAINING, M.QUARANTINED, M.OFFLINE)]
+    assert transition_machines(Machine.objects.all(), M.OFFLINE) == 4
+    assert [_status(m) for m in machines] == [M.PENDING] + [M.OFFLINE] * 5
 
 
 @pytest.mark.django_db

@@ -56,7 +56,7 @@ def test_draining_a_machine_keeps_new_jobs_off_it(staff_api, two_machines):
     response = staff_api.post("/api/jobs/plan", {"name": "x", "entrypoint": "examples/mlp_ddp.py",
                                            "resources": {"nodes": 2}}, format="json")
     assert response.status_code == 400
-    assert "gpu-a not online" in response.json()["resources"][0]
+    assert "(gpu-a draining)" in response.json()["resources"][0]
 
 
 def test_a_drained_machine_that_drops_offline_comes_back_draining_and_busy_means_running_nodes(staff_api, db):

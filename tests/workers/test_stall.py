@@ -8,6 +8,7 @@ import sys
 import time
 
 from torchyard.supervisor.stall import (
+    AUTO_MIN_S,
     DEFAULT_MIN_TIMEOUT_S,
     Stall,
     StallWatch,
@@ -44,16 +45,34 @@ def test_a_stalled_rank_brings_the_nodes_ranks_that_stopped_with_it():
     assert watch.stalled(now=4.5) == []  # reported once
 
 
-def test_the_default_timeout_is_ten_median_steps_but_at_least_a_minute():
+def test_auto_is_the_fixed_minute_until_eight_steps_are_timed_then_twice_their_p95_at_least_15_s():
     watch = StallWatch()
+    assert watch.deadline() == (DEFAULT_MIN_TIMEOUT_S, "auto: the fixed 60 s until 8 step times are known (0 so far)")
+    for step in range(8):  # 7 intervals
+        watch.step(0, step, now=step * 0.2)
     assert watch.timeout() == DEFAULT_MIN_TIMEOUT_S
-    for step in range(10):
-        watch.step(0, step, now=step * 0.5)
-    assert watch.timeout() == DEFAULT_MIN_TIMEOUT_S
+    watch.step(0, 8, now=1.6)
+    # A 0.2 s step: twice its p95 is far under the floor.
+    limit, basis = watch.deadline()
+    assert limit == AUTO_MIN_S and basis == "auto: 2 x the p95 step time (0.2 s over the last 8 steps), at least 15 s"
+
     slow = StallWatch()
-    for step in range(10):
-        slow.step(0, step * 2, now=step * 20.0)  # 10 s a step
-    assert slow.timeout() == 100.0
+    times = [10.0] * 18 + [30.0, 40.0]  # 10 s steps, and two slow ones (a checkpoint, an evaluation)
+    now = 0.0
+    slow.step(0, 0, now=now)
+    for step, took in enumerate(times, start=1):
+        now += took
+        slow.step(0, step, now=now)
+    assert slow.timeout() == 2 * 30.5  # the p95 of those twenty: between the 19th and the 20th
+    [stall] = slow.stalled(now=now + 61.0)
+    assert (stall.timeout, stall.basis) == (61.0, "auto: 2 x the p95 step time (30.5 s over the last 20 steps), at least 15 s")
+
+
+def test_a_number_the_job_sets_is_the_deadline_and_says_so():
+    watch = StallWatch(timeout=3)
+    for step in range(20):
+        watch.step(0, step, now=step * 10.0)
+    assert watch.deadline() == (3, "stall_timeout 3 s, set by the job")
 
 
 def test_a_resume_from_an_older_step_counts_as_progress():

@@ -4,6 +4,7 @@
     torchyard submit job.yaml [--detach]          (a JobSpec, YAML or JSON; `code: {dir: "."}` uploads a project)
     torchyard submit [--config task.json] [--name N --gpus G --memory MB --param K=V]   (seed 004's task)
     torchyard logs JOB [--follow] | artifacts JOB [--out DIR] | results JOB [--out DIR] | jobs | machines | stop JOB
+    torchyard stacks JOB                              (every rank's Python stack, now) | machines release NAME
     torchyard monitor [--worker NAME] [--refresh 1]   (machines, their GPUs and the task on each, live)
     torchyard queue [--project P] [--json] | usage [--by project|user|machine] [--since 7d] [--bucket day] [--json]
     torchyard priority JOB low|normal|high|N        (run and submit take --priority and --time-limit too)
@@ -121,7 +122,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
             raise CliError(f"--volume {exc}") from None
         volumes[name] = path
     Agent(token=token, redis_url=redis_url, work_dir=work_dir, concurrency=args.concurrency,
-          server_url=(args.server or "").rstrip("/"), python=python, volumes=volumes, gpus=gpus).run()
+          server_url=(args.server or "").rstrip("/"), python=python, volumes=volumes, gpus=gpus,
+          ca_file=ca_file or None).run()
     return 0
 
 
@@ -255,10 +257,30 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_machines(args: argparse.Namespace) -> int:
-    for m in _client(args).call("GET", "/api/machines"):
+    client = _client(args)
+    machines = client.call("GET", "/api/machines")
+    if args.action == "release":
+        if not args.machine:
+            raise CliError("torchyard machines release NAME: name the machine (or give its id)")
+        found = next((m for m in machines if args.machine in (m["name"], str(m["id"]))), None)
+        if found is None:
+            raise CliError(f"no machine named {args.machine!r}")
+        if not found.get("quarantined_at"):
+            print(f"{found['name']} is not quarantined ({found['status']})")
+            return 0
+        released = client.call("PATCH", f"/api/machines/{found['id']}", {"quarantined": False})
+        print(f"{released['name']} released from quarantine: {released['status']}")
+        return 0
+    for m in machines:
         caps = m.get("capabilities") or {}
-        print(f"{m['id']:<4} {m['name']:<20} {m['status']:<8} {m['host']}:{m['port']}  "
+        print(f"{m['id']:<4} {m['name']:<20} {m['status']:<11} {m['host']}:{m['port']}  "
               f"cpus={caps.get('cpu_count', '-')} gpus={caps.get('gpu_count', 0)}")
+        if m.get("quarantined_at"):
+            job = f" (job {m['quarantine_job']})" if m.get("quarantine_job") else ""
+            probation = (f"; its health check may release it from {m['probation_until']}" if m.get("probation_until")
+                         else "; only an operator releases it")
+            print(f"     quarantined since {m['quarantined_at']}{job}: {m['quarantine_reason']}{probation}")
+            print(f"     release it: torchyard machines release {m['name']}")
     return 0
 
 
@@ -360,6 +382,14 @@ def cmd_artifacts(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     return show_results(_client(args), args.job, Path(args.out) if args.out else None, Console())
+
+
+def cmd_stacks(args: argparse.Namespace) -> int:
+    from torchyard.client.stacks import show_stacks
+
+    if not 1 <= args.timeout <= 600:
+        raise CliError(f"--timeout {args.timeout:g}: seconds to wait for the nodes' answers, 1 to 600")
+    return show_stacks(_client(args), args.job, Console(), timeout=args.timeout)
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -502,13 +532,25 @@ def build_parser() -> argparse.ArgumentParser:
     priority = api_command("priority", cmd_priority, "change a queued or running job's priority (audited)")
     priority.add_argument("job", type=int)
     priority.add_argument("priority", metavar="low|normal|high|N")
-    api_command("machines", cmd_machines, "list machines")
+    machines = api_command("machines", cmd_machines, "list machines; `machines release NAME` ends a quarantine",
+                           description="List the machines, a quarantined one with why and since when. "
+                                       "`torchyard machines release NAME` releases a quarantined machine: the "
+                                       "planner places nodes there again.")
+    machines.add_argument("action", nargs="?", choices=["release"], help="release NAME from its quarantine")
+    machines.add_argument("machine", nargs="?", help="the machine's name or id (with release)")
     watch = api_command("monitor", cmd_monitor, "a live view of the machines, their GPUs and the task on each "
                         "(Ctrl-C to quit)")
     watch.add_argument("--worker", metavar="NAME", help="only this machine (its name or id)")
     watch.add_argument("--refresh", type=_seconds, default=1.0, metavar="SECONDS",
                        help="seconds between redraws (default 1)")
     watch.add_argument("--once", action="store_true", help="print the view once and exit")
+    stacks = api_command("stacks", cmd_stacks, "every rank's Python stack right now (py-spy, read from outside)",
+                         description="Print where every rank of a running job is at this moment: each running "
+                                     "node's agent reads its ranks' Python stacks from outside (py-spy), without "
+                                     "pausing them. For a job that looks slow rather than dead.")
+    stacks.add_argument("job", type=int)
+    stacks.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="how long to wait for every node's answer (default 30)")
     api_command("recipes", cmd_recipes, "list the built-in recipes a job can run")
     plugins = sub.add_parser("plugin", help="plugins (TransformerLab's): push a plugin directory, list, remove")
     plugin_sub = plugins.add_subparsers(dest="plugin_command", required=True)

@@ -21,6 +21,13 @@ TASK_STOP_NODE = "torchyard.agent.stop_node"
 TASK_WARM_CACHES = "torchyard.agent.warm_caches"
 # Sent to a machine's queue when the machine is deleted: its agent stops its worker and exits.
 TASK_SHUTDOWN = "torchyard.agent.shutdown"
+# Sent to a quarantined machine's queue when its probation is over: its agent runs its health check
+# (agent/health.py) and POSTs the result to HEALTH_PATH with its machine token.
+TASK_HEALTH_CHECK = "torchyard.agent.health_check"
+# `torchyard stacks JOB`: each live node's agent reads every rank's Python stack (py-spy) and
+# publishes them as one STACKS event of the node.
+TASK_DUMP_STACKS = "torchyard.agent.dump_stacks"
+HEALTH_PATH = "/api/agent/health"
 # The job's membership changed (a node of the attempt started running, or ended): the agent writes
 # it as PEERS_FILE into that node's run directory, where the SDK's peers() reads it.
 TASK_UPDATE_PEERS = "torchyard.agent.update_peers"
@@ -105,10 +112,11 @@ CHECKPOINT = "checkpoint"
 ARTIFACT = "artifact"  # the files a node collected from its output directory when it ended
 PREFLIGHT = "preflight"  # a node's check of the master's address and port and of its versions
 STALLED = "stalled"  # a rank whose step stopped advancing, with its Python stack
+STACKS = "stacks"  # every rank's Python stack on one node, asked for by `torchyard stacks JOB`
 RESULT = "result"  # a function job's rank returned (or raised): its pickled result, collected into the store
 HEARTBEAT = "heartbeat"  # node liveness, never persisted
 MACHINE_HEARTBEAT = "machine_heartbeat"  # agent capabilities + load, never persisted
-EVENT_TYPES = (STATE, LOG, METRIC, RESOURCE, CHECKPOINT, ARTIFACT, RESULT, PREFLIGHT, STALLED, HEARTBEAT,
+EVENT_TYPES = (STATE, LOG, METRIC, RESOURCE, CHECKPOINT, ARTIFACT, RESULT, PREFLIGHT, STALLED, STACKS, HEARTBEAT,
                MACHINE_HEARTBEAT)
 
 # Node states a supervisor reports (the controller validates every transition).
@@ -261,7 +269,7 @@ class NodeLaunch:
     resume_manifest: str = ""
     backend: str = "gloo"
     heartbeat_interval: float = 2.0
-    # fault_tolerance.stall_timeout (None: 10x the median step time, at least 60 s) and on_stall
+    # fault_tolerance.stall_timeout (None: auto, 2x the job's p95 step time, at least 15 s) and on_stall
     # ("report": a `stalled` event; "recover": also fail the node, so the job recovers).
     stall_timeout: float | None = None
     on_stall: str = "report"

@@ -147,6 +147,9 @@ class StalledEvent(TypedDict):
     step: int
     stalled_for: float
     timeout: float
+    # How that deadline was set: "auto: 2 x the p95 step time (0.21 s over the last 64 steps), at
+    # least 15 s", the job's own stall_timeout, or the fixed one for a rank that reports no steps.
+    timeout_basis: NotRequired[str]
     process_state: str
     last_line: str
     stack: str
@@ -158,6 +161,26 @@ class StalledEvent(TypedDict):
     # True: a rank that reports no steps printed and reported nothing, used no CPU and had every thread
     # waiting in the kernel for `stalled_for` s (`step` is then 0).
     silent: NotRequired[bool]
+
+
+class RankStack(TypedDict):
+    rank: int
+    pid: int
+    process_state: str  # psutil's word: "running", "sleeping", "stopped", ...
+    stack: str  # every thread's Python stack, as py-spy dumps it
+    # The collective frame the main thread waits in; "" outside any; null: no stack read.
+    waits_in: str | None
+    frame: str | None  # the main thread's innermost Python frame
+
+
+class StacksEvent(TypedDict):
+    """Every rank's Python stack on one node at one moment, read from outside (py-spy) when someone
+    asked (`torchyard stacks JOB`, the job page's Stacks button): `request` names the asking."""
+
+    type: Literal["stacks"]
+    request: str
+    ranks: list[RankStack]
+    hostname: str
 
 
 class ResultEvent(TypedDict):
@@ -172,7 +195,7 @@ OPEN_PAYLOADS = frozenset({"MetricEvent"})
 
 StateEvent = JobStateEvent | NodeStateEvent
 JobEvent = (StateEvent | LogEvent | MetricEvent | ResourceEvent | CheckpointEvent | ArtifactEvent | PreflightEvent
-            | StalledEvent | ResultEvent)
+            | StalledEvent | StacksEvent | ResultEvent)
 
 
 # --- /api/jobs/{job_id}/stream --------------------------------------------------------------------

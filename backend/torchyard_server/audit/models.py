@@ -20,6 +20,8 @@ class AuditEntry(models.Model):
         MACHINE_UNDRAIN = "machine.undrain"
         MACHINE_ROTATE_TOKEN = "machine.rotate_token"
         MACHINE_REMOVE = "machine.remove"
+        MACHINE_QUARANTINE = "machine.quarantine"  # a hang's verdict named it (the system)
+        MACHINE_RELEASE = "machine.release"  # an operator, or its health check after the probation
         PROJECT_CREATE = "project.create"
         PROJECT_UPDATE = "project.update"  # description, priority ceiling, quotas
         PROJECT_MEMBER_ADD = "project.member_add"

@@ -6,6 +6,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..projects.permissions import require_job_control
+from ..rest.openapi import ErrorOut
 from ..rest.params import int_param
 from .jobspec import JobSpec
 from .queue import job_set_priority
@@ -15,6 +16,7 @@ from .selectors import job_get, job_list, job_visible_or_404
 from .serializers import JobDetailOut, JobSummaryOut, PlanOut, RecipeOut
 from .services import job_delete, job_preview_plan, job_stop, job_submit
 from .spec import JobSpecSerializer
+from .stacks import NothingRunning, StacksRequestedOut, job_request_stacks
 from .states import JOB_LIVE
 
 
@@ -85,6 +87,19 @@ class JobDetailView(APIView):
             return Response(JobDetailOut(job_get(job_id=job.pk)).data, status=status.HTTP_202_ACCEPTED)
         job_delete(job=job)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class JobStacksView(APIView):
+    @extend_schema(request=None, responses={202: StacksRequestedOut, 409: ErrorOut})
+    def post(self, request, job_id: int):
+        """Ask each running node for its ranks' Python stacks (py-spy, read without pausing them): one
+        `stacks` event per node follows on the job's stream and events. 409 when no node runs."""
+        job = job_visible_or_404(user=request.user, job_id=job_id)
+        try:
+            asked = job_request_stacks(job=job)
+        except NothingRunning as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(asked, status=status.HTTP_202_ACCEPTED)
 
 
 class JobStopView(APIView):

@@ -25,7 +25,7 @@ from .states import NODE_LIVE
 
 M = Machine.Status
 # Machines whose agents report: their resources count.
-UP = (M.ONLINE, M.BUSY, M.DRAINING)
+UP = (M.ONLINE, M.BUSY, M.DRAINING, M.QUARANTINED)
 
 
 @dataclass
@@ -81,8 +81,8 @@ def cluster_workers() -> list[dict[str, Any]]:
 def cluster_resources() -> dict[str, Any]:
     workers = cluster_workers()
     up = [w for w in workers if w["status"] in UP]
-    # New nodes go to online and busy machines only: a draining machine's idle GPUs are not free.
-    placeable = [w for w in up if w["status"] != M.DRAINING]
+    # New nodes go to online and busy machines only: a draining or quarantined machine's idle GPUs are not free.
+    placeable = [w for w in up if w["status"] not in (M.DRAINING, M.QUARANTINED)]
     cores = sum(w["cpu_count"] for w in up)
     memory = sum(w["memory_bytes"] for w in up)
     gpus = [g for w in up for g in w["gpus"]]
@@ -148,6 +148,7 @@ class MachineCountsOut(serializers.Serializer):
     online = serializers.IntegerField()
     busy = serializers.IntegerField()
     draining = serializers.IntegerField()
+    quarantined = serializers.IntegerField(help_text="a hang's verdict named a rank there: nothing is placed there")
     offline = serializers.IntegerField()
 
 

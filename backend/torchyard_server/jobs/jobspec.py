@@ -13,6 +13,7 @@ from torchyard.sdk.choices import HOOKS
 from ..projects.models import DEFAULT_PROJECT
 from .plan import ACCESS_MODES, LAUNCHERS
 from .spec_secrets import public_spec
+from .stall_timeout import STALL_AUTO, StallTimeoutField
 from .stored import StoredValue, shown
 
 DEFAULT_PREEMPTION_GRACE = 120.0
@@ -107,12 +108,17 @@ class Checkpointing(StoredValue):
 class FaultTolerance(StoredValue):
     max_restarts: int = 3
     heartbeat_timeout: float = 10.0
-    stall_timeout: float | None = shown(None, help_text="null: 10x the job's median step time, at least 60 s")
+    stall_timeout: float | str | None = shown(STALL_AUTO, field=StallTimeoutField)
     on_stall: str = shown("report", choices=["report", "recover"])
     exit_grace: float = shown(30.0, help_text="seconds a rank may stay alive, idle, once its work is done, before it is ended")
     ray_worker_loss: str | None = shown(None, choices=["recover", "tolerate"],
                                         help_text="framework ray: what a lost Ray worker node does")
     OMIT_WHEN_NONE: ClassVar = frozenset({"ray_worker_loss"})
+
+    @property
+    def stall_seconds(self) -> float | None:
+        """The stall timeout the job set, in seconds; None for "auto" (or null, stored before "auto" was)."""
+        return None if self.stall_timeout in (None, STALL_AUTO) else float(self.stall_timeout)
 
 
 @dataclass

@@ -51,9 +51,9 @@ class Candidate:
     # Offline because a node of a job was lost there, not because its agent went quiet: not planned
     # on until its agent heartbeats again (machines.services.machine_mark_suspect).
     suspect: bool = False
-    # Why a stall verdict made it suspect, while it is (Machine.suspect_until): online, but planned on
-    # last, only when the machines before it cannot hold the job.
-    suspect_reason: str = ""
+    # Why a hang's verdict quarantined it (Machine.quarantine_reason), while it is: its status is
+    # then "quarantined", and nothing is planned on it.
+    quarantine_reason: str = ""
     # Volumes by name: {"path": on this machine, "exists": True/False, None when only the server
     # declared it} (machines/volumes.py merged_volumes).
     volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -160,7 +160,11 @@ def _memory(mb: int) -> str:
 def why_not(machine: Candidate, need: Need) -> str | None:
     """Why a node of the job cannot go to this machine now, in a few words; None when it can."""
     if not machine.schedulable:
-        return "suspect" if machine.suspect else machine.status  # offline, draining, pending
+        if machine.suspect:
+            return "suspect"
+        if machine.status == "quarantined":
+            return f"quarantined: {machine.quarantine_reason}" if machine.quarantine_reason else "quarantined"
+        return machine.status  # offline, draining, pending
     lacking = machine.lacks_volume(need.volumes) or _never(machine, need)
     if lacking:
         return lacking
@@ -285,18 +289,18 @@ def plan_job(
         wanted = f"{at_least}{nodes} online machines" + (
             f" with {need.gpus} GPUs of >= {need.min_gpu_memory} MB" if need.gpus else "") + (
             f" with volume{'s' if len(need.volumes) > 1 else ''} {', '.join(need.volumes)}" if need.volumes else "")
-        offline = [m.name for m in pool if not m.schedulable]
+        # Named with their status: a queued job waiting on a quarantined machine says so.
+        down = [f"{m.name} {m.status}" for m in pool if not m.schedulable]
         raise refuse(
             f"needs {wanted}; {len(could_hold)} online machine(s) can hold a node"
-            + (f" ({', '.join(offline)} not online)" if offline else ""),
+            + (f" ({', '.join(down)})" if down else ""),
             "capacity",
         )
     # Only machines that could ever hold a node (volumes, labels ...): _fits looks at what is free.
     ready = [m for m in could_hold if _fits(m, need)]
     if elastic:
-        # As many nodes as fit now, up to the most; never fewer than the least (refused below). A
-        # suspect machine only makes up the least, it does not grow the job.
-        nodes = max(fewest, min(nodes, len([m for m in ready if not m.suspect_reason])))
+        # As many nodes as fit now, up to the most; never fewer than the least (refused below).
+        nodes = max(fewest, min(nodes, len(ready)))
     if len(ready) < nodes:
         what = "free GPUs" if need.gpus else f"room for {need.procs} more process{'' if need.procs == 1 else 'es'}"
         # A queued job shows this as its reason: say what holds the busy machines back.
@@ -315,7 +319,6 @@ def plan_job(
     for machine in ready:
         if machine.id not in taken:
             reasons[machine.id] = (f"versions differ: {machine.describe_versions()}" if not _agrees(machine, chosen)
-                                   else f"suspect: {machine.suspect_reason}" if machine.suspect_reason
                                    else f"not needed: the job's {plural(nodes, 'node')} went to machines before it")
     spares = _spares(spec, ready, chosen, could_hold, refuse)
     for machine in spares:
@@ -378,12 +381,12 @@ def _preflight(master: str, port: int, chosen: list[Candidate]) -> dict[str, Any
 def _spares(spec: JobSpec, ready: list[Candidate], chosen: list[Candidate], could_hold: list[Candidate],
             refuse: Callable[[str, str], PlanError]) -> list[Candidate]:
     """resources.spares machines beside the chosen ones, as ready as they are and agreeing with them (a
-    spare replaces a node as it is); never a suspect one. Short of them the job waits like for nodes."""
+    spare replaces a node as it is). Short of them the job waits like for nodes."""
     wanted = int(spec.resources.spares or 0)
     if not wanted:
         return []
     taken = {m.id for m in chosen}
-    spares = [m for m in ready if m.id not in taken and _agrees(m, chosen) and not m.suspect_reason][:wanted]
+    spares = [m for m in ready if m.id not in taken and _agrees(m, chosen)][:wanted]
     if len(spares) < wanted:
         kind = "capacity" if len(could_hold) < len(chosen) + wanted else "busy"
         raise refuse(f"needs {plural(wanted, 'hot spare')} beside its {plural(len(chosen), 'node')}: "
@@ -421,8 +424,8 @@ def _agreeing(ready: list[Candidate], nodes: int, *, manual: bool, least: int | 
 def plan_in_place(spec: JobSpec, previous: Plan, machines: list[Candidate], *,
                   pick_port: Callable[[Candidate], int]) -> tuple[Plan, str] | None:
     """The next attempt's plan without re-planning (recovery in place): every node stays on its
-    machine with its GPUs, except that a node whose machine is gone (offline, suspect, or taken by
-    another job since) is given one of the job's hot spares (resources.spares) as it is, the rest
+    machine with its GPUs, except that a node whose machine is gone (offline, suspect, quarantined, or
+    taken by another job since) is given one of the job's hot spares (resources.spares) as it is, the rest
     untouched. None when that cannot be (an elastic job, a volume to re-place, no spare left): the
     caller plans anew. Returns the plan and what it did, in words."""
     if not previous.nodes or spec.is_elastic:
@@ -432,7 +435,7 @@ def plan_in_place(spec: JobSpec, previous: Plan, machines: list[Candidate], *,
 
     def usable(machine_id: int, gpus: list[int]) -> Candidate | None:
         machine = by_id.get(machine_id)
-        if machine is None or not machine.schedulable or machine.suspect or machine.suspect_reason:
+        if machine is None or not machine.schedulable or machine.suspect:
             return None
         if gpus:
             return None if set(gpus) & machine.busy_gpus else machine
@@ -451,8 +454,8 @@ def plan_in_place(spec: JobSpec, previous: Plan, machines: list[Candidate], *,
         nodes.append(replace(node, machine_id=spare.machine_id, machine_name=spare.machine_name, host=spare.host,
                              gpus=list(spare.gpus)))
         machine = by_id.get(node.machine_id)
-        why = ("removed" if machine is None else "lost" if machine.suspect else "offline" if not machine.schedulable
-               else f"suspect: {machine.suspect_reason}" if machine.suspect_reason else "taken by another job")
+        why = ("removed" if machine is None else "lost" if machine.suspect else "taken by another job"
+               if machine.schedulable else "quarantined" if machine.status == "quarantined" else machine.status)
         replaced.append(f"hot spare {spare.machine_name} takes node {node.node_rank}'s place "
                         f"({node.machine_name} {why})")
     master = by_id[nodes[0].machine_id]
@@ -479,5 +482,5 @@ def replacement_spares(spec: JobSpec, plan: Plan, machines: list[Candidate]) -> 
     nodes = [by_id[m] for m in taken if m in by_id]
     ordered, _ = policies.ordered(policy, machines, need)
     fit = [m for m in ordered if m.id not in taken and _could_hold(m, need) and _fits(m, need) and not m.suspect
-           and not m.suspect_reason and _agrees(m, nodes)]
+           and _agrees(m, nodes)]
     return [_spare(m, policy, need) for m in fit[:wanted]]

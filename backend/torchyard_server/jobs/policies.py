@@ -49,10 +49,9 @@ class PlacementPolicy:
         raise NotImplementedError(f"{type(self).__name__} gives neither key() nor order()")
 
     def order(self, machines: list[Candidate], need: Need) -> list[Candidate]:
-        """The machines to try, best first. Suspect machines (a stall verdict named them) come
-        after all the others, and the name breaks ties, so a plan is the same every time. A
-        machine left out of the list is not planned on ("left out by placement policy ...")."""
-        return sorted(machines, key=lambda m: (bool(m.suspect_reason), tuple(self.key(m, need)), m.name))
+        """The machines to try, best first; the name breaks ties, so a plan is the same every time.
+        A machine left out of the list is not planned on ("left out by placement policy ...")."""
+        return sorted(machines, key=lambda m: (tuple(self.key(m, need)), m.name))
 
     def gpus(self, machine: Candidate, need: Need) -> list[int]:
         """Which of the machine's free GPUs (of `need.min_gpu_memory` or more) a node gets:

@@ -112,7 +112,7 @@ def machine_candidates(*, exclude_job: int | None = None) -> list[Candidate]:
             python_version=str(m.capabilities.get("python_version") or ""),
             torch_version=str(m.capabilities.get("torch_version") or ""),
             suspect=m.status == "offline" and m.last_heartbeat is not None and m.last_heartbeat > quiet_since,
-            suspect_reason=m.suspect_reason or "suspect" if m.suspect_until is not None and m.suspect_until > now else "",
+            quarantine_reason=m.quarantine_reason if m.quarantined_at is not None else "",
             volumes={v["name"]: v for v in merged_volumes(m.volumes, m.capabilities)},
             labels=dict(m.labels or {}),
             memory_total=int(m.capabilities.get("memory") or 0),

@@ -32,7 +32,7 @@ class PlanPreflightOut(serializers.Serializer):
 class PlanSkippedOut(serializers.Serializer):
     machine_id = serializers.IntegerField()
     machine_name = serializers.CharField()
-    reason = serializers.CharField(help_text='why no node went there: "offline", "draining", "suspect", '
+    reason = serializers.CharField(help_text='why no node went there: "offline", "draining", "quarantined: ...", "suspect", '
                                    '"2 GPUs free, 4 asked", "less than 40 GB per GPU", "busy: 3 processes of 4 cores, '
                                    '2 more asked", "versions differ: ...", "not in the job\'s placement", "not needed: ..."')
 
@@ -71,6 +71,9 @@ class ReportedFloat(_Reported):
 class StalledRankOut(serializers.Serializer):
     step = ReportedInt()
     stalled_for = ReportedFloat(help_text="seconds without a step")
+    timeout = ReportedFloat(default=None, help_text="the deadline that applied: seconds without a step that make a hang")
+    timeout_basis = serializers.CharField(allow_blank=True, default="", help_text=(
+        'how that deadline was set: "auto: 2 x the p95 step time (...)", the job\'s own stall_timeout, ...'))
     process_state = serializers.CharField(allow_null=True, help_text='"running", "sleeping", "stopped", ...')
     waits_in = serializers.CharField(allow_null=True, allow_blank=True, default=None, help_text=(
         "the collective frame its main thread waits in; empty: outside any collective; null: no stack"))
@@ -102,8 +105,8 @@ class StallOut(serializers.Serializer):
     summary = serializers.CharField()
     ranks = serializers.DictField(child=StalledRankOut(), help_text="by rank")
     culprits = StallCulpritOut(many=True, default=list, help_text="who holds the job, when the evidence says (kind culprit)")
-    suspected = serializers.ListField(child=serializers.CharField(), default=list, help_text=(
-        "the culprits' machines made suspect (on_stall: recover)"))
+    quarantined = serializers.ListField(child=serializers.CharField(), default=list, help_text=(
+        "the culprits' machines quarantined (on_stall: recover): nothing is placed there until released"))
 
 
 JobProgressOut = out_serializer(JobProgress, "JobProgressOut", doc=JobProgress.__doc__,

@@ -293,8 +293,8 @@ def _gone(node: JobNode) -> str:
     machine = node.machine
     if node.status == N.LOST or machine is None or machine.status == Machine.Status.OFFLINE:
         return "lost" if machine is not None else "removed"
-    if machine.status == Machine.Status.DRAINING:
-        return "draining"
+    if machine.status in (Machine.Status.DRAINING, Machine.Status.QUARANTINED):
+        return machine.status
     return "failed" if node.status == N.FAILED else "busy"
 
 
@@ -366,7 +366,7 @@ def _launch_payload(job: Job, spec: JobSpec, plan: Plan, node: JobNode, resume_m
         resume_manifest=resume_manifest,
         backend=plan.backend,
         heartbeat_interval=max(0.5, min(2.0, timeout / 4)),
-        stall_timeout=spec.fault_tolerance.stall_timeout,
+        stall_timeout=spec.fault_tolerance.stall_seconds,
         on_stall=spec.fault_tolerance.on_stall,
         exit_grace=spec.fault_tolerance.exit_grace,
         volumes=volumes,

@@ -64,6 +64,8 @@ def _field(hint: Any, api: dict[str, Any], *, optional: bool, numbers: dict[type
         api.setdefault("required", False)  # left out of the output where the stored value lacks it
     elif may_be_none and kind not in numbers:
         api.setdefault("allow_null", True)
+    if "field" in api:  # a field of its own (a type the plain ones cannot say: "auto" or a number)
+        return api.pop("field")(**api)
     if "choices" in api:
         return serializers.ChoiceField(**api)
     origin, args = typing.get_origin(kind), typing.get_args(kind)

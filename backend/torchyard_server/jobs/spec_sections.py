@@ -15,6 +15,7 @@ from torchyard import protocol
 from torchyard.sdk.choices import HOOK_SETTINGS, HOOKS, MIN_START_ITER
 
 from . import policies as placement_policies
+from .stall_timeout import STALL_AUTO, StallTimeoutField
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by torchrun and Torchyard for every rank; a user value would silently break the launch.
@@ -311,10 +312,7 @@ class CheckpointingSerializer(serializers.Serializer):
 class FaultToleranceSerializer(serializers.Serializer):
     max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=3)
     heartbeat_timeout = serializers.FloatField(min_value=2, max_value=3600, default=10)
-    stall_timeout = serializers.FloatField(
-        min_value=2, max_value=7 * 24 * 3600, required=False, allow_null=True, default=None,
-        help_text="seconds a rank's step may stand still before it is reported stalled "
-                  "(default: 10x the job's median step time, at least 60)")
+    stall_timeout = StallTimeoutField(required=False, default=STALL_AUTO)
     on_stall = serializers.ChoiceField(
         choices=["report", "recover"], default="report",
         help_text="report: a `stalled` event with the rank's Python stack; recover: also fail its node, "

@@ -11,8 +11,9 @@ When one rank holds the others, the verdict names it and its machine (`culprits`
 strongest evidence there is: its process state (stopped, dead, in uninterruptible sleep), else a
 node of the attempt whose heartbeats stopped (a host gone quiet), else a stack outside any
 collective while other ranks wait in one. Under `on_stall: recover` the stall ends the attempt, and
-each culprit's machine is made suspect (machines.services.machine_suspect): the relaunch goes
-elsewhere when anything else fits.
+each culprit's machine is quarantined (machines.services.machine_quarantine): the relaunch goes
+elsewhere (a hot spare, fewer nodes for an elastic job, another free machine, else the queue), and
+nothing is placed on that machine until an operator or its health check releases it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..machines.services import machine_suspect
+from ..machines.services import machine_quarantine
 from .jobspec import JobSpec
 from .models import Job, JobNode
 from .progress import JobProgress
@@ -135,10 +136,10 @@ def _quiet_nodes(job: Job, attempt: int, reporting: set[int]) -> list[dict[str, 
     return quiet
 
 
-def _suspect_culprits(job: Job, stall: dict[str, Any]) -> None:
-    """Under `on_stall: recover` each culprit's machine is made suspect, once per attempt: the
+def _quarantine_culprits(job: Job, stall: dict[str, Any]) -> None:
+    """Under `on_stall: recover` each culprit's machine is quarantined, once per attempt: the
     machines done are kept in the stall view, saved in the same transaction."""
-    done = stall.setdefault("suspected", [])
+    done = stall.setdefault("quarantined", [])
     for culprit in stall["culprits"]:
         if culprit["machine"] in done or culprit["node_rank"] is None:
             continue
@@ -146,7 +147,7 @@ def _suspect_culprits(job: Job, stall: dict[str, Any]) -> None:
             .values_list("machine_id", flat=True).first()
         steps = [info.get("step") for info in stall["ranks"].values() if isinstance(info.get("step"), int)]
         reason = f"{describe_culprit(culprit)} held job #{job.pk} (attempt {stall['attempt']}){_at_steps(steps)}"
-        if machine_id is not None and machine_suspect(machine_id=machine_id, reason=reason):
+        if machine_id is not None and machine_quarantine(machine_id=machine_id, reason=reason, job_id=job.pk):
             done.append(culprit["machine"])
 
 
@@ -156,7 +157,7 @@ def job_record_stall(*, job_id: int, event_id: int, attempt: int, node_id: int |
     if rank is None:
         return
     with transaction.atomic():
-        # Locks: the job, then (machine_suspect) the culprits' machines.
+        # Locks: the job, then (machine_quarantine) the culprits' machines.
         job = Job.objects.select_for_update().filter(pk=job_id).first()
         if job is None or job.attempt != attempt:
             return
@@ -168,6 +169,8 @@ def job_record_stall(*, job_id: int, event_id: int, attempt: int, node_id: int |
         stall["ranks"][str(rank)] = {
             "step": payload.get("step"),
             "stalled_for": payload.get("stalled_for"),
+            "timeout": payload.get("timeout"),
+            "timeout_basis": str(payload.get("timeout_basis") or "")[:300],
             "process_state": payload.get("process_state"),
             "waits_in": payload.get("waits_in"),
             "frame": payload.get("frame"),
@@ -180,7 +183,7 @@ def job_record_stall(*, job_id: int, event_id: int, attempt: int, node_id: int |
         stall["quiet"] = _quiet_nodes(job, attempt, reporting)
         _judge(stall, progress.step_by_rank or {}, job.world_size)
         if JobSpec.from_json(job.spec).fault_tolerance.on_stall == "recover":
-            _suspect_culprits(job, stall)
+            _quarantine_culprits(job, stall)
         progress.stall = stall
         Job.objects.filter(pk=job_id).update(progress=progress.to_json())
 

@@ -1,17 +1,17 @@
 from django.contrib import admin
 
 from .models import Machine
-from .services import machine_clear_suspect
+from .services import machine_release
 
 
 @admin.register(Machine)
 class MachineAdmin(admin.ModelAdmin):
-    list_display = ["name", "host", "port", "status", "cpus", "gpus", "agent_version", "last_heartbeat", "suspect_until"]
+    list_display = ["name", "host", "port", "status", "cpus", "gpus", "agent_version", "last_heartbeat", "quarantined_at"]
     list_filter = ["status"]
     search_fields = ["name", "host"]
     readonly_fields = ["capabilities", "current_load", "agent_version", "last_heartbeat", "created_at", "updated_at",
-                       "suspect_until", "suspect_reason"]
-    actions = ["clear_suspect"]
+                       "quarantined_at", "quarantine_reason", "quarantine_job", "probation_until", "health"]
+    actions = ["release"]
 
     @admin.display(description="CPUs")
     def cpus(self, obj):
@@ -21,7 +21,7 @@ class MachineAdmin(admin.ModelAdmin):
     def gpus(self, obj):
         return obj.capabilities.get("gpu_count")
 
-    @admin.action(description="Clear the suspicion (plan on the machines again)")
-    def clear_suspect(self, request, queryset):
-        for machine in queryset.exclude(suspect_until=None):
-            machine_clear_suspect(machine=machine)
+    @admin.action(description="Release from quarantine (plan on the machines again)")
+    def release(self, request, queryset):
+        for machine in queryset.exclude(quarantined_at=None):
+            machine_release(machine=machine, actor=request, why="released in the admin")

@@ -14,12 +14,20 @@ from ..rest.openapi import ErrorOut
 from . import redis_acl
 from .models import Machine
 from .selectors import machine_list_json
-from .serializers import AgentConfigOut, MachineIn, MachineOut, MachinePatch, MachineWithTokenOut
+from .serializers import (
+    AgentConfigOut,
+    AgentHealthIn,
+    MachineIn,
+    MachineOut,
+    MachinePatch,
+    MachineWithTokenOut,
+)
 from .services import (
     machine_authenticate,
-    machine_clear_suspect,
     machine_create,
     machine_delete,
+    machine_record_health,
+    machine_release,
     machine_rotate_token,
     machine_update,
 )
@@ -70,8 +78,8 @@ class MachineDetailView(APIView):
         data = MachinePatch(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
-        if fields.pop("suspect", None) is False:
-            machine = machine_clear_suspect(machine=machine)
+        if fields.pop("quarantined", None) is False:
+            machine = machine_release(machine=machine, why="released by an operator")
         if fields:
             machine = machine_update(machine=machine, **fields)
         return Response(MachineOut(machine).data)
@@ -127,3 +135,22 @@ class AgentConfigView(APIView):
                 "ca_pem": settings.AGENT_CA_PEM,
             }
         )
+
+
+class AgentHealthView(APIView):
+    """An agent's answer to a health check the controller asked for (a quarantined machine whose
+    probation is over): a pass releases the machine, a failure starts another probation.
+    Authenticated by the machine token (`Authorization: Machine <token>`), not a user."""
+
+    permission_classes = [AllowAny]
+    authentication_classes: list = []
+
+    @extend_schema(request=AgentHealthIn, responses={200: MachineOut, 401: ErrorOut})
+    def post(self, request):
+        kind, _, token = request.headers.get("Authorization", "").partition(" ")
+        machine = machine_authenticate(token=token) if kind == "Machine" else None
+        if machine is None:
+            return Response({"detail": "invalid machine token."}, status=status.HTTP_401_UNAUTHORIZED)
+        data = AgentHealthIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(MachineOut(machine_record_health(machine=machine, report=data.validated_data)).data)

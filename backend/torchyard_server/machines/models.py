@@ -13,6 +13,9 @@ class Machine(models.Model):
         ONLINE = "online"
         BUSY = "busy"
         DRAINING = "draining"
+        # A hang's verdict named a rank here as the one that held its job: nothing is placed here
+        # until an operator releases it or its own health check passes after the probation.
+        QUARANTINED = "quarantined"
         OFFLINE = "offline"
 
     name = models.CharField(max_length=100, unique=True)
@@ -22,12 +25,19 @@ class Machine(models.Model):
     # The operator's intent, kept apart from the status: a draining machine that drops offline comes
     # back draining, not online.
     drained = models.BooleanField(default=False, help_text="No new nodes are placed here.")
-    # A stall verdict named a rank here as the one that held its job (jobs/stalls.py): the planner
-    # places nodes here only when nothing else fits, until then. Its first heartbeat after that time
-    # clears both fields; an operator may clear them sooner.
-    suspect_until = models.DateTimeField(null=True, blank=True, help_text=(
-        "Planned on only when nothing else fits until then (a stall verdict named it)."))
-    suspect_reason = models.CharField(max_length=500, blank=True, help_text="Why it is suspect.")
+    # The control plane's verdict, kept apart from the status like `drained`: a quarantined machine
+    # that drops offline comes back quarantined (jobs/stalls.py quarantines the culprit's machine).
+    quarantined_at = models.DateTimeField(null=True, blank=True, help_text=(
+        "Since when nothing is placed here: a hang's verdict named one of its ranks (null: not quarantined)."))
+    quarantine_reason = models.CharField(max_length=500, blank=True, help_text="Why it is quarantined.")
+    quarantine_job = models.PositiveBigIntegerField(null=True, blank=True, help_text=(
+        "The job whose hang named it (an id: the job may be deleted since)."))
+    # From then on the controller asks its agent for a health check; a pass releases it, a failure
+    # starts another probation. Null: only an operator releases it (TORCHYARD_QUARANTINE_PROBATION=0).
+    probation_until = models.DateTimeField(null=True, blank=True, help_text=(
+        "When its agent's health check may release it (null: only an operator does)."))
+    # The last health check its agent ran: {"at", "ok", "checks": [{"name", "ok", "detail", "seconds"}]}.
+    health = models.JSONField(default=dict, blank=True)
     # cpu_count, memory (bytes), disk_space (bytes), gpu_count, gpu_memory (MB), gpus [{index, name, memory_mb}]
     capabilities = models.JSONField(default=dict, blank=True)
     # cpu_usage, memory_usage (percent), gpu_usage [percent per GPU]

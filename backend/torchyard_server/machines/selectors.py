@@ -68,8 +68,9 @@ def machine_list_json() -> str:
             'last_heartbeat', {_iso("m.last_heartbeat")}, 'created_at', {_iso("m.created_at")},
             'usage', COALESCE(%s::json -> m.id::text, '[]'::json),
             'volumes', ({_VOLUMES}), 'declared_volumes', m.volumes,
-            'suspect_until', {_iso("m.suspect_until")},
-            'suspect_reason', m.suspect_reason
+            'quarantined_at', {_iso("m.quarantined_at")}, 'quarantine_reason', m.quarantine_reason,
+            'quarantine_job', m.quarantine_job, 'probation_until', {_iso("m.probation_until")},
+            'health', m.health
         ) ORDER BY m.name), '[]'::json)::text
         FROM {table} AS m"""
     with connection.cursor() as cursor:

@@ -86,6 +86,22 @@ class MachineLoadOut(StoredJsonOut):
         optional_fields = ("cpu_usage", "memory_usage", "gpu_usage")
 
 
+class MachineHealthCheckOut(serializers.Serializer):
+    name = serializers.CharField(help_text="what was checked: python, torch, compute, gpu, collective, disk")
+    ok = serializers.BooleanField()
+    detail = serializers.CharField(help_text="what it found, or why it failed")
+    seconds = serializers.FloatField()
+
+
+class MachineHealthOut(StoredJsonOut):
+    at = serializers.DateTimeField(help_text="when its agent answered")
+    ok = serializers.BooleanField(help_text="every check passed")
+    checks = MachineHealthCheckOut(many=True)
+
+    class Meta:
+        optional_fields = ("at", "ok", "checks")
+
+
 class MachineOut(serializers.ModelSerializer):
     usage = serializers.SerializerMethodField(help_text=(
         "What each project's live jobs take here; project names and counts only, so everyone who sees "
@@ -93,6 +109,8 @@ class MachineOut(serializers.ModelSerializer):
     capabilities = MachineCapabilitiesOut(help_text="what its agent reported")
     current_load = MachineLoadOut(help_text="as of the last heartbeat")
     labels = serializers.DictField(child=serializers.CharField())
+    health = MachineHealthOut(help_text=(
+        "the last health check its agent ran (asked when a quarantine's probation is over); {} before any"))
     volumes = serializers.SerializerMethodField(help_text=(
         "the volumes jobs may ask for here: the agent's and the server's declarations, merged by name"))
     # Its own column (read as such in a list), and what the dashboard's edit field starts from.
@@ -104,7 +122,7 @@ class MachineOut(serializers.ModelSerializer):
         fields = [
             "id", "name", "host", "port", "status", "drained", "capabilities", "current_load", "labels",
             "agent_version", "last_heartbeat", "created_at", "usage", "volumes", "declared_volumes",
-            "suspect_until", "suspect_reason",
+            "quarantined_at", "quarantine_reason", "quarantine_job", "probation_until", "health",
         ]
         # A thousand machines are listed on every GET /api/machines and cluster-stream snapshot.
         list_serializer_class = FlatListSerializer
@@ -141,16 +159,17 @@ class MachinePatch(serializers.Serializer):
     labels = serializers.DictField(child=serializers.CharField(max_length=200), required=False)
     status = serializers.ChoiceField(choices=["draining", "online"], required=False, help_text=(
         "draining: no new nodes are placed here; online: undo draining."))
-    suspect = serializers.BooleanField(required=False, help_text=(
-        "false: clear the suspicion a stall verdict put on the machine (suspect_until) before its time is up. "
-        "Only the control plane makes a machine suspect."))
+    quarantined = serializers.BooleanField(required=False, help_text=(
+        "false: release the machine from the quarantine a hang's verdict put it in (its health check "
+        "would after the probation). Only the control plane quarantines a machine."))
     volumes = serializers.DictField(child=serializers.CharField(max_length=4096), required=False, help_text=(
         "the volumes declared on the server, name: absolute path, replacing the ones declared before "
         "(the agent's own --volume win for a name both declare)"))
 
-    def validate_suspect(self, value: bool) -> bool:
+    def validate_quarantined(self, value: bool) -> bool:
         if value:
-            raise serializers.ValidationError("only false: a machine is made suspect by a stall verdict, not by hand.")
+            raise serializers.ValidationError("only false: a machine is quarantined by a hang's verdict, not by hand; "
+                                              "drain it (status: draining) to keep jobs off it.")
         return value
 
     def validate_volumes(self, value: dict[str, str]) -> dict[str, str]:
@@ -190,3 +209,17 @@ class AgentConfigOut(serializers.Serializer):
     storage_url = serializers.CharField(help_text="where checkpoints and artifacts are kept")
     ca_pem = serializers.CharField(allow_blank=True, help_text="the authority (PEM) that signs the TLS "
                                    "certificate of a rediss:// redis_url; empty when the system's authorities do")
+
+
+class AgentHealthCheckIn(serializers.Serializer):
+    name = serializers.CharField(max_length=40)
+    ok = serializers.BooleanField()
+    detail = serializers.CharField(max_length=2000, allow_blank=True)
+    seconds = serializers.FloatField(min_value=0)
+
+
+class AgentHealthIn(serializers.Serializer):
+    """What `torchyard agent` reports after a health check (workers/torchyard/agent/health.py)."""
+
+    ok = serializers.BooleanField()
+    checks = AgentHealthCheckIn(many=True, max_length=20)

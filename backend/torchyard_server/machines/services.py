@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, F, Value, When
 from django.utils import timezone
 from torchyard import protocol
 
@@ -24,6 +24,8 @@ from .states import (
     transition_machine,
     transition_machines,
 )
+
+log = logging.getLogger(__name__)
 
 
 def machine_create(*, name: str, host: str, port: int = 8001, labels: dict | None = None) -> tuple[Machine, str]:
@@ -70,15 +72,16 @@ def machine_record_heartbeat(*, event: dict[str, Any]) -> Machine | None:
     return Machine.objects.get(pk=applied[0]) if applied else None
 
 
-# A heartbeat says online, busy or draining: the statuses every one of those may be reached from
-# (all of them, as the table stands: a pending machine's first beat, an offline one's return).
+# A heartbeat says online, busy, draining or quarantined: the statuses every one of those may be
+# reached from (all of them, as the table stands: a pending machine's first beat, an offline one's return).
 HEARTBEAT_FROM = sorted(set.intersection(*(set(machine_sources(s)) for s in (
-    Machine.Status.ONLINE, Machine.Status.BUSY, Machine.Status.DRAINING))))
+    Machine.Status.ONLINE, Machine.Status.BUSY, Machine.Status.DRAINING, Machine.Status.QUARANTINED))))
 
 
 def machine_record_heartbeats(*, events: list[dict[str, Any]]) -> list[int]:
-    """Apply agent heartbeats: capabilities, load, version, and the status each says (draining
-    while drained, busy while its agent runs nodes, online otherwise); returns the machines' ids.
+    """Apply agent heartbeats: capabilities, load, version, and the status each says (quarantined
+    while quarantined, draining while drained, busy while its agent runs nodes, online otherwise);
+    returns the machines' ids.
 
     Heartbeats with a wrong token are ignored: Redis is shared infrastructure, the token is what
     proves which machine is talking. Of several beats of one machine, the last counts. A thousand
@@ -104,8 +107,8 @@ def _heartbeat_values(event: dict[str, Any]) -> tuple[dict | None, dict, dict, s
 
 
 def _heartbeats_in_one_update(claimed: dict[int, tuple[str, dict[str, Any]]], now: Any) -> list[int]:
-    # The status is worked out from the row's own `drained` inside the UPDATE (reported_status's
-    # rule), so a drain landing meanwhile is never overwritten. The token check compares SHA-256 hashes, as the lookup does.
+    # The status is worked out from the row's own `quarantined_at` and `drained` inside the UPDATE
+    # (reported_status's rule), so a drain or a quarantine landing meanwhile is never overwritten. The token check compares SHA-256 hashes, as the lookup does.
     rows = []
     for machine_id, (token_hash, event) in claimed.items():
         capabilities, cache, load, version, running = _heartbeat_values(event)
@@ -117,20 +120,19 @@ def _heartbeats_in_one_update(claimed: dict[int, tuple[str, dict[str, Any]]], no
     # in Python (most of a batch's time, profiled).
     sql = f"""
         UPDATE {table} AS m SET
-            status = CASE WHEN m.drained THEN %s WHEN v.running THEN %s ELSE %s END,
+            status = CASE WHEN m.quarantined_at IS NOT NULL THEN %s WHEN m.drained THEN %s
+                          WHEN v.running THEN %s ELSE %s END,
             -- What its caches hold (bundles, environments) rides along: it is what makes a launch fast.
             capabilities = COALESCE(v.capabilities, m.capabilities) || jsonb_build_object('cache', v.cache),
-            current_load = v.load, agent_version = v.agent_version, last_heartbeat = %s, updated_at = %s,
-            -- A suspicion whose time is up ends with the first heartbeat after it (both read the old row).
-            suspect_until = CASE WHEN m.suspect_until <= %s THEN NULL ELSE m.suspect_until END,
-            suspect_reason = CASE WHEN m.suspect_until <= %s THEN '' ELSE m.suspect_reason END
+            current_load = v.load, agent_version = v.agent_version, last_heartbeat = %s, updated_at = %s
         FROM json_to_recordset(%s::json)
             AS v(id bigint, token_hash text, capabilities jsonb, cache jsonb, load jsonb, agent_version text, running boolean)
         WHERE m.id = v.id AND m.token_hash = v.token_hash AND m.status = ANY(%s)
         RETURNING m.id"""
-    statuses = [Machine.Status.DRAINING, Machine.Status.BUSY, Machine.Status.ONLINE]  # as reported_status says
+    statuses = [Machine.Status.QUARANTINED, Machine.Status.DRAINING, Machine.Status.BUSY,
+                Machine.Status.ONLINE]  # as reported_status says
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*statuses, now, now, now, now, json.dumps(rows), HEARTBEAT_FROM])
+        cursor.execute(sql, [*statuses, now, now, json.dumps(rows), HEARTBEAT_FROM])
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -139,21 +141,21 @@ def _heartbeats_one_by_one(claimed: dict[int, tuple[str, dict[str, Any]]], now: 
     in one transaction."""
     applied = []
     with transaction.atomic():
-        stored = {pk: (drained, caps) for pk, drained, caps in
-                  Machine.objects.filter(pk__in=claimed).values_list("pk", "drained", "capabilities")}
+        stored = {pk: (drained, quarantined, caps) for pk, drained, quarantined, caps in
+                  Machine.objects.filter(pk__in=claimed).values_list("pk", "drained", "quarantined_at", "capabilities")}
         for machine_id, (token_hash, event) in claimed.items():
             if machine_id not in stored:
                 continue
-            drained, stored_capabilities = stored[machine_id]
+            drained, quarantined_at, stored_capabilities = stored[machine_id]
             capabilities, cache, load, version, running = _heartbeat_values(event)
-            # Only while `drained` is what was read: a drain landing meanwhile is never overwritten.
+            # Only while `drained` and the quarantine are what was read: one landing meanwhile is
+            # never overwritten.
             if Machine.objects.filter(pk=machine_id, token_hash=token_hash, drained=drained,
+                                      quarantined_at__isnull=quarantined_at is None,
                                       status__in=HEARTBEAT_FROM).update(
-                    status=reported_status(drained=drained, running=running),
+                    status=reported_status(drained=drained, running=running, quarantined=quarantined_at is not None),
                     capabilities={**(capabilities or stored_capabilities), "cache": cache},
-                    current_load=load, agent_version=version, last_heartbeat=now, updated_at=now,
-                    suspect_until=Case(When(suspect_until__lte=now, then=None), default=F("suspect_until")),
-                    suspect_reason=Case(When(suspect_until__lte=now, then=Value("")), default=F("suspect_reason"))):
+                    current_load=load, agent_version=version, last_heartbeat=now, updated_at=now):
                 applied.append(machine_id)
     return applied
 
@@ -176,31 +178,80 @@ def machine_mark_suspect(*, machine_id: int) -> bool:
     return bool(transition_machines(Machine.objects.filter(pk=machine_id), Machine.Status.OFFLINE))
 
 
-def machine_suspect(*, machine_id: int, reason: str) -> bool:
-    """A stall verdict named a rank on this machine as the one that held its job: the planner
-    places nodes here only when nothing else fits for settings.MACHINE_SUSPECT_FOR seconds (the
-    machine stays online: its agent answers, so this is no lost node). Its first heartbeat after
-    that time clears it (machine_record_heartbeats), or an operator sooner (machine_clear_suspect).
-    False when the machine is gone."""
-    until = timezone.now() + timedelta(seconds=settings.MACHINE_SUSPECT_FOR)
-    machine = Machine.objects.filter(pk=machine_id).first()
-    if machine is None:
-        return False
+def machine_quarantine(*, machine_id: int, reason: str, job_id: int | None = None) -> bool:
+    """A hang's verdict named a rank on this machine as the one that held its job: nothing is placed
+    here until an operator releases it (machine_release) or, after settings.QUARANTINE_PROBATION
+    seconds, its agent's health check passes (machine_record_health). A machine already quarantined
+    keeps its first reason. False when the machine is gone."""
+    now = timezone.now()
+    probation = settings.QUARANTINE_PROBATION
     with transaction.atomic():
-        Machine.objects.filter(pk=machine_id).update(suspect_until=until, suspect_reason=reason[:500])
-        audit.record(audit.SYSTEM, audit.Action.MACHINE_UPDATE, machine,
-                     changed={"suspect_reason": {"from": machine.suspect_reason, "to": reason[:500]}})
+        machine = Machine.objects.select_for_update().filter(pk=machine_id).first()
+        if machine is None:
+            return False
+        if machine.quarantined_at is not None:
+            return True
+        fields = {"quarantined_at": now, "quarantine_reason": reason[:500], "quarantine_job": job_id,
+                  "probation_until": now + timedelta(seconds=probation) if probation > 0 else None}
+        Machine.objects.filter(pk=machine_id).update(**fields, updated_at=now)
+        # At once when its agent reports; an offline one comes back quarantined with its next heartbeat.
+        transition_machine(machine, Machine.Status.QUARANTINED, only_from=MACHINE_UP)
+        audit.record(audit.SYSTEM, audit.Action.MACHINE_QUARANTINE, machine, reason=reason[:500], job=job_id)
     return True
 
 
-def machine_clear_suspect(*, machine: Machine) -> Machine:
-    """An operator vouches for the machine before its suspect time is up."""
-    before = machine.suspect_reason
-    machine.suspect_until, machine.suspect_reason = None, ""
+def machine_release(*, machine: Machine, why: str = "", actor: Any = None) -> Machine:
+    """End the quarantine: an operator vouches for the machine (`actor` None: the request's user), or
+    its health check passed after the probation (`why` says so, `actor` is the system)."""
     with transaction.atomic():
-        Machine.objects.filter(pk=machine.pk).update(suspect_until=None, suspect_reason="", updated_at=timezone.now())
-        audit.record(None, audit.Action.MACHINE_UPDATE, machine, changed={"suspect_reason": {"from": before, "to": ""}})
+        locked = Machine.objects.select_for_update().get(pk=machine.pk)
+        if locked.quarantined_at is None:
+            return locked
+        reason = locked.quarantine_reason
+        Machine.objects.filter(pk=machine.pk).update(quarantined_at=None, quarantine_reason="", quarantine_job=None,
+                                                     probation_until=None, updated_at=timezone.now())
+        locked.quarantined_at = None
+        transition_machine(locked, drain_status(drained=locked.drained), only_from=[Machine.Status.QUARANTINED])
+        audit.record(actor, audit.Action.MACHINE_RELEASE, locked, quarantine_reason=reason, why=why)
+    locked.refresh_from_db()
+    return locked
+
+
+def machine_record_health(*, machine: Machine, report: dict[str, Any]) -> Machine:
+    """A health check its agent ran (agent/health.py), kept on the machine. For a quarantined machine
+    the controller asked (machines_due_a_health_check: its probation was over), a pass releases it and
+    a failure starts another probation; a report nobody asked for changes nothing else."""
+    ok = report.get("ok") is True
+    asked = machine.quarantined_at is not None and bool((machine.health or {}).get("asked_at"))
+    health = {"at": timezone.now().isoformat(), "ok": ok, "checks": list(report.get("checks") or [])[:20]}
+    Machine.objects.filter(pk=machine.pk).update(health=health)
+    if asked and ok:
+        return machine_release(machine=machine, actor=audit.SYSTEM, why="its health check passed after the probation")
+    if asked:
+        failed = "; ".join(f"{c.get('name')}: {c.get('detail')}" for c in health["checks"] if not c.get("ok"))
+        Machine.objects.filter(pk=machine.pk, quarantined_at__isnull=False).update(
+            probation_until=timezone.now() + timedelta(seconds=max(settings.QUARANTINE_PROBATION, 1.0)))
+        log.warning("machine %s failed its health check and stays quarantined: %s", machine.name, failed or "?")
+    machine.refresh_from_db()
     return machine
+
+
+# How long a health check may take to answer before its machine is asked again.
+HEALTH_CHECK_WAIT_S = 120.0
+
+
+def machines_due_a_health_check() -> list[Machine]:
+    """Quarantined machines whose agent reports and whose probation is over, each asked once: the
+    probation moves on by HEALTH_CHECK_WAIT_S, so a check that never answers is asked again then,
+    and `health.asked_at` says an answer is awaited."""
+    now = timezone.now()
+    due = list(Machine.objects.filter(status=Machine.Status.QUARANTINED, quarantined_at__isnull=False,
+                                      probation_until__lte=now))
+    for machine in due:
+        Machine.objects.filter(pk=machine.pk).update(
+            probation_until=now + timedelta(seconds=HEALTH_CHECK_WAIT_S),
+            health={**(machine.health or {}), "asked_at": now.isoformat()})
+    return due
 
 
 def machine_update(*, machine: Machine, **fields: Any) -> Machine:
@@ -216,7 +267,9 @@ def machine_update(*, machine: Machine, **fields: Any) -> Machine:
     with transaction.atomic():
         machine.save(update_fields=[*fields, "updated_at"])
         if status is not None:
-            transition_machine(machine, drain_status(drained=fields["drained"]), only_from=MACHINE_UP)
+            transition_machine(machine, drain_status(drained=fields["drained"],
+                                                     quarantined=machine.quarantined_at is not None),
+                               only_from=MACHINE_UP)
         _audit_update(machine, before, fields)
     return machine
 

@@ -1,6 +1,6 @@
 """The machine state machine. A machine's status is what its agent last said (or that it went
-quiet); `drained`, the operator's intent, is kept apart from it, so a drained machine that drops
-offline comes back draining. Every status change is checked here and applied as a conditional
+quiet); `drained`, the operator's intent, and `quarantined_at`, the control plane's verdict, are kept
+apart from it, so a drained (quarantined) machine that drops offline comes back draining (quarantined). Every status change is checked here and applied as a conditional
 UPDATE from the statuses allowed to reach the target: a heartbeat (ingest), the offline sweep and a
 lost node (controller) and a drain (API) may race on one row, and none of them can move it along an
 edge this table does not have."""
@@ -17,18 +17,21 @@ from .models import Machine
 M = Machine.Status
 
 # A heartbeat, from any status (a pending machine's first, an offline one's return), says online,
-# busy or draining, and says it again on every beat. Going quiet, or losing a node, takes a machine
-# whose agent reports offline. A drain moves it between online/busy and draining. Nothing but its
-# first heartbeat moves a pending machine.
+# busy, draining or quarantined, and says it again on every beat. Going quiet, or losing a node,
+# takes a machine whose agent reports offline. A drain moves it between online/busy and draining, a
+# quarantine (or its release) between any of those and quarantined. Nothing but its first heartbeat
+# moves a pending machine.
+_REPORTED = {M.ONLINE, M.BUSY, M.DRAINING, M.QUARANTINED}
 MACHINE_TRANSITIONS: dict[str, set[str]] = {
-    M.PENDING: {M.ONLINE, M.BUSY, M.DRAINING},
-    M.ONLINE: {M.ONLINE, M.BUSY, M.DRAINING, M.OFFLINE},
-    M.BUSY: {M.ONLINE, M.BUSY, M.DRAINING, M.OFFLINE},
-    M.DRAINING: {M.ONLINE, M.BUSY, M.DRAINING, M.OFFLINE},
-    M.OFFLINE: {M.ONLINE, M.BUSY, M.DRAINING},
+    M.PENDING: set(_REPORTED),
+    M.ONLINE: {*_REPORTED, M.OFFLINE},
+    M.BUSY: {*_REPORTED, M.OFFLINE},
+    M.DRAINING: {*_REPORTED, M.OFFLINE},
+    M.QUARANTINED: {*_REPORTED, M.OFFLINE},
+    M.OFFLINE: set(_REPORTED),
 }
-# Its agent reports: what the offline sweep watches, and what a drain changes at once.
-MACHINE_UP = frozenset({M.ONLINE, M.BUSY, M.DRAINING})
+# Its agent reports: what the offline sweep watches, and what a drain or a quarantine changes at once.
+MACHINE_UP = frozenset(_REPORTED)
 # The planner places nodes here.
 MACHINE_SCHEDULABLE = frozenset({M.ONLINE, M.BUSY})
 
@@ -44,16 +47,20 @@ def machine_sources(to: str) -> list[str]:
     return [src for src, targets in MACHINE_TRANSITIONS.items() if to in targets]
 
 
-def reported_status(*, drained: bool, running: bool) -> str:
-    """What a heartbeat says the machine is: draining while the operator's drain holds, busy while
-    its agent runs nodes, online otherwise."""
+def reported_status(*, drained: bool, running: bool, quarantined: bool = False) -> str:
+    """What a heartbeat says the machine is: quarantined while the control plane's quarantine holds,
+    draining while the operator's drain holds, busy while its agent runs nodes, online otherwise."""
+    if quarantined:
+        return M.QUARANTINED
     if drained:
         return M.DRAINING
     return M.BUSY if running else M.ONLINE
 
 
-def drain_status(*, drained: bool) -> str:
-    """Where a drain (or its end) moves a machine whose agent reports."""
+def drain_status(*, drained: bool, quarantined: bool = False) -> str:
+    """Where a drain, a quarantine (or their ends) move a machine whose agent reports."""
+    if quarantined:
+        return M.QUARANTINED
     return M.DRAINING if drained else M.ONLINE
 
 

@@ -22,6 +22,7 @@ class NetworkStatusOut(serializers.Serializer):
     online = serializers.IntegerField()
     busy = serializers.IntegerField()
     draining = serializers.IntegerField()
+    quarantined = serializers.IntegerField()
     offline = serializers.IntegerField()
     total_cpus = serializers.IntegerField(help_text="of the machines that take jobs (online or busy)")
     total_gpus = serializers.IntegerField(help_text="of the machines that take jobs (online or busy)")

@@ -144,6 +144,9 @@ CELERY_BEAT_SCHEDULE = {
                            "options": {"expires": 2.0}},
     # Agents' Redis users: written again after a Redis restart, removed with their machines.
     "sync-agent-redis-users": {"task": "torchyard_server.machines.tasks.sync_agent_redis_users", "schedule": 10.0},
+    # Quarantined machines whose probation is over: their agents run a health check.
+    "ask-health-checks": {"task": "torchyard_server.machines.tasks.ask_health_checks",
+                          "schedule": env_float("TORCHYARD_HEALTH_CHECK_EVERY", 15.0)},
 }
 
 # --- Torchyard ----------------------------------------------------------------------------------
@@ -170,9 +173,10 @@ REDIS_AGENT_ACL = env_bool("TORCHYARD_REDIS_AGENT_ACL", False)
 # Seconds without an agent heartbeat before a machine is offline.
 # One default with a node's heartbeat_timeout: agents beat every 2 s.
 MACHINE_OFFLINE_AFTER = env_float("TORCHYARD_MACHINE_OFFLINE_AFTER", 10.0)
-# Seconds a machine stays suspect after a stall verdict named one of its ranks as the one holding a
-# job (machines.models.Machine.suspect_until): planned on only when nothing else fits meanwhile.
-MACHINE_SUSPECT_FOR = env_float("TORCHYARD_MACHINE_SUSPECT_FOR", 600.0)
+# Seconds a quarantined machine (a hang's verdict named one of its ranks as the one holding a job:
+# machines.models.Machine.quarantined_at) waits before its agent's health check may release it;
+# 0: only an operator releases it.
+QUARANTINE_PROBATION = env_float("TORCHYARD_QUARANTINE_PROBATION", 600.0)
 # Seconds `POST /api/network/machines/{id}/ping` and the health check wait for agents to answer.
 PING_TIMEOUT = env_float("TORCHYARD_PING_TIMEOUT", 5.0)
 # Seconds a node may stay "launching" before it counts as failed to start.

@@ -23,6 +23,7 @@ class JobEvent(models.Model):
         RESULT = "result"
         PREFLIGHT = "preflight"
         STALLED = "stalled"
+        STACKS = "stacks"
 
     # No foreign-key constraints in the database: checking two per row at every commit halved the
     # rate at which ingest, the only writer, stores events (it checks that the job and the node

@@ -45,6 +45,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/agent/health": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description An agent's answer to a health check the controller asked for (a quarantined machine whose
+         *     probation is over): a pass releases the machine, a failure starts another probation.
+         *     Authenticated by the machine token (`Authorization: Machine <token>`), not a user.
+         */
+        post: operations["agent_health_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/audit": {
         parameters: {
             query?: never;
@@ -590,6 +611,26 @@ export interface paths {
         get: operations["jobs_results_download"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/jobs/{job_id}/stacks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Ask each running node for its ranks' Python stacks (py-spy, read without pausing them): one
+         *     `stacks` event per node follows on the job's stream and events. 409 when no node runs.
+         */
+        post: operations["jobs_stacks_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1437,6 +1478,8 @@ export interface components {
          *     * `machine.undrain` - Machine Undrain
          *     * `machine.rotate_token` - Machine Rotate Token
          *     * `machine.remove` - Machine Remove
+         *     * `machine.quarantine` - Machine Quarantine
+         *     * `machine.release` - Machine Release
          *     * `project.create` - Project Create
          *     * `project.update` - Project Update
          *     * `project.member_add` - Project Member Add
@@ -1449,7 +1492,7 @@ export interface components {
          *     * `plugin.delete` - Plugin Delete
          * @enum {string}
          */
-        ActionEnum: "job.submit" | "job.stop" | "job.delete" | "job.priority_change" | "machine.add" | "machine.update" | "machine.drain" | "machine.undrain" | "machine.rotate_token" | "machine.remove" | "project.create" | "project.update" | "project.member_add" | "project.member_role_change" | "project.member_remove" | "token.create" | "token.revoke" | "bundle.upload" | "plugin.push" | "plugin.delete";
+        ActionEnum: "job.submit" | "job.stop" | "job.delete" | "job.priority_change" | "machine.add" | "machine.update" | "machine.drain" | "machine.undrain" | "machine.rotate_token" | "machine.remove" | "machine.quarantine" | "machine.release" | "project.create" | "project.update" | "project.member_add" | "project.member_role_change" | "project.member_remove" | "token.create" | "token.revoke" | "bundle.upload" | "plugin.push" | "plugin.delete";
         AgentConfigOut: {
             machine: components["schemas"]["AgentMachineOut"];
             /** @description the broker and event stream the agent connects to */
@@ -1458,6 +1501,18 @@ export interface components {
             storage_url: string;
             /** @description the authority (PEM) that signs the TLS certificate of a rediss:// redis_url; empty when the system's authorities do */
             ca_pem: string;
+        };
+        AgentHealthCheckIn: {
+            name: string;
+            ok: boolean;
+            detail: string;
+            /** Format: double */
+            seconds: number;
+        };
+        /** @description What `torchyard agent` reports after a health check (workers/torchyard/agent/health.py). */
+        AgentHealthIn: {
+            ok: boolean;
+            checks: components["schemas"]["AgentHealthCheckIn"][];
         };
         AgentMachineOut: {
             id: number;
@@ -1945,9 +2000,10 @@ export interface components {
          *     * `result` - Result
          *     * `preflight` - Preflight
          *     * `stalled` - Stalled
+         *     * `stacks` - Stacks
          * @enum {string}
          */
-        EventTypeEnum: "state" | "log" | "metric" | "resource" | "checkpoint" | "artifact" | "result" | "preflight" | "stalled";
+        EventTypeEnum: "state" | "log" | "metric" | "resource" | "checkpoint" | "artifact" | "result" | "preflight" | "stalled" | "stacks";
         /** @description The seed's remote execution: a job, as a JobSpec, to run now. */
         ExecuteJobIn: {
             /** @description the JobSpec (DESIGN.md section 4) */
@@ -1966,10 +2022,10 @@ export interface components {
              */
             heartbeat_timeout?: number;
             /**
-             * Format: double
-             * @description seconds a rank's step may stand still before it is reported stalled (default: 10x the job's median step time, at least 60)
+             * @description seconds a rank's step may stand still before the job is hung, or "auto" (the default): 2x the job's p95 step time, at least 15 s, from the steps its ranks report (60 s until 8 are timed, and for ranks that report none)
+             * @default auto
              */
-            stall_timeout?: number | null;
+            stall_timeout?: (number | "auto") | null;
             /**
              * @description report: a `stalled` event with the rank's Python stack; recover: also fail its node, so the job resumes from its last checkpoint
              *
@@ -2219,11 +2275,8 @@ export interface components {
             max_restarts: number;
             /** Format: double */
             heartbeat_timeout: number;
-            /**
-             * Format: double
-             * @description null: 10x the job's median step time, at least 60 s
-             */
-            stall_timeout: number | null;
+            /** @description seconds a rank's step may stand still before the job is hung, or "auto" (the default): 2x the job's p95 step time, at least 15 s, from the steps its ranks report (60 s until 8 are timed, and for ranks that report none) */
+            stall_timeout: (number | "auto") | null;
             on_stall: components["schemas"]["OnStallEnum"];
             /**
              * Format: double
@@ -2704,12 +2757,39 @@ export interface components {
             online: number;
             busy: number;
             draining: number;
+            /** @description a hang's verdict named a rank there: nothing is placed there */
+            quarantined: number;
             offline: number;
         };
         MachineGpuOut: {
             index: number;
             name: string;
             memory_mb: number;
+        };
+        MachineHealthCheckOut: {
+            /** @description what was checked: python, torch, compute, gpu, collective, disk */
+            name: string;
+            ok: boolean;
+            /** @description what it found, or why it failed */
+            detail: string;
+            /** Format: double */
+            seconds: number;
+        };
+        /**
+         * @description A JSON column written out as it is stored (a shallow copy), its declared fields the shape
+         *     the OpenAPI schema gives it, so generated clients type it. What such a column holds was checked
+         *     on its way in (a JobSpec) or written by Torchyard's own agents (a machine's capabilities and
+         *     load); it is not checked again on every read, and a list copies it as it is.
+         */
+        MachineHealthOut: {
+            /**
+             * Format: date-time
+             * @description when its agent answered
+             */
+            at?: string;
+            /** @description every check passed */
+            ok?: boolean;
+            checks?: components["schemas"]["MachineHealthCheckOut"][];
         };
         MachineIn: {
             name: string;
@@ -2772,11 +2852,23 @@ export interface components {
             };
             /**
              * Format: date-time
-             * @description Planned on only when nothing else fits until then (a stall verdict named it).
+             * @description Since when nothing is placed here: a hang's verdict named one of its ranks (null: not quarantined).
              */
-            suspect_until: string | null;
-            /** @description Why it is suspect. */
-            suspect_reason: string;
+            quarantined_at: string | null;
+            /** @description Why it is quarantined. */
+            quarantine_reason: string;
+            /**
+             * Format: int64
+             * @description The job whose hang named it (an id: the job may be deleted since).
+             */
+            quarantine_job: number | null;
+            /**
+             * Format: date-time
+             * @description When its agent's health check may release it (null: only an operator does).
+             */
+            probation_until: string | null;
+            /** @description the last health check its agent ran (asked when a quarantine's probation is over); {} before any */
+            health: components["schemas"]["MachineHealthOut"];
         };
         /**
          * @description * `auto` - auto
@@ -2795,10 +2887,11 @@ export interface components {
          *     * `online` - Online
          *     * `busy` - Busy
          *     * `draining` - Draining
+         *     * `quarantined` - Quarantined
          *     * `offline` - Offline
          * @enum {string}
          */
-        MachineStatusEnum: "pending" | "online" | "busy" | "draining" | "offline";
+        MachineStatusEnum: "pending" | "online" | "busy" | "draining" | "quarantined" | "offline";
         MachineUsageOut: {
             project: string;
             /** @description GPUs its live nodes hold here */
@@ -2865,11 +2958,23 @@ export interface components {
             };
             /**
              * Format: date-time
-             * @description Planned on only when nothing else fits until then (a stall verdict named it).
+             * @description Since when nothing is placed here: a hang's verdict named one of its ranks (null: not quarantined).
              */
-            suspect_until: string | null;
-            /** @description Why it is suspect. */
-            suspect_reason: string;
+            quarantined_at: string | null;
+            /** @description Why it is quarantined. */
+            quarantine_reason: string;
+            /**
+             * Format: int64
+             * @description The job whose hang named it (an id: the job may be deleted since).
+             */
+            quarantine_job: number | null;
+            /**
+             * Format: date-time
+             * @description When its agent's health check may release it (null: only an operator does).
+             */
+            probation_until: string | null;
+            /** @description the last health check its agent ran (asked when a quarantine's probation is over); {} before any */
+            health: components["schemas"]["MachineHealthOut"];
             /** @description the machine's token: shown this once, never again */
             token: string;
             /** @description the command that starts its agent */
@@ -2942,6 +3047,7 @@ export interface components {
             online: number;
             busy: number;
             draining: number;
+            quarantined: number;
             offline: number;
             /** @description of the machines that take jobs (online or busy) */
             total_cpus: number;
@@ -3042,8 +3148,8 @@ export interface components {
              *     * `online` - online
              */
             status?: components["schemas"]["MachineStatusChangeEnum"];
-            /** @description false: clear the suspicion a stall verdict put on the machine (suspect_until) before its time is up. Only the control plane makes a machine suspect. */
-            suspect?: boolean;
+            /** @description false: release the machine from the quarantine a hang's verdict put it in (its health check would after the probation). Only the control plane quarantines a machine. */
+            quarantined?: boolean;
             /** @description the volumes declared on the server, name: absolute path, replacing the ones declared before (the agent's own --volume win for a name both declare) */
             volumes?: {
                 [key: string]: string;
@@ -3158,7 +3264,7 @@ export interface components {
         PlanSkippedOut: {
             machine_id: number;
             machine_name: string;
-            /** @description why no node went there: "offline", "draining", "suspect", "2 GPUs free, 4 asked", "less than 40 GB per GPU", "busy: 3 processes of 4 cores, 2 more asked", "versions differ: ...", "not in the job's placement", "not needed: ..." */
+            /** @description why no node went there: "offline", "draining", "quarantined: ...", "suspect", "2 GPUs free, 4 asked", "less than 40 GB per GPU", "busy: 3 processes of 4 cores, 2 more asked", "versions differ: ...", "not in the job's placement", "not needed: ..." */
             reason: string;
         };
         PlanSpareOut: {
@@ -3596,6 +3702,16 @@ export interface components {
          * @enum {string}
          */
         SourceEnum: "agent" | "server";
+        StacksNodeOut: {
+            node_rank: number;
+            machine: string;
+        };
+        StacksRequestedOut: {
+            /** @description the `request` of the `stacks` events that answer this */
+            request: string;
+            /** @description the nodes asked: one `stacks` event each */
+            nodes: components["schemas"]["StacksNodeOut"][];
+        };
         /** @description A rank (or a node gone quiet) that holds the others, and what says so. */
         StallCulpritOut: {
             /** @description null when a whole node went quiet */
@@ -3626,8 +3742,8 @@ export interface components {
             };
             /** @description who holds the job, when the evidence says (kind culprit) */
             culprits: components["schemas"]["StallCulpritOut"][];
-            /** @description the culprits' machines made suspect (on_stall: recover) */
-            suspected: string[];
+            /** @description the culprits' machines quarantined (on_stall: recover): nothing is placed there until released */
+            quarantined: string[];
         };
         StalledRankOut: {
             readonly step: number | null;
@@ -3636,6 +3752,16 @@ export interface components {
              * @description seconds without a step
              */
             readonly stalled_for: number | null;
+            /**
+             * Format: double
+             * @description the deadline that applied: seconds without a step that make a hang
+             */
+            readonly timeout: number | null;
+            /**
+             * @description how that deadline was set: "auto: 2 x the p95 step time (...)", the job's own stall_timeout, ...
+             * @default
+             */
+            timeout_basis: string;
             /** @description "running", "sleeping", "stopped", ... */
             process_state: string | null;
             /** @description the collective frame its main thread waits in; empty: outside any collective; null: no stack */
@@ -3944,6 +4070,7 @@ export interface components {
             step: number;
             stalled_for: number;
             timeout: number;
+            timeout_basis?: string;
             process_state: string;
             last_line: string;
             stack: string;
@@ -3953,6 +4080,25 @@ export interface components {
             waits_in?: string | null;
             frame?: string | null;
             silent?: boolean;
+        };
+        RankStack: {
+            rank: number;
+            pid: number;
+            process_state: string;
+            stack: string;
+            waits_in: string | null;
+            frame: string | null;
+        };
+        /**
+         * @description Every rank's Python stack on one node at one moment, read from outside (py-spy) when someone
+         *     asked (`torchyard stacks JOB`, the job page's Stacks button): `request` names the asking.
+         */
+        StacksEvent: components["schemas"]["EventOut"] & {
+            /** @enum {string} */
+            type: "stacks";
+            request: string;
+            ranks: components["schemas"]["RankStack"][];
+            hostname: string;
         };
         /** @description A function job's rank returned or raised (GET /api/jobs/{id}/results holds the result). */
         ResultEvent: components["schemas"]["EventOut"] & {
@@ -4023,7 +4169,7 @@ export interface components {
             total: number;
         };
         StateEvent: components["schemas"]["JobStateEvent"] | components["schemas"]["NodeStateEvent"];
-        JobEvent: components["schemas"]["JobStateEvent"] | components["schemas"]["NodeStateEvent"] | components["schemas"]["LogEvent"] | components["schemas"]["MetricEvent"] | components["schemas"]["ResourceEvent"] | components["schemas"]["CheckpointEvent"] | components["schemas"]["ArtifactEvent"] | components["schemas"]["PreflightEvent"] | components["schemas"]["StalledEvent"] | components["schemas"]["ResultEvent"];
+        JobEvent: components["schemas"]["JobStateEvent"] | components["schemas"]["NodeStateEvent"] | components["schemas"]["LogEvent"] | components["schemas"]["MetricEvent"] | components["schemas"]["ResourceEvent"] | components["schemas"]["CheckpointEvent"] | components["schemas"]["ArtifactEvent"] | components["schemas"]["PreflightEvent"] | components["schemas"]["StalledEvent"] | components["schemas"]["StacksEvent"] | components["schemas"]["ResultEvent"];
         JobStreamMessage: components["schemas"]["JobMessage"] | components["schemas"]["HistoryMessage"] | components["schemas"]["EventsFrame"] | components["schemas"]["ReplayedMessage"] | components["schemas"]["ErrorMessage"];
         ClusterStreamMessage: components["schemas"]["MachinesMessage"] | components["schemas"]["JobsMessage"] | components["schemas"]["JobsChangedMessage"] | components["schemas"]["QueueMessage"] | components["schemas"]["ErrorMessage"];
         /**
@@ -4142,6 +4288,55 @@ export interface operations {
             };
         };
     };
+    agent_health_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AgentHealthIn"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MachineOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The body is not of a media type this route takes. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
     audit_list: {
         parameters: {
             query?: {
@@ -4156,6 +4351,8 @@ export interface operations {
                  *     * `machine.undrain` - Machine Undrain
                  *     * `machine.rotate_token` - Machine Rotate Token
                  *     * `machine.remove` - Machine Remove
+                 *     * `machine.quarantine` - Machine Quarantine
+                 *     * `machine.release` - Machine Release
                  *     * `project.create` - Project Create
                  *     * `project.update` - Project Update
                  *     * `project.member_add` - Project Member Add
@@ -4167,7 +4364,7 @@ export interface operations {
                  *     * `plugin.push` - Plugin Push
                  *     * `plugin.delete` - Plugin Delete
                  */
-                action?: "job.submit" | "job.stop" | "job.delete" | "job.priority_change" | "machine.add" | "machine.update" | "machine.drain" | "machine.undrain" | "machine.rotate_token" | "machine.remove" | "project.create" | "project.update" | "project.member_add" | "project.member_role_change" | "project.member_remove" | "token.create" | "token.revoke" | "bundle.upload" | "plugin.push" | "plugin.delete";
+                action?: "job.submit" | "job.stop" | "job.delete" | "job.priority_change" | "machine.add" | "machine.update" | "machine.drain" | "machine.undrain" | "machine.rotate_token" | "machine.remove" | "machine.quarantine" | "machine.release" | "project.create" | "project.update" | "project.member_add" | "project.member_role_change" | "project.member_remove" | "token.create" | "token.revoke" | "bundle.upload" | "plugin.push" | "plugin.delete";
                 /** @description username, "machine <id>" or "system" */
                 actor?: string;
                 /** @description The pagination cursor value. */
@@ -6199,6 +6396,71 @@ export interface operations {
             };
             /** @description No such object, or not one this user may see. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    jobs_stacks_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StacksRequestedOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -115,6 +115,7 @@ export type CheckpointEvent = Schemas['CheckpointEvent']
 export type ArtifactEvent = Schemas['ArtifactEvent']
 export type PreflightEvent = Schemas['PreflightEvent']
 export type StalledEvent = Schemas['StalledEvent']
+export type StacksEvent = Schemas['StacksEvent']
 export type ResultEvent = Schemas['ResultEvent']
 export type JobEvent = Schemas['JobEvent']
 

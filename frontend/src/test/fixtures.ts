@@ -24,8 +24,11 @@ export function machine(overrides: Partial<Machine> = {}): Machine {
     usage: [],
     volumes: [],
     declared_volumes: {},
-    suspect_until: null,
-    suspect_reason: '',
+    quarantined_at: null,
+    quarantine_reason: '',
+    quarantine_job: null,
+    probation_until: null,
+    health: {},
     ...overrides,
   }
 }

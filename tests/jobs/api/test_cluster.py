@@ -58,7 +58,8 @@ def test_workers_show_each_machines_health_and_what_is_held_there(api, cluster):
 def test_resources_add_up_what_reporting_machines_have_and_hold(api, cluster, teammate):
     body = api.get("/api/cluster/resources").json()
     assert body == {
-        "machines": {"total": 5, "healthy": 3, "pending": 1, "online": 2, "busy": 0, "draining": 1, "offline": 1},
+        "machines": {"total": 5, "healthy": 3, "pending": 1, "online": 2, "busy": 0, "draining": 1, "quarantined": 0,
+                     "offline": 1},
         # The offline and pending machines count for nothing.
         "cpu": {"cores": 32 + 8 + 16, "processes_running": 2, "usage_percent": pytest.approx(1.0)},
         "memory": {"total_bytes": 3 * (8 << 30), "used_bytes": int(3 * 0.1 * (8 << 30))},

@@ -1,6 +1,7 @@
 """POST /api/jobs and POST /api/jobs/plan: bad input gets a 400 with field errors, never a 500."""
 
 import pytest
+from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +27,7 @@ def test_it_accepts_a_good_spec_and_queues_the_job(api, two_machines):
     body = response.json()
     assert body["status"] == "queued"
     assert body["spec"]["resources"] == {"nodes": 2, "procs_per_node": 2, "gpus_per_node": 0, "min_gpu_memory": 0}
-    assert body["spec"]["fault_tolerance"] == {"max_restarts": 3, "heartbeat_timeout": 10.0, "stall_timeout": None,
+    assert body["spec"]["fault_tolerance"] == {"max_restarts": 3, "heartbeat_timeout": 10.0, "stall_timeout": "auto",
                                                "on_stall": "report", "exit_grace": 30.0}
     assert Job.objects.get(pk=body["id"]).owner.username == "alice"
 
@@ -169,6 +170,23 @@ def test_it_refuses_a_stall_timeout_under_two_seconds_and_an_unknown_on_stall(ap
     assert response.status_code == 400
     errors = response.json()["fault_tolerance"]
     assert "stall_timeout" in errors and "on_stall" in errors
+
+
+@pytest.mark.parametrize("given", [0.5, "fast", "30", True, 700000])
+def test_a_stall_timeout_is_auto_or_a_number_of_seconds(api, two_machines, given):
+    response = api.post("/api/jobs", spec(fault_tolerance={"stall_timeout": given}), format="json")
+    assert response.status_code == 400
+    assert response.json()["fault_tolerance"]["stall_timeout"] == ['a number of seconds (2 to 604800) or "auto".']
+
+
+@pytest.mark.parametrize(("given", "stored", "seconds"), [("auto", "auto", None), (None, "auto", None), (45, 45.0, 45.0)])
+def test_auto_null_and_a_number_are_stored_as_given_and_reach_the_supervisor_as_seconds(api, two_machines, given, stored,
+                                                                                        seconds):
+    response = api.post("/api/jobs", spec(fault_tolerance={"stall_timeout": given}), format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["spec"]["fault_tolerance"]["stall_timeout"] == stored
+    job = Job.objects.get(pk=response.json()["id"])
+    assert JobSpec.from_json(job.spec).fault_tolerance.stall_seconds == seconds
 
 
 @pytest.mark.parametrize("grace", [0, 3601, "soon"])

@@ -13,12 +13,12 @@ from torchyard import protocol
 from torchyard_server.audit.models import AuditEntry
 from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.planner import Candidate, plan_job
+from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
 from torchyard_server.jobs.selectors import machine_candidates
 from torchyard_server.jobs.services import node_report_state
 from torchyard_server.jobs.stalls import classify_stall, job_record_stall
 from torchyard_server.machines.models import Machine
-from torchyard_server.machines.services import machine_record_heartbeat
+from torchyard_server.machines.services import machine_quarantine, machine_record_heartbeat
 from torchyard_server.streaming.ingest import Ingest
 from torchyard_server.streaming.models import JobEvent
 
@@ -132,7 +132,7 @@ def test_ingested_stalls_build_the_jobs_verdict_and_progress_clears_it(redis_url
         # Events of no node (as these) name no machine.
         assert stall["summary"] == "rank 1 (process stopped, SIGSTOP?) holds the job: rank 0 waits in a collective at step 41"
         assert stall["ranks"]["0"]["waits_in"] == BACKWARD
-        assert "suspected" not in stall  # on_stall: report
+        assert "quarantined" not in stall  # on_stall: report
 
         for rank in (0, 1):  # they move again (a SIGCONT, say): the verdict goes
             send(protocol.METRIC, rank, step=42, loss=0.4)
@@ -144,7 +144,7 @@ def test_ingested_stalls_build_the_jobs_verdict_and_progress_clears_it(redis_url
 
 
 @pytest.mark.django_db(transaction=True)
-def test_under_recover_the_culprits_machine_is_made_suspect_once_and_planned_on_last(owner, api):
+def test_under_recover_the_culprits_machine_is_quarantined_once_and_planned_on_never(owner, api):
     (m1, token1), (m2, _) = bring_online("m1"), bring_online("m2")
     job = Job.objects.create(name="j", owner=owner, status=Job.Status.RUNNING, attempt=0, world_size=4, progress={},
                              spec={"fault_tolerance": {"max_restarts": 1, "heartbeat_timeout": 10, "on_stall": "recover"}})
@@ -153,74 +153,80 @@ def test_under_recover_the_culprits_machine_is_made_suspect_once_and_planned_on_
 
     def report(event_id: int, rank: int, state: str, waits_in: str) -> None:
         job_record_stall(job_id=job.pk, event_id=event_id, attempt=0, node_id=nodes[rank // 2].pk, rank=rank,
-                         payload={"step": 40, "stalled_for": 3.1, "process_state": state, "waits_in": waits_in,
-                                  "frame": "train (mlp_ddp.py:138)"})
+                         payload={"step": 40, "stalled_for": 15.2, "process_state": state, "waits_in": waits_in,
+                                  "frame": "train (mlp_ddp.py:138)", "timeout": 15.0,
+                                  "timeout_basis": "auto: 2 x the p95 step time (0.2 s over the last 64 steps), at least 15 s"})
 
     report(1, 0, "sleeping", BACKWARD)
     report(2, 1, "stopped", "")
-    report(3, 2, "sleeping", BACKWARD)  # a second report of the same verdict marks nothing again
+    report(3, 2, "sleeping", BACKWARD)  # a second report of the same verdict quarantines nothing again
     stall = Job.objects.get(pk=job.pk).progress["stall"]
     assert stall["summary"] == ("rank 1 on machine m1 (process stopped, SIGSTOP?) holds the job: "
                                 "ranks 0, 2, 3 wait at step 40")
-    assert stall["suspected"] == ["m1"]
+    assert stall["quarantined"] == ["m1"]
+    # The evidence says which deadline applied.
+    assert stall["ranks"]["1"]["timeout"] == 15.0 and stall["ranks"]["1"]["timeout_basis"].startswith("auto: 2 x")
     m1.refresh_from_db()
     m2.refresh_from_db()
-    assert m1.suspect_reason == f"rank 1 on machine m1 (process stopped, SIGSTOP?) held job #{job.pk} (attempt 0) at step 40"
-    assert m1.suspect_until > timezone.now() + timedelta(minutes=9) and m2.suspect_until is None
-    assert m1.status == Machine.Status.ONLINE  # its agent answers: suspect, not offline
-    assert AuditEntry.objects.filter(action="machine.update", target_id=str(m1.pk)).count() == 1
+    reason = f"rank 1 on machine m1 (process stopped, SIGSTOP?) held job #{job.pk} (attempt 0) at step 40"
+    assert (m1.status, m1.quarantine_reason, m1.quarantine_job) == (Machine.Status.QUARANTINED, reason, job.pk)
+    assert m1.probation_until > timezone.now() + timedelta(minutes=9)
+    assert (m2.status, m2.quarantined_at) == (Machine.Status.ONLINE, None)
+    entry = AuditEntry.objects.get(action="machine.quarantine", target_id=str(m1.pk))
+    assert (entry.actor_label, entry.detail) == ("system", {"reason": reason, "job": job.pk})
 
     # The attempt ends (on_stall: recover failed node 0): the reason names who held the job.
     node_report_state(event={"node": nodes[0].pk, "status": protocol.NODE_FAILED, "exit_code": 1, "reason": (
-        "node rank 0: global rank 1 stalled: no new step for 3.1 s after step 40 (its process is stopped); "
+        "node rank 0: global rank 1 stalled: no new step for 15.2 s after step 40 (its process is stopped); "
         "treated as a failure (on_stall: recover)")})
     job.refresh_from_db()
     assert job.status == Job.Status.RECOVERING
     assert "\nstall verdict: rank 1 on machine m1 (process stopped, SIGSTOP?) holds the job" in job.status_reason
 
-    # Planned on last: a one-node job goes to m2 and says why not m1; a two-node job still fits on both.
+    # Planned on never: a one-node job goes to m2 and says why not m1; a two-node job waits, saying so.
     candidates = machine_candidates()
     one = plan_job(JobSpec.from_json(plan_spec()), candidates, pick_port=lambda m: 29500)
     assert [n.machine_name for n in one.nodes] == ["m2"]
-    assert {e["machine_name"]: e["reason"] for e in one.skipped}["m1"] == f"suspect: {m1.suspect_reason}"
-    two = plan_job(JobSpec.from_json(plan_spec(nodes=2)), candidates, pick_port=lambda m: 29500)
-    assert [n.machine_name for n in two.nodes] == ["m2", "m1"]
+    assert {e["machine_name"]: e["reason"] for e in one.skipped}["m1"] == f"quarantined: {reason}"
+    with pytest.raises(PlanError) as refused:
+        plan_job(JobSpec.from_json(plan_spec(nodes=2)), candidates, pick_port=lambda m: 29500)
+    assert {e["machine_name"]: e["reason"] for e in refused.value.skipped}["m1"] == f"quarantined: {reason}"
 
-    # Shown in the API, one machine or all; a heartbeat within the period keeps it.
-    beat = {"machine": m1.pk, "token": token1, "agent_version": "test"}
-    machine_record_heartbeat(event=beat)
+    # Its heartbeats keep it quarantined, however long after the probation; shown in the API, one machine or all.
+    Machine.objects.filter(pk=m1.pk).update(probation_until=timezone.now() - timedelta(seconds=1))
+    machine_record_heartbeat(event={"machine": m1.pk, "token": token1, "agent_version": "test"})
     listed = {m["name"]: m for m in api.get("/api/machines").json()}
-    assert listed["m1"]["suspect_reason"] == m1.suspect_reason and listed["m1"]["suspect_until"]
-    assert listed["m2"]["suspect_until"] is None and listed["m2"]["suspect_reason"] == ""
-    assert api.get(f"/api/machines/{m1.pk}").json()["suspect_until"] == listed["m1"]["suspect_until"]
-
-    # The first heartbeat after the period clears it.
-    Machine.objects.filter(pk=m1.pk).update(suspect_until=timezone.now() - timedelta(seconds=1))
-    machine_record_heartbeat(event=beat)
-    m1.refresh_from_db()
-    assert (m1.suspect_until, m1.suspect_reason) == (None, "")
+    assert listed["m1"]["status"] == "quarantined" and listed["m1"]["quarantine_reason"] == reason
+    assert listed["m1"]["quarantine_job"] == job.pk and listed["m1"]["quarantined_at"]
+    assert listed["m2"]["quarantined_at"] is None and listed["m2"]["quarantine_reason"] == ""
+    assert api.get(f"/api/machines/{m1.pk}").json()["quarantined_at"] == listed["m1"]["quarantined_at"]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_operator_clears_a_suspicion_and_cannot_set_one(staff_api):
+def test_an_operator_releases_a_quarantine_and_cannot_set_one(staff_api):
     machine, _ = bring_online("m1")
-    Machine.objects.filter(pk=machine.pk).update(suspect_until=timezone.now() + timedelta(minutes=5),
-                                                 suspect_reason="rank 1 held job #1")
-    assert staff_api.patch(f"/api/machines/{machine.pk}", {"suspect": True}, format="json").status_code == 400
-    answer = staff_api.patch(f"/api/machines/{machine.pk}", {"suspect": False}, format="json")
+    assert machine_quarantine(machine_id=machine.pk, reason="rank 1 held job #1", job_id=1)
+    refused = staff_api.patch(f"/api/machines/{machine.pk}", {"quarantined": True}, format="json")
+    assert refused.status_code == 400 and "quarantined" in refused.json()
+    answer = staff_api.patch(f"/api/machines/{machine.pk}", {"quarantined": False}, format="json")
     assert answer.status_code == 200, answer.content
-    assert (answer.json()["suspect_until"], answer.json()["suspect_reason"]) == (None, "")
-    entry = AuditEntry.objects.filter(action="machine.update", target_id=str(machine.pk)).latest("created")
-    assert entry.actor_label == "sam" and entry.detail["changed"]["suspect_reason"]["to"] == ""
+    body = answer.json()
+    assert (body["status"], body["quarantined_at"], body["quarantine_reason"], body["probation_until"]) == (
+        "online", None, "", None)
+    entry = AuditEntry.objects.get(action="machine.release", target_id=str(machine.pk))
+    assert entry.actor_label == "sam" and entry.detail == {"quarantine_reason": "rank 1 held job #1",
+                                                            "why": "released by an operator"}
 
 
-def test_a_suspect_machine_only_makes_up_an_elastic_jobs_least():
+def test_a_quarantined_machine_never_makes_up_an_elastic_jobs_least():
     machines = [Candidate(1, "a", "h1", "online"), Candidate(2, "b", "h2", "online"),
-                Candidate(3, "c", "h3", "online", suspect_reason="rank 0 held job #2")]
+                Candidate(3, "c", "h3", "quarantined", quarantine_reason="rank 0 held job #2")]
     elastic = JobSpec.from_json(plan_spec(nodes=3, min_nodes=2))
     assert [n.machine_name for n in plan_job(elastic, machines, pick_port=lambda m: 1).nodes] == ["a", "b"]
     machines[1].status = "offline"
-    assert [n.machine_name for n in plan_job(elastic, machines, pick_port=lambda m: 1).nodes] == ["a", "c"]
+    with pytest.raises(PlanError) as refused:
+        plan_job(elastic, machines, pick_port=lambda m: 1)
+    assert {e["machine_name"]: e["reason"] for e in refused.value.skipped}["c"] == "quarantined: rank 0 held job #2"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -236,4 +242,4 @@ def test_a_node_whose_heartbeats_stopped_is_named_by_its_machine(owner):
     stall = Job.objects.get(pk=job.pk).progress["stall"]
     assert stall["summary"].startswith("machine m2 (node 1, rank 1: no heartbeat for 3")
     assert stall["summary"].endswith(") holds the job: rank 0 waits in a collective at step 12")
-    assert stall["culprits"][0]["cause"] == "heartbeat" and "suspected" not in stall
+    assert stall["culprits"][0]["cause"] == "heartbeat" and "quarantined" not in stall

@@ -31,10 +31,10 @@ def test_spares_are_held_beside_the_nodes_and_the_job_waits_without_them():
     with pytest.raises(PlanError) as waiting:
         plan(s, busy)
     assert waiting.value.kind == "busy"
-    # A suspect machine is never a spare.
-    suspect = machines(4)
-    suspect[2].suspect_reason = "stalled job 7"
-    assert [x.machine_name for x in plan(s, suspect).spares] == ["m4"]
+    # A quarantined machine is never a spare.
+    quarantined = machines(4)
+    quarantined[2].status, quarantined[2].quarantine_reason = "quarantined", "rank 0 held job 7"
+    assert [x.machine_name for x in plan(s, quarantined).spares] == ["m4"]
 
 
 def test_a_recovery_stays_in_place_or_moves_only_the_lost_node_onto_a_spare():

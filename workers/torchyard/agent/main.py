@@ -26,7 +26,7 @@ from torchyard.supervisor.preflight import PreflightError, training_versions
 from torchyard.supervisor.prepare import BundleSource
 from torchyard.warm.pools import WarmPools
 
-from . import capabilities, runs, warm
+from . import capabilities, health, runs, stacks, warm
 from .standby import StandbySupervisor
 
 log = logging.getLogger("torchyard.agent")
@@ -57,7 +57,7 @@ def fetch_config(server: str, token: str, timeout: float = 10.0, ca_file: str | 
 class Agent:
     def __init__(self, *, token: str, redis_url: str, work_dir: Path, concurrency: int = 4,
                  server_url: str = "", python: str = "", volumes: dict[str, str] | None = None,
-                 gpus: capabilities.GpuDeclaration | None = None):
+                 gpus: capabilities.GpuDeclaration | None = None, ca_file: str | None = None):
         # Started by `torchyard-server run`: end with it; and before the warm pools copy the
         # environment, drop what marks a control-plane process (what it starts is training).
         lifeline.watch_launcher()
@@ -71,6 +71,7 @@ class Agent:
         self.token = token
         self.redis_url = redis_url
         self.server_url = server_url
+        self.ca_file = ca_file  # the private authority the server's HTTPS certificate comes from
         # The Python the ranks run with: the machine's training environment, which may not be ours.
         self.python = python
         self.work_dir = work_dir
@@ -191,6 +192,23 @@ class Agent:
             result = warm.warm_caches(self.work_dir / "cache", source, pip, self.python, pool=pool)
             log.info("prepared dependencies of bundle %s: %s", str(code.get("bundle"))[:12], result)
             return result
+
+        @app.task(name=protocol.TASK_HEALTH_CHECK)
+        def health_check() -> dict[str, Any]:
+            # The machine is quarantined and its probation is over: the control plane releases it on a pass.
+            gpus = int(capabilities.capabilities(str(self.work_dir), self.volumes, self.gpus).get("gpu_count") or 0)
+            result = health.run_checks(self.python or sys.executable, self.work_dir,
+                                       health.own_address(self.server_url), gpus=gpus)
+            log.info("health check: %s", "passed" if result["ok"] else f"failed: {result['checks']}")
+            if self.server_url:
+                health.report(self.server_url, self.token, result, self.ca_file)
+            return result
+
+        @app.task(name=protocol.TASK_DUMP_STACKS)
+        def dump_stacks(job_id: int, attempt: int, node_rank: int, node_id: int, request: str) -> int:
+            # `torchyard stacks JOB`: where each rank of this node is, read from outside.
+            return stacks.publish_stacks(job_id, attempt, node_rank, node_id, request, self.publish,
+                                         self.work_dir / "runs")
 
         @app.task(name=protocol.TASK_SHUTDOWN)
         def shutdown(reason: str = "") -> None:

@@ -26,7 +26,8 @@ from .http import ApiClient
 LIVE_JOB = {"planning", "dispatching", "running", "recovering", "preempting", "stopping"}
 LIVE_NODE = {"pending", "launching", "preparing", "running"}
 MAX_JOBS = 100  # live jobs whose nodes are looked up per refresh
-STATUS_STYLE = {"online": "green", "busy": "cyan", "draining": "yellow", "offline": "red", "pending": "dim"}
+STATUS_STYLE = {"online": "green", "busy": "cyan", "draining": "yellow", "quarantined": "magenta", "offline": "red",
+                "pending": "dim"}
 
 
 @dataclass
@@ -108,7 +109,8 @@ def _percent(value: Any) -> str:
 
 def render_machine(machine: dict[str, Any], tasks: list[Task], now: float) -> Panel:
     caps, load = machine.get("capabilities") or {}, machine.get("current_load") or {}
-    status = machine["status"] + (" (suspect)" if machine.get("suspect_until") else "")
+    status = machine["status"] + (" (quarantined)" if machine.get("quarantined_at") and machine["status"] != "quarantined"
+                                  else "")
     header = Text.assemble(
         (machine["name"], "bold"), "  ", (status, STATUS_STYLE.get(machine["status"], "")),
         f"  {machine['host']}  cpu {_percent(load.get('cpu_usage'))} of {caps.get('cpu_count', '?')}"

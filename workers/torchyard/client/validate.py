@@ -162,7 +162,8 @@ class Validation:
             self.record(f"agent {worker['name']}", result, detail, seconds / len(workers))
 
     def job_checks(self) -> None:
-        placeable = [c for c in self.checks if c.name.startswith("agent ") and "draining" not in c.detail]
+        placeable = [c for c in self.checks if c.name.startswith("agent ")
+                     and not any(word in c.detail for word in ("draining", "quarantined"))]
         if len(placeable) < 2:
             self.record("2-node job", FAIL, f"a 2-node job needs two machines with live agents; there is "
                         f"{len(placeable)}")

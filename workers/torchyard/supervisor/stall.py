@@ -39,9 +39,15 @@ import psutil
 
 from .proctree import tree_usage
 
-# The default timeout: 10x the median time between two steps, never under a minute, so that a
-# checkpoint save or an evaluation pass is not taken for a hang.
-MEDIAN_FACTOR = 10.0
+# `stall_timeout: auto` (the default): a hang is declared after AUTO_FACTOR x the p95 of the job's
+# own step times without a step, never under AUTO_MIN_S; until AUTO_MIN_STEPS steps are timed (and
+# for ranks that report no steps) the fixed DEFAULT_MIN_TIMEOUT_S holds. The p95 covers the slow
+# steps that come round (a checkpoint every N steps, an evaluation pass) as long as they come round
+# often enough to be in the tail; a rarer long pause should report no steps meanwhile, or the job
+# sets a number.
+AUTO_FACTOR = 2.0
+AUTO_MIN_S = 15.0
+AUTO_MIN_STEPS = 8
 DEFAULT_MIN_TIMEOUT_S = 60.0
 MAX_STACK_CHARS = 16_000
 
@@ -62,13 +68,14 @@ class Stall:
     stalled_for: float
     timeout: float
     silent: bool = False  # found by SilenceWatch: the rank reports no steps
+    basis: str = ""  # how the timeout was set, in words: the verdict's evidence says which deadline applied
 
 
 class StallWatch:
     """Per-rank progress; `stalled(now)` returns each rank once when it stops advancing."""
 
     def __init__(self, timeout: float | None = None) -> None:
-        """`timeout` in seconds as the job set it; None for the default (see MEDIAN_FACTOR)."""
+        """`timeout` in seconds as the job set it; None for `auto` (see AUTO_FACTOR)."""
         self.explicit_timeout = timeout
         self._ranks: dict[int, _Rank] = {}
 
@@ -85,27 +92,35 @@ class StallWatch:
         known.finished = total is not None and step >= total
 
     def timeout(self) -> float:
+        return self.deadline()[0]
+
+    def deadline(self) -> tuple[float, str]:
+        """(seconds without a step that make a hang, how they were set, in words)."""
         if self.explicit_timeout is not None:
-            return self.explicit_timeout
+            return self.explicit_timeout, f"stall_timeout {self.explicit_timeout:g} s, set by the job"
         intervals = [i for r in self._ranks.values() for i in r.intervals]
-        if not intervals:
-            return DEFAULT_MIN_TIMEOUT_S
-        return max(DEFAULT_MIN_TIMEOUT_S, MEDIAN_FACTOR * statistics.median(intervals))
+        if len(intervals) < AUTO_MIN_STEPS:
+            return DEFAULT_MIN_TIMEOUT_S, (f"auto: the fixed {DEFAULT_MIN_TIMEOUT_S:g} s until {AUTO_MIN_STEPS} step "
+                                           f"times are known ({len(intervals)} so far)")
+        p95 = statistics.quantiles(intervals, n=20, method="inclusive")[18]
+        limit = max(AUTO_MIN_S, AUTO_FACTOR * p95)
+        return limit, (f"auto: {AUTO_FACTOR:g} x the p95 step time ({p95:.3g} s over the last {len(intervals)} "
+                       f"steps), at least {AUTO_MIN_S:g} s")
 
     def stalled(self, now: float) -> list[Stall]:
         """Ranks whose step has not advanced for the timeout and were not reported yet; with them,
         the node's other ranks that have not advanced for half of it. Those most likely wait on the
         same thing, a few milliseconds' metrics apart, and under `on_stall: recover` this check is
         the last look at them before the node's ranks are ended."""
-        limit = self.timeout()
+        limit, basis = self.deadline()
         waiting = [(rank, known) for rank, known in sorted(self._ranks.items())
                    if not known.reported and not known.finished and now - known.advanced_at >= limit / 2]
         if not any(now - known.advanced_at >= limit for _, known in waiting):
             return []
         for _, known in waiting:
             known.reported = True
-        return [Stall(rank=rank, step=known.step, stalled_for=round(now - known.advanced_at, 1), timeout=round(limit, 1))
-                for rank, known in waiting]
+        return [Stall(rank=rank, step=known.step, stalled_for=round(now - known.advanced_at, 1), timeout=round(limit, 1),
+                      basis=basis) for rank, known in waiting]
 
     def reports(self, rank: int) -> bool:
         """Whether the rank has reported a step (its progress is watched here)."""
@@ -193,7 +208,7 @@ class SilenceWatch:
             return None
         self._reported.add(rank)
         return Stall(rank=rank, step=0, stalled_for=round(now - known.since, 1), timeout=round(self.timeout, 1),
-                     silent=True)
+                     silent=True, basis=f"{self.timeout:g} s of silence (the rank reports no steps)")
 
     def still_silent(self, ranks: list[int]) -> bool:
         return any(rank in self._reported for rank in ranks)

@@ -480,7 +480,8 @@ class NodeSupervisor:
         for seen in examined:
             stall, pid, status, stack = seen.stall, seen.pid, seen.process_state, seen.stack
             self.publisher.emit(protocol.STALLED, rank=stall.rank, step=stall.step, stalled_for=stall.stalled_for,
-                                timeout=stall.timeout, process_state=status, pid=pid, stack=stack,
+                                timeout=stall.timeout, timeout_basis=stall.basis, process_state=status, pid=pid,
+                                stack=stack,
                                 last_line=self.pump.last_line.get(stall.rank, ""), hostname=socket.gethostname(),
                                 on_stall=self.launch.on_stall, waits_in=seen.waits_in, frame=seen.frame,
                                 **({"silent": True} if stall.silent else {}))

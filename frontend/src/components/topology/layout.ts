@@ -156,8 +156,11 @@ function removedMachine(node: JobNode): Machine {
     usage: [],
     volumes: [],
     declared_volumes: {},
-    suspect_until: null,
-    suspect_reason: '',
+    quarantined_at: null,
+    quarantine_reason: '',
+    quarantine_job: null,
+    probation_until: null,
+    health: {},
   }
 }
 

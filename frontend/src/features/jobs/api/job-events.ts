@@ -5,6 +5,7 @@ import type {
   LogEvent,
   MetricEvent,
   PreflightEvent,
+  StacksEvent,
   StalledEvent,
   StateEvent,
 } from '../../../lib/types'
@@ -35,6 +36,8 @@ export interface JobEventsState {
   /** Every node's preflight result, all attempts (a few per attempt). */
   preflight: PreflightEvent[]
   stalls: StalledEvent[]
+  /** Every node's answer to a "where is every rank now" request (`torchyard stacks`), the latest kept. */
+  stacks: StacksEvent[]
   /** Result events streamed so far (a function job's ranks returning): each refetches the results. */
   results: number
   /** Every job and node transition, all attempts: the page's timeline. */
@@ -49,12 +52,15 @@ export const emptyJobEvents = (): JobEventsState => ({
   checkpoints: [],
   preflight: [],
   stalls: [],
+  stacks: [],
   results: 0,
   states: [],
 })
 
 /** Stall reports kept (each carries a stack of up to 16 kB). */
 export const STALL_CAP = 50
+/** Stacks answers kept: a node's each, of the last few requests. */
+export const STACKS_CAP = 64
 /** Transitions kept: a few per node and attempt, so only a job restarting for days reaches it. */
 export const STATE_CAP = 5_000
 
@@ -101,6 +107,7 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
   const checkpoints: CheckpointEvent[] = []
   const preflight: PreflightEvent[] = []
   const stalls: StalledEvent[] = []
+  const stacks: StacksEvent[] = []
   const states: StateEvent[] = []
   let results = 0
   for (const event of events) {
@@ -111,6 +118,7 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
     else if (event.type === 'checkpoint') checkpoints.push(event)
     else if (event.type === 'preflight') preflight.push(event)
     else if (event.type === 'stalled') stalls.push(event)
+    else if (event.type === 'stacks') stacks.push(event)
     else if (event.type === 'state') states.push(event)
     else if (event.type === 'result') results += 1
   }
@@ -124,6 +132,7 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
     checkpoints: checkpoints.length ? [...state.checkpoints, ...checkpoints] : state.checkpoints,
     preflight: preflight.length ? [...state.preflight, ...preflight] : state.preflight,
     stalls: stalls.length ? capped([...state.stalls, ...stalls], STALL_CAP) : state.stalls,
+    stacks: stacks.length ? capped([...state.stacks, ...stacks], STACKS_CAP) : state.stacks,
     results: state.results + results,
     states: states.length ? capped([...state.states, ...states], STATE_CAP) : state.states,
   }

@@ -17,7 +17,7 @@ describe('HealthPanel', () => {
     job.progress = {
       ...job.progress,
       stall: { attempt: 1, kind: 'collective', summary: 'all 2 ranks stopped together at step 41: a hung collective', ranks: {},
-        culprits: [], suspected: [] },
+        culprits: [], quarantined: [] },
     }
     const preflight: PreflightEvent[] = [
       { ...base, id: 3, node_rank: 1, type: 'preflight', ok: true, role: 'node', master: '10.0.0.1:29500',
@@ -36,16 +36,17 @@ describe('HealthPanel', () => {
     expect(screen.getByText('Thread 7 (idle): "MainThread"')).toBeInTheDocument()
   })
 
-  it('names the rank that holds the job, where its stack was, and the machine made suspect', () => {
+  it('names the rank that holds the job, where its stack was, the deadline that applied and the machine quarantined', () => {
     const job = jobDetail({ attempt: 0 })
     const summary = 'rank 1 on machine beta (process stopped, SIGSTOP?) holds the job: rank 0 waits in a collective at step 41'
     job.progress = {
       ...job.progress,
-      stall: { attempt: 0, kind: 'culprit', summary, ranks: {}, suspected: ['beta'],
+      stall: { attempt: 0, kind: 'culprit', summary, ranks: {}, quarantined: ['beta'],
         culprits: [{ rank: 1, ranks: [1], machine: 'beta', node_rank: 1, cause: 'process', evidence: 'process stopped, SIGSTOP?' }] },
     }
-    const stall = { ...base, attempt: 0, type: 'stalled' as const, step: 41, stalled_for: 8, timeout: 8, last_line: '',
-      stack: '', on_stall: 'recover' as const }
+    const stall = { ...base, attempt: 0, type: 'stalled' as const, step: 41, stalled_for: 15, timeout: 15, last_line: '',
+      stack: '', on_stall: 'recover' as const,
+      timeout_basis: 'auto: 2 x the p95 step time (0.21 s over the last 64 steps), at least 15 s' }
     const stalls: StalledEvent[] = [
       { ...stall, id: 8, node_rank: 0, rank: 0, process_state: 'sleeping', hostname: 'alpha',
         waits_in: '_engine_run_backward (torch/autograd/graph.py:979)', frame: '_engine_run_backward (torch/autograd/graph.py:979)' },
@@ -53,7 +54,8 @@ describe('HealthPanel', () => {
     ]
     render(<HealthPanel job={job} preflight={[]} stalls={stalls} />)
     expect(screen.getByRole('alert')).toHaveTextContent(`Stalled: ${summary}`)
-    expect(screen.getByText(/Suspect now .*: beta/)).toBeInTheDocument()
+    expect(screen.getByText(/Quarantined .*: beta/)).toBeInTheDocument()
+    expect(screen.getAllByText('deadline 15 s: auto: 2 x the p95 step time (0.21 s over the last 64 steps), at least 15 s')).toHaveLength(2)
     expect(screen.getByText(/rank 1 on beta: .*\(process stopped; outside any collective, in train \(mlp_ddp.py:138\)\)/)).toBeInTheDocument()
     expect(screen.getByText(/rank 0 on alpha: .*waits in _engine_run_backward/)).toBeInTheDocument()
   })

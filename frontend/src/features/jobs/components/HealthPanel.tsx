@@ -4,8 +4,8 @@ import { stallWhat } from '../timeline'
 /**
  * What the nodes found before and while training: each node's preflight (the master reached, the
  * versions agreed) and the ranks that stalled, with the control plane's verdict (naming the rank and
- * machine that holds the job when the evidence says so, and the machines it made suspect) and each
- * rank's Python stack. Hidden until there is something to show.
+ * machine that holds the job when the evidence says so, and the machines it quarantined), each
+ * rank's Python stack and the deadline that applied. Hidden until there is something to show.
  */
 export function HealthPanel({
   job,
@@ -39,9 +39,10 @@ export function HealthPanel({
           Stalled: {verdict.summary}
         </p>
       )}
-      {verdict && verdict.suspected.length > 0 && (
+      {verdict && verdict.quarantined.length > 0 && (
         <p className="muted">
-          Suspect now (planned on only when nothing else fits): {verdict.suspected.join(', ')}
+          Quarantined (nothing is placed there until released, on the Machines page or by its health check):{' '}
+          {verdict.quarantined.join(', ')}
         </p>
       )}
       {stalls
@@ -53,6 +54,11 @@ export function HealthPanel({
               attempt {e.attempt ?? 0}, rank {e.rank} on {e.hostname}: {stallWhat(e)}{e.silent ? '' : ` after step ${e.step}`}{' '}
               (process {e.process_state}{describeStack(e)}){e.on_stall === 'recover' ? '; on_stall: recover ended its node' : ''}
             </summary>
+            {e.timeout_basis && (
+              <p className="muted">
+                deadline {e.timeout} s: {e.timeout_basis}
+              </p>
+            )}
             {e.last_line && (
               <p className="muted">
                 last line: <span className="mono">{e.last_line}</span>

@@ -8,6 +8,7 @@ import '../job-page.css'
 import { ArtifactsPanel } from './ArtifactsPanel'
 import { CheckpointsPanel } from './CheckpointsPanel'
 import { HealthPanel } from './HealthPanel'
+import { StacksPanel } from './StacksPanel'
 import { JobHeader } from './JobHeader'
 import { JobTopology } from './JobTopology'
 import { LogViewer } from './LogViewer'
@@ -62,6 +63,7 @@ function JobDetail({ jobId }: { jobId: number }) {
       {job.data.spec.function && <ResultsPanel job={job.data} seen={events.results} />}
       <JobTopology job={job.data} />
       <HealthPanel job={job.data} preflight={events.preflight} stalls={events.stalls} />
+      <StacksPanel job={job.data} stacks={events.stacks} />
       <MetricsPanel jobId={jobId} metrics={events.metrics} states={events.states} />
       <LogViewer jobId={jobId} logs={events.logs} olderBefore={events.olderBefore} />
       <StateTimeline states={events.states} stalls={events.stalls} />

@@ -25,6 +25,20 @@ export const useSetMachineVolumes = () => {
   })
 }
 
+/** End a quarantine (a hang's verdict put the machine there): the planner places nodes there again. */
+export const releaseMachine = (id: number) =>
+  dataOf(api.PATCH('/api/machines/{machine_id}', { params: { path: { machine_id: id } }, body: { quarantined: false } }))
+
+export const useReleaseMachine = () => {
+  const queryClient = useQueryClient()
+  return useMutation({
+    mutationFn: releaseMachine,
+    onSuccess: (updated) => {
+      queryClient.setQueryData<Machine[]>(machinesQueryKey, (old) => old?.map((m) => (m.id === updated.id ? updated : m)))
+    },
+  })
+}
+
 export const useSetMachineDrain = () => {
   const queryClient = useQueryClient()
   return useMutation({

@@ -6,7 +6,7 @@ import { isApiError } from '../../../lib/api'
 import type { Machine } from '../../../lib/types'
 import { useDeleteMachine } from '../api/delete-machine'
 import { usePingMachine } from '../api/ping-machine'
-import { useSetMachineDrain, useSetMachineVolumes } from '../api/update-machine'
+import { useReleaseMachine, useSetMachineDrain, useSetMachineVolumes } from '../api/update-machine'
 import { LoadBars } from './LoadBars'
 import {
   gpuDeclaration,
@@ -36,11 +36,12 @@ interface MachineRowProps {
 export function MachineRow({ machine: m, canManage, roundTrip, checking, onRoundTrip }: MachineRowProps) {
   const ping = usePingMachine()
   const drain = useSetMachineDrain()
+  const release = useReleaseMachine()
   const [confirming, setConfirming] = useState(false)
   const [editingVolumes, setEditingVolumes] = useState(false)
   const removeButton = useRef<HTMLButtonElement>(null)
   const labels = Object.entries(m.labels)
-  const error = ping.error ?? drain.error
+  const error = ping.error ?? drain.error ?? release.error
 
   const onPing = () =>
     ping.mutate(m.id, {
@@ -89,9 +90,31 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
         </td>
         <td>
           <StatusBadge status={m.status} title={m.drained ? 'drained: no new nodes are placed here' : undefined} />
-          {m.suspect_until && (
-            <div className="text-bad" title={`${m.suspect_reason}; planned on only when nothing else fits`}>
-              suspect
+          {m.quarantined_at && (
+            <div className="quarantine" aria-label="Quarantine">
+              <div className="text-bad">{m.quarantine_reason || 'quarantined'}</div>
+              <div className="muted">
+                {m.quarantine_job != null && <a href={`/jobs/${m.quarantine_job}`}>job #{m.quarantine_job}</a>}
+                {m.quarantine_job != null && ' · '}
+                since <RelativeTime iso={m.quarantined_at} />
+                {m.probation_until ? (
+                  <>
+                    {' · '}health check from <RelativeTime iso={m.probation_until} />
+                  </>
+                ) : (
+                  ' · released by an operator only'
+                )}
+              </div>
+              {m.health?.at && (
+                <div className={m.health.ok ? 'muted' : 'text-bad'}>
+                  last health check {m.health.ok ? 'passed' : 'failed'}
+                  {!m.health.ok &&
+                    `: ${(m.health.checks ?? [])
+                      .filter((c) => !c.ok)
+                      .map((c) => `${c.name}: ${c.detail}`)
+                      .join('; ')}`}
+                </div>
+              )}
             </div>
           )}
         </td>
@@ -130,6 +153,18 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
             </button>
             {canManage && (
               <>
+                {m.quarantined_at && (
+                  <button
+                    type="button"
+                    className="small"
+                    disabled={release.isPending}
+                    onClick={() => release.mutate(m.id)}
+                    aria-label={`Release ${m.name}`}
+                    title="End the quarantine: nodes may be placed here again"
+                  >
+                    Release
+                  </button>
+                )}
                 <button
                   type="button"
                   className="small drain-button"

@@ -35,14 +35,29 @@ function gpuMachine(overrides: Partial<Machine> = {}): Machine {
 const row = (name: string) => screen.getByRole('row', { name })
 
 describe('machines', () => {
-  it('marks a machine a stall verdict made suspect, saying why', async () => {
+  it('shows a quarantined machine with why, the job that found it and its failed health check, and releases it', async () => {
     const reason = 'rank 1 on machine beta (process stopped, SIGSTOP?) held job #4 (attempt 0) at step 40'
-    mockFetch({ ...csrfRoute(), ...staff, 'GET /api/machines': () => json([machine(), gpuMachine({
-      suspect_until: '2030-01-01T00:00:00Z', suspect_reason: reason })]) })
+    let beta = gpuMachine({
+      status: 'quarantined', quarantined_at: '2030-01-01T00:00:00Z', quarantine_reason: reason, quarantine_job: 4,
+      probation_until: '2030-01-01T00:10:00Z',
+      health: { at: '2030-01-01T00:10:05Z', ok: false, checks: [{ name: 'gpu', ok: false, detail: 'CUDA is not available', seconds: 0.4 }] },
+    })
+    const requests = mockFetch({ ...csrfRoute(), ...staff, 'GET /api/machines': () => json([machine(), beta]),
+      'PATCH /api/machines/2': () => {
+        beta = gpuMachine({ status: 'online' })
+        return json(beta)
+      } })
     renderWithProviders(<MachinesPanel />)
-    expect(within(await screen.findByRole('row', { name: 'beta' })).getByText('suspect')).toHaveAttribute(
-      'title', `${reason}; planned on only when nothing else fits`)
-    expect(within(row('alpha')).queryByText('suspect')).not.toBeInTheDocument()
+    const shown = within(await screen.findByRole('row', { name: 'beta' })).getByLabelText('Quarantine')
+    expect(shown).toHaveTextContent(reason)
+    expect(within(shown).getByRole('link', { name: 'job #4' })).toHaveAttribute('href', '/jobs/4')
+    expect(shown).toHaveTextContent('last health check failed: gpu: CUDA is not available')
+    expect(within(row('beta')).getByText('quarantined')).toHaveClass('badge-quarantined')
+    expect(within(row('alpha')).queryByLabelText('Quarantine')).not.toBeInTheDocument()
+    expect(within(row('alpha')).queryByRole('button', { name: 'Release alpha' })).not.toBeInTheDocument()
+    await userEvent.setup().click(within(row('beta')).getByRole('button', { name: 'Release beta' }))
+    await waitFor(() => expect(within(row('beta')).queryByLabelText('Quarantine')).not.toBeInTheDocument())
+    expect(requests.filter((r) => r.method === 'PATCH').map((r) => r.body)).toEqual([{ quarantined: false }])
   })
 
   it('says when an agent declares its GPUs and warns where NVML sees otherwise', async () => {

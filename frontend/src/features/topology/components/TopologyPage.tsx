@@ -11,6 +11,7 @@ const LEGEND: [string, string][] = [
   ['online', 'var(--green)'],
   ['busy', 'var(--blue)'],
   ['draining', 'var(--amber)'],
+  ['quarantined', 'var(--purple, #7b4bb7)'],
   ['offline', 'var(--red)'],
   ['pending', 'var(--grey)'],
 ]
