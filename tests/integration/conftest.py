@@ -30,12 +30,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # --- the shared stacks (shared.py): one per pytest session, checked on each module's entry ---------
 @pytest.fixture(scope="session")
 def _shared_pg(tmp_path_factory):
-    shared = Shared("pg", lambda: start_pg_stack(tmp_path_factory.mktemp("pg-stack"),
-                                                 redis_offset=redis_databases.SHARED_PG_STACK), stop_pg_stack, settle)
-    try:
+    with Shared("pg", lambda: start_pg_stack(tmp_path_factory.mktemp("pg-stack"),
+                                             redis_offset=redis_databases.SHARED_PG_STACK), stop_pg_stack, settle) as shared:
         yield shared
-    finally:
-        shared.close()
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +46,10 @@ def pg_stack(_shared_pg) -> Stack:
 def _shared_embedded(tmp_path_factory):
     # Seed 001's coordinator settings, as its users set them (they are only the defaults of its own
     # `POST /jobs`): quick steps for its test, nothing for anyone else's.
-    shared = Shared("embedded", lambda: start_stack(
-        tmp_path_factory.mktemp("embedded-stack"), env={"SLEEP_SEC": "0.02", "CHECKPOINT_EVERY": "10"}),
-        Stack.stop, settle)
-    try:
+    with Shared("embedded", lambda: start_stack(
+            tmp_path_factory.mktemp("embedded-stack"), env={"SLEEP_SEC": "0.02", "CHECKPOINT_EVERY": "10"}),
+            Stack.stop, settle) as shared:
         yield shared
-    finally:
-        shared.close()
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +61,9 @@ def embedded_stack(_shared_embedded) -> Stack:
 
 @pytest.fixture(scope="session")
 def _shared_cluster(tmp_path_factory):
-    shared = Shared("hosts apart", lambda: open_cluster(tmp_path_factory.mktemp("hosts-apart"), hosts=3),
-                    lambda cluster: cluster.close(), Cluster.settle)
-    try:
+    with Shared("hosts apart", lambda: open_cluster(tmp_path_factory.mktemp("hosts-apart"), hosts=3),
+                lambda cluster: cluster.close(), Cluster.settle) as shared:
         yield shared
-    finally:
-        shared.close()
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ class Unrepairable(Exception):
 
 class Shared(Generic[T]):
     """One stack (or cluster) for the session: `start()` makes it, `settle(it)` makes it as fresh
-    (raising Unrepairable when it cannot), `stop(it)` ends it."""
+    (raising Unrepairable when it cannot), `stop(it)` ends it (on leaving its `with`)."""
 
     def __init__(self, name: str, start: Callable[[], T], stop: Callable[[T], None],
                  settle: Callable[[T], None]) -> None:
@@ -70,6 +70,12 @@ class Shared(Generic[T]):
         if self.stack is not None:
             stack, self.stack = self.stack, None
             self._stop(stack)
+
+    def __enter__(self) -> Shared[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def settle(stack: Stack, agents: tuple[str, ...] = ("local-0", "local-1")) -> None:

@@ -15,37 +15,21 @@ export type VolumesChange = { id: number; volumes: Record<string, string> }
 export const setMachineVolumes = ({ id, volumes }: VolumesChange) =>
   dataOf(api.PATCH('/api/machines/{machine_id}', { params: { path: { machine_id: id } }, body: { volumes } }))
 
-export const useSetMachineVolumes = () => {
-  const queryClient = useQueryClient()
-  return useMutation({
-    mutationFn: setMachineVolumes,
-    onSuccess: (updated) => {
-      queryClient.setQueryData<Machine[]>(machinesQueryKey, (old) => old?.map((m) => (m.id === updated.id ? updated : m)))
-    },
-  })
-}
-
 /** End a quarantine (a hang's verdict put the machine there): the planner places nodes there again. */
 export const releaseMachine = (id: number) =>
   dataOf(api.PATCH('/api/machines/{machine_id}', { params: { path: { machine_id: id } }, body: { quarantined: false } }))
 
-export const useReleaseMachine = () => {
+/** A change to one machine, shown at once in the list, not on the cluster stream's next snapshot. */
+function useMachineChange<T>(mutationFn: (change: T) => Promise<Machine>) {
   const queryClient = useQueryClient()
   return useMutation({
-    mutationFn: releaseMachine,
+    mutationFn,
     onSuccess: (updated) => {
       queryClient.setQueryData<Machine[]>(machinesQueryKey, (old) => old?.map((m) => (m.id === updated.id ? updated : m)))
     },
   })
 }
 
-export const useSetMachineDrain = () => {
-  const queryClient = useQueryClient()
-  return useMutation({
-    mutationFn: setMachineDrain,
-    onSuccess: (updated) => {
-      // At once, not on the cluster stream's next snapshot.
-      queryClient.setQueryData<Machine[]>(machinesQueryKey, (old) => old?.map((m) => (m.id === updated.id ? updated : m)))
-    },
-  })
-}
+export const useSetMachineVolumes = () => useMachineChange(setMachineVolumes)
+export const useReleaseMachine = () => useMachineChange(releaseMachine)
+export const useSetMachineDrain = () => useMachineChange(setMachineDrain)
