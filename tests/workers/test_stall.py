@@ -54,7 +54,7 @@ def test_auto_is_the_fixed_minute_until_eight_steps_are_timed_then_twice_their_p
     watch.step(0, 8, now=1.6)
     # A 0.2 s step: twice its p95 is far under the floor.
     limit, basis = watch.deadline()
-    assert limit == AUTO_MIN_S and basis == "auto: 2 x the p95 step time (0.2 s over the last 8 steps), at least 15 s"
+    assert limit == AUTO_MIN_S and basis == "auto: 2 x the p95 step time (0.2 s between the last 8 steps reported), at least 15 s"
 
     slow = StallWatch()
     times = [10.0] * 18 + [30.0, 40.0]  # 10 s steps, and two slow ones (a checkpoint, an evaluation)
@@ -65,7 +65,15 @@ def test_auto_is_the_fixed_minute_until_eight_steps_are_timed_then_twice_their_p
         slow.step(0, step, now=now)
     assert slow.timeout() == 2 * 30.5  # the p95 of those twenty: between the 19th and the 20th
     [stall] = slow.stalled(now=now + 61.0)
-    assert (stall.timeout, stall.basis) == (61.0, "auto: 2 x the p95 step time (30.5 s over the last 20 steps), at least 15 s")
+    assert (stall.timeout, stall.basis) == (61.0, "auto: 2 x the p95 step time (30.5 s between the last 20 steps reported), at least 15 s")
+
+
+def test_a_script_that_reports_every_tenth_step_is_timed_from_report_to_report():
+    watch = StallWatch()
+    for report in range(10):  # steps 0, 10, 20 ... every 12 s: 1.2 s a step
+        watch.step(0, report * 10, now=report * 12.0)
+    assert watch.timeout() == 24.0  # twice the 12 s between reports, not the 15 s floor over 1.2 s steps
+    assert watch.stalled(now=9 * 12.0 + 23.0) == []
 
 
 def test_a_number_the_job_sets_is_the_deadline_and_says_so():

@@ -155,7 +155,7 @@ def test_under_recover_the_culprits_machine_is_quarantined_once_and_planned_on_n
         job_record_stall(job_id=job.pk, event_id=event_id, attempt=0, node_id=nodes[rank // 2].pk, rank=rank,
                          payload={"step": 40, "stalled_for": 15.2, "process_state": state, "waits_in": waits_in,
                                   "frame": "train (mlp_ddp.py:138)", "timeout": 15.0,
-                                  "timeout_basis": "auto: 2 x the p95 step time (0.2 s over the last 64 steps), at least 15 s"})
+                                  "timeout_basis": "auto: 2 x the p95 step time (0.2 s between the last 64 steps reported), at least 15 s"})
 
     report(1, 0, "sleeping", BACKWARD)
     report(2, 1, "stopped", "")

@@ -40,8 +40,9 @@ import psutil
 from .proctree import tree_usage
 
 # `stall_timeout: auto` (the default): a hang is declared after AUTO_FACTOR x the p95 of the job's
-# own step times without a step, never under AUTO_MIN_S; until AUTO_MIN_STEPS steps are timed (and
-# for ranks that report no steps) the fixed DEFAULT_MIN_TIMEOUT_S holds. The p95 covers the slow
+# own step times (the time between two steps it reports) without a step, never under AUTO_MIN_S;
+# until AUTO_MIN_STEPS of them are timed (and for ranks that report no steps) the fixed
+# DEFAULT_MIN_TIMEOUT_S holds. The p95 covers the slow
 # steps that come round (a checkpoint every N steps, an evaluation pass) as long as they come round
 # often enough to be in the tail; a rarer long pause should report no steps meanwhile, or the job
 # sets a number.
@@ -86,7 +87,9 @@ class StallWatch:
             known = self._ranks[rank] = _Rank(step=step, advanced_at=now)
         elif step != known.step:
             if step > known.step:
-                known.intervals.append((now - known.advanced_at) / (step - known.step))
+                # The time between two reports, not per step: a script that reports every 10th step
+                # goes that long without a word, and only a longer silence is a hang.
+                known.intervals.append(now - known.advanced_at)
             # A step going back is a resume from a checkpoint: progress all the same.
             known.step, known.advanced_at, known.reported = step, now, False
         known.finished = total is not None and step >= total
@@ -104,8 +107,8 @@ class StallWatch:
                                            f"times are known ({len(intervals)} so far)")
         p95 = statistics.quantiles(intervals, n=20, method="inclusive")[18]
         limit = max(AUTO_MIN_S, AUTO_FACTOR * p95)
-        return limit, (f"auto: {AUTO_FACTOR:g} x the p95 step time ({p95:.3g} s over the last {len(intervals)} "
-                       f"steps), at least {AUTO_MIN_S:g} s")
+        return limit, (f"auto: {AUTO_FACTOR:g} x the p95 step time ({p95:.3g} s between the last {len(intervals)} "
+                       f"steps reported), at least {AUTO_MIN_S:g} s")
 
     def stalled(self, now: float) -> list[Stall]:
         """Ranks whose step has not advanced for the timeout and were not reported yet; with them,

@@ -46,7 +46,7 @@ describe('HealthPanel', () => {
     }
     const stall = { ...base, attempt: 0, type: 'stalled' as const, step: 41, stalled_for: 15, timeout: 15, last_line: '',
       stack: '', on_stall: 'recover' as const,
-      timeout_basis: 'auto: 2 x the p95 step time (0.21 s over the last 64 steps), at least 15 s' }
+      timeout_basis: 'auto: 2 x the p95 step time (0.21 s between the last 64 steps reported), at least 15 s' }
     const stalls: StalledEvent[] = [
       { ...stall, id: 8, node_rank: 0, rank: 0, process_state: 'sleeping', hostname: 'alpha',
         waits_in: '_engine_run_backward (torch/autograd/graph.py:979)', frame: '_engine_run_backward (torch/autograd/graph.py:979)' },
@@ -55,7 +55,7 @@ describe('HealthPanel', () => {
     render(<HealthPanel job={job} preflight={[]} stalls={stalls} />)
     expect(screen.getByRole('alert')).toHaveTextContent(`Stalled: ${summary}`)
     expect(screen.getByText(/Quarantined .*: beta/)).toBeInTheDocument()
-    expect(screen.getAllByText('deadline 15 s: auto: 2 x the p95 step time (0.21 s over the last 64 steps), at least 15 s')).toHaveLength(2)
+    expect(screen.getAllByText('deadline 15 s: auto: 2 x the p95 step time (0.21 s between the last 64 steps reported), at least 15 s')).toHaveLength(2)
     expect(screen.getByText(/rank 1 on beta: .*\(process stopped; outside any collective, in train \(mlp_ddp.py:138\)\)/)).toBeInTheDocument()
     expect(screen.getByText(/rank 0 on alpha: .*waits in _engine_run_backward/)).toBeInTheDocument()
   })

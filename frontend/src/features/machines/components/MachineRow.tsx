@@ -3,6 +3,7 @@ import { ErrorWithRetry } from '../../../components/ErrorWithRetry'
 import { RelativeTime } from '../../../components/RelativeTime'
 import { StatusBadge } from '../../../components/StatusBadge'
 import { isApiError } from '../../../lib/api'
+import { formatDateTime } from '../../../lib/format'
 import type { Machine } from '../../../lib/types'
 import { useDeleteMachine } from '../api/delete-machine'
 import { usePingMachine } from '../api/ping-machine'
@@ -90,33 +91,6 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
         </td>
         <td>
           <StatusBadge status={m.status} title={m.drained ? 'drained: no new nodes are placed here' : undefined} />
-          {m.quarantined_at && (
-            <div className="quarantine" aria-label="Quarantine">
-              <div className="text-bad">{m.quarantine_reason || 'quarantined'}</div>
-              <div className="muted">
-                {m.quarantine_job != null && <a href={`/jobs/${m.quarantine_job}`}>job #{m.quarantine_job}</a>}
-                {m.quarantine_job != null && ' · '}
-                since <RelativeTime iso={m.quarantined_at} />
-                {m.probation_until ? (
-                  <>
-                    {' · '}health check from <RelativeTime iso={m.probation_until} />
-                  </>
-                ) : (
-                  ' · released by an operator only'
-                )}
-              </div>
-              {m.health?.at && (
-                <div className={m.health.ok ? 'muted' : 'text-bad'}>
-                  last health check {m.health.ok ? 'passed' : 'failed'}
-                  {!m.health.ok &&
-                    `: ${(m.health.checks ?? [])
-                      .filter((c) => !c.ok)
-                      .map((c) => `${c.name}: ${c.detail}`)
-                      .join('; ')}`}
-                </div>
-              )}
-            </div>
-          )}
         </td>
         <td title={versionsOf(m) || undefined}>
           <div>{hostSummary(m)}</div>
@@ -198,6 +172,42 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
           </div>
         </td>
       </tr>
+      {m.quarantined_at && (
+        <tr className="row-message">
+          <td colSpan={MACHINE_COLUMNS}>
+            <div className="quarantine" aria-label="Quarantine">
+              <span className="text-bad">Quarantined: {m.quarantine_reason || 'a hang named it'}</span>
+              <span className="muted">
+                {' · '}
+                {m.quarantine_job != null && (
+                  <>
+                    <a href={`/jobs/${m.quarantine_job}`}>job #{m.quarantine_job}</a>
+                    {' · '}
+                  </>
+                )}
+                since <RelativeTime iso={m.quarantined_at} />
+                {m.probation_until ? (
+                  <>
+                    {' · '}its health check may release it from {formatDateTime(m.probation_until)}
+                  </>
+                ) : (
+                  ' · released by an operator only'
+                )}
+              </span>
+              {m.health?.at && (
+                <div className={m.health.ok ? 'muted' : 'text-bad'}>
+                  last health check {m.health.ok ? 'passed' : 'failed'}
+                  {!m.health.ok &&
+                    `: ${(m.health.checks ?? [])
+                      .filter((c) => !c.ok)
+                      .map((c) => `${c.name}: ${c.detail}`)
+                      .join('; ')}`}
+                </div>
+              )}
+            </div>
+          </td>
+        </tr>
+      )}
       {error && (
         <tr className="row-message">
           <td colSpan={MACHINE_COLUMNS}>
