@@ -51,11 +51,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import launch_common as lc  # noqa: E402  (puts tests/, backend/ and workers/ on the path)
 import psutil  # noqa: E402
 import psycopg  # noqa: E402
 import redis  # noqa: E402
 import requests  # noqa: E402
+from integration.databases import database  # noqa: E402
 from integration.stack import Stack, start_stack, unique_name  # noqa: E402
 from torchyard import protocol  # noqa: E402
 from websockets.sync.client import connect as ws_connect  # noqa: E402
@@ -87,22 +87,17 @@ def machines_stack(work: Path) -> Iterator[tuple[Stack, str, str]]:
     Redis URL). The shared test Redis database is emptied by integration tests that start."""
     from torchyard_server.runtime.embedded_redis import start_redis
 
-    name = unique_name("torchyard_bench")
-    database_url = f"postgresql://postgres@127.0.0.1:5432/{name}"
-    with psycopg.connect(lc.PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    server = start_redis(work / "redis")
-    stack = None
-    try:
-        (work / "stack").mkdir(parents=True, exist_ok=True)
-        stack = start_stack(work / "stack", env={"DATABASE_URL": database_url, "REDIS_URL": server.url}, agents=0)
-        yield stack, database_url, server.url
-    finally:
-        if stack is not None:
-            stack.stop()
-        server.stop()
-        with psycopg.connect(lc.PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with database(unique_name("torchyard_bench")) as database_url:
+        server = start_redis(work / "redis")
+        stack = None
+        try:
+            (work / "stack").mkdir(parents=True, exist_ok=True)
+            stack = start_stack(work / "stack", env={"DATABASE_URL": database_url, "REDIS_URL": server.url}, agents=0)
+            yield stack, database_url, server.url
+        finally:
+            if stack is not None:
+                stack.stop()
+            server.stop()
 
 
 def register(stack: Stack, count: int) -> list[dict[str, Any]]:

@@ -52,8 +52,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_machines as bm  # noqa: E402  (the simulated agents; puts tests/, backend/, workers/ on the path)
-import launch_common as lc  # noqa: E402
 import psycopg  # noqa: E402
+from integration.databases import database  # noqa: E402
 from integration.stack import Stack, start_stack, unique_name  # noqa: E402
 
 GPUS_PER_MACHINE = 20
@@ -76,25 +76,20 @@ def scheduler_stack(work: Path) -> Iterator[tuple[Stack, str]]:
     """A stack without local agents, on a database and a Redis of its own; (stack, database URL)."""
     from torchyard_server.runtime.embedded_redis import start_redis
 
-    name = unique_name("torchyard_bench")
-    database_url = f"postgresql://postgres@127.0.0.1:5432/{name}"
-    with psycopg.connect(lc.PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    server = start_redis(work / "redis")
-    stack = None
-    try:
-        (work / "stack").mkdir(parents=True, exist_ok=True)
-        stack = start_stack(work / "stack", agents=0, env={
-            "DATABASE_URL": database_url, "REDIS_URL": server.url,
-            # Nothing answers the launches: keep the supervision sweep from writing the nodes off.
-            "TORCHYARD_NODE_LAUNCH_TIMEOUT": "3600"})
-        yield stack, database_url
-    finally:
-        if stack is not None:
-            stack.stop()
-        server.stop()
-        with psycopg.connect(lc.PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with database(unique_name("torchyard_bench")) as database_url:
+        server = start_redis(work / "redis")
+        stack = None
+        try:
+            (work / "stack").mkdir(parents=True, exist_ok=True)
+            stack = start_stack(work / "stack", agents=0, env={
+                "DATABASE_URL": database_url, "REDIS_URL": server.url,
+                # Nothing answers the launches: keep the supervision sweep from writing the nodes off.
+                "TORCHYARD_NODE_LAUNCH_TIMEOUT": "3600"})
+            yield stack, database_url
+        finally:
+            if stack is not None:
+                stack.stop()
+            server.stop()
 
 
 # --- the simulated agents: BENCH=machines's, each with GPUS_PER_MACHINE GPUs ------------------------
@@ -201,42 +196,37 @@ def time_preemption(work: Path) -> dict[str, float]:
     machine: seconds from its submit to dispatched and to running."""
     from torchyard_server.runtime.embedded_redis import start_redis
 
-    name = unique_name("torchyard_bench_preempt")
-    database_url = f"postgresql://postgres@127.0.0.1:5432/{name}"
-    with psycopg.connect(lc.PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    server = start_redis(work / "redis-preempt")
-    stack = None
-    try:
-        (work / "stack-preempt").mkdir(parents=True, exist_ok=True)
-        stack = start_stack(work / "stack-preempt", agents=2, env={"DATABASE_URL": database_url,
-                                                                    "REDIS_URL": server.url})
+    with database(unique_name("torchyard_bench_preempt")) as database_url:
+        server = start_redis(work / "redis-preempt")
+        stack = None
+        try:
+            (work / "stack-preempt").mkdir(parents=True, exist_ok=True)
+            stack = start_stack(work / "stack-preempt", agents=2, env={"DATABASE_URL": database_url,
+                                                                        "REDIS_URL": server.url})
 
-        def spec(job: str, steps: int, priority: str) -> dict[str, Any]:
-            return {"name": job, "entrypoint": "examples/mlp_ddp.py", "priority": priority,
-                    "resources": {"nodes": 1, "procs_per_node": 2},
-                    "args": ["--steps", str(steps), "--step-sleep", "0.05"],
-                    "checkpointing": {"every_n_steps": 50}}
+            def spec(job: str, steps: int, priority: str) -> dict[str, Any]:
+                return {"name": job, "entrypoint": "examples/mlp_ddp.py", "priority": priority,
+                        "resources": {"nodes": 1, "procs_per_node": 2},
+                        "args": ["--steps", str(steps), "--step-sleep", "0.05"],
+                        "checkpointing": {"every_n_steps": 50}}
 
-        lows = [stack.submit(spec(f"low-{i}", 100_000, "low"))["id"] for i in range(2)]
-        for job_id in lows:
-            _wait(stack, job_id, {"running"}, 180)
-        for job_id in lows:  # checkpointing: one committed each
-            stack.wait_checkpoint(job_id, timeout=120)
-        submitted = time.monotonic()
-        high = stack.submit(spec("high", 20, "high"))["id"]
-        dispatched = _wait(stack, high, {"dispatching", "running", "completed"}, 180)
-        running = _wait(stack, high, {"running", "completed"}, 180)
-        for job_id in lows:
-            stack.api("POST", f"/api/jobs/{job_id}/stop")
-        return {"dispatched": dispatched - submitted, "running": running - submitted,
-                "preempted": sum(stack.job(j)["restarts"] == 0 and stack.job(j)["attempt"] == 0 for j in lows)}
-    finally:
-        if stack is not None:
-            stack.stop()
-        server.stop()
-        with psycopg.connect(lc.PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            lows = [stack.submit(spec(f"low-{i}", 100_000, "low"))["id"] for i in range(2)]
+            for job_id in lows:
+                _wait(stack, job_id, {"running"}, 180)
+            for job_id in lows:  # checkpointing: one committed each
+                stack.wait_checkpoint(job_id, timeout=120)
+            submitted = time.monotonic()
+            high = stack.submit(spec("high", 20, "high"))["id"]
+            dispatched = _wait(stack, high, {"dispatching", "running", "completed"}, 180)
+            running = _wait(stack, high, {"running", "completed"}, 180)
+            for job_id in lows:
+                stack.api("POST", f"/api/jobs/{job_id}/stop")
+            return {"dispatched": dispatched - submitted, "running": running - submitted,
+                    "preempted": sum(stack.job(j)["restarts"] == 0 and stack.job(j)["attempt"] == 0 for j in lows)}
+        finally:
+            if stack is not None:
+                stack.stop()
+            server.stop()
 
 
 def report_preemption(measured: dict[str, float]) -> None:

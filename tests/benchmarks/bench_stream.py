@@ -47,10 +47,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import launch_common as lc  # noqa: E402
 import psutil  # noqa: E402
 import psycopg  # noqa: E402
 import redis  # noqa: E402
+from integration.databases import database  # noqa: E402
 from integration.stack import Stack, start_stack, unique_name  # noqa: E402
 from stream_clients import Follower, follow_sse, follow_ws  # noqa: E402
 from torchyard.bundles import pack_directory  # noqa: E402
@@ -111,20 +111,13 @@ wait("end")
 def stream_stack(work: Path) -> Iterator[tuple[Stack, str]]:
     """launch_common.bench_stack, also handing back the database URL: the bench reads the
     stored events straight from PostgreSQL."""
-    name = unique_name("torchyard_bench")
-    url = f"postgresql://postgres@127.0.0.1:5432/{name}"
-    with psycopg.connect(lc.PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    stack = None
-    try:
+    with database(unique_name("torchyard_bench")) as url:
         (work / "stack").mkdir(parents=True, exist_ok=True)
         stack = start_stack(work / "stack", env={"DATABASE_URL": url})
-        yield stack, url
-    finally:
-        if stack is not None:
+        try:
+            yield stack, url
+        finally:
             stack.stop()
-        with psycopg.connect(lc.PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def stack_redis_url(stack: Stack) -> str:

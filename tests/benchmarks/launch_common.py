@@ -38,7 +38,7 @@ for _path in (ROOT / "tests", ROOT / "backend", ROOT / "workers"):
         sys.path.insert(0, str(_path))
 
 import psutil  # noqa: E402
-import psycopg  # noqa: E402
+from integration.databases import database  # noqa: E402
 from integration.stack import Stack, start_stack, unique_name  # noqa: E402
 from torchyard import protocol  # noqa: E402
 from torchyard.protocol import NodeLaunch  # noqa: E402
@@ -57,7 +57,6 @@ from torchyard.supervisor.argv import (  # noqa: E402
 SCRIPT = "examples/mlp_ddp.py"
 NODES, PROCS = 2, 2
 WORLD = NODES * PROCS
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 STEP_LINE = "[torchyard] step="  # what sdk.report() prints without the event socket
 POLL_S = 0.02
 
@@ -66,20 +65,13 @@ POLL_S = 0.02
 @contextlib.contextmanager
 def bench_stack(work: Path, env: dict[str, str] | None = None, agents: int = 2) -> Iterator[Stack]:
     """A running stack with two local agents (or `agents`); stopped and its database dropped afterwards."""
-    name = unique_name("torchyard_bench")
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    stack = None
-    try:
+    with database(unique_name("torchyard_bench")) as url:
         (work / "stack").mkdir(parents=True, exist_ok=True)
-        stack = start_stack(work / "stack", env={"DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{name}",
-                                                 **(env or {})}, agents=agents)
-        yield stack
-    finally:
-        if stack is not None:
+        stack = start_stack(work / "stack", env={"DATABASE_URL": url, **(env or {})}, agents=agents)
+        try:
+            yield stack
+        finally:
             stack.stop()
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def job_spec(name: str, args: list[str], **extra: Any) -> dict[str, Any]:

@@ -11,10 +11,12 @@ workers meet on an advisory lock: one builds, the other waits and copies.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -54,6 +56,16 @@ def create_database(name: str) -> None:
 def drop_database(name: str) -> None:
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def database(name: str) -> Iterator[str]:
+    """create_database(name) for the block; its URL; dropped afterwards."""
+    create_database(name)
+    try:
+        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    finally:
+        drop_database(name)
 
 
 def _build(conn: psycopg.Connection, template: str) -> None:

@@ -192,10 +192,12 @@ def machine_quarantine(*, machine_id: int, reason: str, job_id: int | None = Non
         if machine.quarantined_at is not None:
             return True
         fields = {"quarantined_at": now, "quarantine_reason": reason[:500], "quarantine_job": job_id,
-                  "probation_until": now + timedelta(seconds=probation) if probation > 0 else None}
-        Machine.objects.filter(pk=machine_id).update(**fields, updated_at=now)
-        # At once when its agent reports; an offline one comes back quarantined with its next heartbeat.
-        transition_machine(machine, Machine.Status.QUARANTINED, only_from=MACHINE_UP)
+                  "probation_until": now + timedelta(seconds=probation) if probation > 0 else None,
+                  "updated_at": now}
+        # The status at once when its agent reports; an offline one keeps its status and comes back
+        # quarantined with its next heartbeat.
+        if not transition_machine(machine, Machine.Status.QUARANTINED, only_from=MACHINE_UP, **fields):
+            _update(machine, **fields)
         audit.record(audit.SYSTEM, audit.Action.MACHINE_QUARANTINE, machine, reason=reason[:500], job=job_id)
     return True
 
@@ -208,12 +210,12 @@ def machine_release(*, machine: Machine, why: str = "", actor: Any = None) -> Ma
         if locked.quarantined_at is None:
             return locked
         reason = locked.quarantine_reason
-        Machine.objects.filter(pk=machine.pk).update(quarantined_at=None, quarantine_reason="", quarantine_job=None,
-                                                     probation_until=None, updated_at=timezone.now())
-        locked.quarantined_at = None
-        transition_machine(locked, drain_status(drained=locked.drained), only_from=[Machine.Status.QUARANTINED])
+        cleared = {"quarantined_at": None, "quarantine_reason": "", "quarantine_job": None,
+                   "probation_until": None, "updated_at": timezone.now()}
+        if not transition_machine(locked, drain_status(drained=locked.drained),
+                                  only_from=[Machine.Status.QUARANTINED], **cleared):
+            _update(locked, **cleared)  # offline: its next heartbeat sets the status
         audit.record(actor, audit.Action.MACHINE_RELEASE, locked, quarantine_reason=reason, why=why)
-    locked.refresh_from_db()
     return locked
 
 
@@ -224,16 +226,23 @@ def machine_record_health(*, machine: Machine, report: dict[str, Any]) -> Machin
     ok = report.get("ok") is True
     asked = machine.quarantined_at is not None and bool((machine.health or {}).get("asked_at"))
     health = {"at": timezone.now().isoformat(), "ok": ok, "checks": list(report.get("checks") or [])[:20]}
-    Machine.objects.filter(pk=machine.pk).update(health=health)
+    _update(machine, health=health)
     if asked and ok:
         return machine_release(machine=machine, actor=audit.SYSTEM, why="its health check passed after the probation")
     if asked:
         failed = "; ".join(f"{c.get('name')}: {c.get('detail')}" for c in health["checks"] if not c.get("ok"))
-        Machine.objects.filter(pk=machine.pk, quarantined_at__isnull=False).update(
-            probation_until=timezone.now() + timedelta(seconds=max(settings.QUARANTINE_PROBATION, 1.0)))
+        probation_until = timezone.now() + timedelta(seconds=max(settings.QUARANTINE_PROBATION, 1.0))
+        if Machine.objects.filter(pk=machine.pk, quarantined_at__isnull=False).update(probation_until=probation_until):
+            machine.probation_until = probation_until
         log.warning("machine %s failed its health check and stays quarantined: %s", machine.name, failed or "?")
-    machine.refresh_from_db()
     return machine
+
+
+def _update(machine: Machine, **fields: Any) -> None:
+    """One UPDATE of `fields` on the machine's row, mirrored on the instance (no reread)."""
+    Machine.objects.filter(pk=machine.pk).update(**fields)
+    for name, value in fields.items():
+        setattr(machine, name, value)
 
 
 # How long a health check may take to answer before its machine is asked again.
