@@ -18,6 +18,7 @@ The cases use the session's three hosts apart (conftest's `cluster`): two for th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -543,6 +544,65 @@ def test_a_sigstopped_rank_0_is_named_under_auto_its_machine_quarantined_and_the
     assert len(again) == 2 and victim.machine_id not in again, outcome.job["nodes"]
     released = cluster.stack.api("PATCH", f"/api/machines/{victim.machine_id}", json={"quarantined": False})
     assert released.ok and released.json()["status"] == "online", released.text
+
+
+@dataclass
+class Pulses:
+    """SIGSTOP and SIGCONT in turn on one process (stopped `stopped_s` of every `period_s`): a rank
+    that is alive and steps, but slowly, as one on a throttled or overloaded machine."""
+
+    process: psutil.Process
+    stopped_s: float = 0.3
+    period_s: float = 0.4
+    _done: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> Pulses:
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._done.is_set():
+                self.process.suspend()
+                self._done.wait(self.stopped_s)
+                self.process.resume()
+                self._done.wait(self.period_s - self.stopped_s)
+        except psutil.Error:
+            pass  # the rank ended (its attempt was stopped): nothing left to pulse
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        with contextlib.suppress(psutil.Error):
+            self.process.resume()
+
+
+def test_a_rank_slowed_by_sigstop_pulses_is_named_a_straggler_and_moved_onto_the_spare_at_the_next_checkpoint(cluster):
+    """Rank 1 stopped 75 % of the time keeps stepping, the whole job at its pace. Its own step time
+    (the part not spent waiting on rank 0) against rank 0's names it a straggler, the evidence says
+    its process was stopped, and under `stragglers: replace` the next committed checkpoint ends the
+    attempt without counting a restart: attempt 1 runs node 1 on the hot spare and completes."""
+    run = start(cluster, "straggler", steps=160, resources={"nodes": 2, "procs_per_node": 1, "spares": 1},
+                fault_tolerance={"max_restarts": 2, "heartbeat_timeout": 10, "stragglers": "replace",
+                                 "straggler_window": 6})
+    run.wait_step(5)
+    plan = run.job()["plan"]
+    slow_machine = run.node_host(1).machine_name
+    spare = plan["spares"][0]["machine_name"]
+    with Pulses(run.rank_process(1)):
+        assert cluster.stack.watch_job(run.job_id, lambda: run.job()["attempt"] == 1, 120), run.explain()
+    outcome = assert_sound(run)
+    [named] = [e for e in outcome.events if e["type"] == "straggler" and e["state"] == "named"]
+    assert (named["rank"], named["attempt"], named["machine"], named["policy"]) == (1, 0, slow_machine, "replace"), named
+    assert "its process was stopped" in named["evidence"] and named["ratio"] > 1.3, named
+    replacing = next(e for e in outcome.states("job") if e["status"] == "recovering")
+    assert replacing["reason"].startswith(f"replacing rank 1 on machine {slow_machine}"), replacing
+    assert replacing["reason"].endswith("at its committed checkpoint"), replacing
+    moved = {n["node_rank"]: n["machine"]["name"] for n in outcome.job["nodes"] if n["attempt"] == 1}
+    assert moved == {0: run.node_host(0).machine_name, 1: spare}, outcome.job["nodes"]
+    assert outcome.job["restarts"] == 0, outcome.job
+    relaunched = next(e for e in outcome.states("job") if e["status"] == "dispatching" and e["attempt"] == 1)
+    assert relaunched["reason"].startswith(f"hot spare {spare} takes node 1's place ({slow_machine} straggler: rank 1"), \
+        relaunched
 
 
 def test_a_master_the_other_node_cannot_reach_fails_at_preflight_naming_address_and_cause(cluster):

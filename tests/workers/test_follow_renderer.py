@@ -75,6 +75,17 @@ def test_plain_output_prefixes_every_line_with_its_rank_and_prints_job_states():
     assert buffer.getvalue().count("== job completed") == 1  # not repeated by finish()
 
 
+def test_a_straggler_named_and_cleared_is_said_between_the_lines():
+    console, buffer = plain_console()
+    renderer = JobRenderer(console, 7)
+    summary = "rank 3 on machine m2 takes 0.44 s of its own per step against a median of 0.1 s for the other ranks"
+    renderer.handle({"type": "events", "events": [
+        {"id": 1, "type": "straggler", "state": "named", "summary": summary, "rank": 3, "attempt": 0},
+        {"id": 2, "type": "straggler", "state": "cleared", "summary": "rank 3 keeps up again", "rank": 3, "attempt": 0},
+    ]})
+    assert buffer.getvalue().splitlines() == [f"== straggler: {summary}", "== straggler: rank 3 keeps up again"]
+
+
 def test_on_a_terminal_ranks_get_colours_and_stderr_lines_are_marked():
     buffer = io.StringIO()
     renderer = JobRenderer(Console(file=buffer, force_terminal=True, color_system="truecolor", width=120), 7, live=False)

@@ -113,11 +113,13 @@ ARTIFACT = "artifact"  # the files a node collected from its output directory wh
 PREFLIGHT = "preflight"  # a node's check of the master's address and port and of its versions
 STALLED = "stalled"  # a rank whose step stopped advancing, with its Python stack
 STACKS = "stacks"  # every rank's Python stack on one node, asked for by `torchyard stacks JOB`
+PACE = "pace"  # each rank's own time per step over a window (supervisor/pace.py): stragglers
+STRAGGLER = "straggler"  # the controller's: a rank much slower than the job's median, named or cleared
 RESULT = "result"  # a function job's rank returned (or raised): its pickled result, collected into the store
 HEARTBEAT = "heartbeat"  # node liveness, never persisted
 MACHINE_HEARTBEAT = "machine_heartbeat"  # agent capabilities + load, never persisted
-EVENT_TYPES = (STATE, LOG, METRIC, RESOURCE, CHECKPOINT, ARTIFACT, RESULT, PREFLIGHT, STALLED, STACKS, HEARTBEAT,
-               MACHINE_HEARTBEAT)
+EVENT_TYPES = (STATE, LOG, METRIC, RESOURCE, CHECKPOINT, ARTIFACT, RESULT, PREFLIGHT, STALLED, STACKS, PACE, STRAGGLER,
+               HEARTBEAT, MACHINE_HEARTBEAT)
 
 # Node states a supervisor reports (the controller validates every transition).
 NODE_PREPARING = "preparing"  # fetching the code bundle, building the environment
@@ -273,6 +275,8 @@ class NodeLaunch:
     # ("report": a `stalled` event; "recover": also fail the node, so the job recovers).
     stall_timeout: float | None = None
     on_stall: str = "report"
+    # Seconds between `pace` events (each rank's own step time, for straggler detection); 0: none.
+    pace_every: float = 10.0
     # fault_tolerance.exit_grace: how long a rank may outlive every other rank's exit 0 (supervisor/linger.py).
     exit_grace: float = 30.0
     # distributed.launcher: "torchrun" (default), "none" (the entrypoint once per node as a plain

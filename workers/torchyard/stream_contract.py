@@ -183,6 +183,58 @@ class StacksEvent(TypedDict):
     hostname: str
 
 
+class RankPace(TypedDict):
+    """One rank over a pace window (supervisor/pace.py)."""
+
+    step_s: float  # wall seconds per step: in synchronous training every rank's
+    own_share: float  # the share of it not spent waiting on its peers
+    own_step_s: float  # step_s x own_share: the rank's own time per step
+    steps: int
+    stopped: float  # share of the window its process was stopped (SIGSTOP, a debugger)
+    cpu_wait: NotRequired[float]  # share of the window it was runnable without a CPU
+    throttled: NotRequired[int]  # times its cgroup's CPU quota throttled it
+
+
+class OtherProcess(TypedDict):
+    pid: int
+    name: str
+    cpu: float  # CPUs it used over the window (1.0: one whole CPU)
+
+
+class PaceHost(TypedDict):
+    cpus: int
+    steal: NotRequired[float]  # the machine's CPU steal over the window, a share of all its CPUs
+    # When a rank waited for a CPU: the busiest processes outside the job.
+    others: NotRequired[list[OtherProcess]]
+
+
+class PaceEvent(TypedDict):
+    """A node's ranks' pace over a window, for the control plane's straggler watch."""
+
+    type: Literal["pace"]
+    window_s: float
+    ranks: dict[str, RankPace]
+    host: PaceHost
+
+
+class StragglerEvent(TypedDict):
+    """The control plane named a rank much slower than the others (`named`), or it keeps up again
+    (`cleared`); `summary` says so in words."""
+
+    type: Literal["straggler"]
+    state: Literal["named", "cleared"]
+    summary: str
+    machine: str | None
+    own_step_s: float
+    median_s: float | None
+    policy: Literal["report", "replace"]
+    ratio: NotRequired[float | None]
+    step_s: NotRequired[float | None]
+    slow_since: NotRequired[float | None]
+    evidence: NotRequired[str]
+    replace: NotRequired[str]
+
+
 class ResultEvent(TypedDict):
     """A function job's rank returned or raised (GET /api/jobs/{id}/results holds the result)."""
 
@@ -195,7 +247,7 @@ OPEN_PAYLOADS = frozenset({"MetricEvent"})
 
 StateEvent = JobStateEvent | NodeStateEvent
 JobEvent = (StateEvent | LogEvent | MetricEvent | ResourceEvent | CheckpointEvent | ArtifactEvent | PreflightEvent
-            | StalledEvent | StacksEvent | ResultEvent)
+            | StalledEvent | StacksEvent | PaceEvent | StragglerEvent | ResultEvent)
 
 
 # --- /api/jobs/{job_id}/stream --------------------------------------------------------------------

@@ -8,7 +8,7 @@ from django.utils.dateparse import parse_datetime
 
 from ..jobs.jobspec import JobSpec
 from ..jobs.models import Job
-from ..jobs.services import job_grow_at_checkpoint
+from ..jobs.services import job_grow_at_checkpoint, job_replace_stragglers_at_checkpoint
 from .models import CheckpointManifest
 
 
@@ -55,6 +55,8 @@ def checkpoint_record(*, event: dict[str, Any]) -> CheckpointManifest | None:
     if isinstance(event.get("attempt"), int):
         # An elastic job below its most nodes grows at a committed checkpoint when machines allow.
         job_grow_at_checkpoint(job_id=job.pk, attempt=event["attempt"])
+        # A straggler waiting to be replaced (fault_tolerance.stragglers: replace) goes now.
+        job_replace_stragglers_at_checkpoint(job_id=job.pk, attempt=event["attempt"])
     return row
 
 

@@ -17,6 +17,6 @@ class JobsConfig(AppConfig):
         usage_lookups.register(hooks.NodeUsage())
         held_lookups.register(hooks.NodesHeld())
         project_change_listeners.register(hooks.QueuePassOnProjectChange())
-        for applier in (hooks.NodeStateApplier(), hooks.ProgressApplier(), hooks.StallApplier()):
+        for applier in (hooks.NodeStateApplier(), hooks.ProgressApplier(), hooks.StallApplier(), hooks.PaceApplier()):
             event_appliers.register(applier)
         checks.register(default_policy_check)

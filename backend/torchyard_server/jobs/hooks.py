@@ -18,6 +18,7 @@ from .registries import AppliedEvent, EventApplier
 from .selectors import usage_by_machine
 from .services import job_record_progress, node_report_state, nodes_on_removed_machine
 from .stalls import job_record_stall
+from .stragglers import job_record_pace
 
 
 class LiveNodesOnRemovedMachine(MachineRemoval):
@@ -92,3 +93,12 @@ class StallApplier(EventApplier):
                 rank=event.rank,
                 payload=event.payload,
             )
+
+
+class PaceApplier(EventApplier):
+    type = protocol.PACE
+
+    def apply(self, events: Sequence[AppliedEvent]) -> None:
+        for event in events:
+            job_record_pace(job_id=event.job_id, attempt=event.attempt, node_id=event.node_id,
+                            ts=event.ts.timestamp(), payload=event.payload)

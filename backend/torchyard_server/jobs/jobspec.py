@@ -16,6 +16,9 @@ from .spec_secrets import public_spec
 from .stall_timeout import STALL_AUTO, StallTimeoutField
 from .stored import StoredValue, shown
 
+# fault_tolerance.stragglers (jobs/stragglers.py).
+STRAGGLER_POLICIES = ("report", "replace", "off")
+
 DEFAULT_PREEMPTION_GRACE = 120.0
 # elastic.min_interval's default: the fewest seconds between two resizes of an elastic job.
 DEFAULT_RESIZE_INTERVAL = 300.0
@@ -111,9 +114,19 @@ class FaultTolerance(StoredValue):
     stall_timeout: float | str | None = shown(STALL_AUTO, field=StallTimeoutField)
     on_stall: str = shown("report", choices=["report", "recover"])
     exit_grace: float = shown(30.0, help_text="seconds a rank may stay alive, idle, once its work is done, before it is ended")
+    stragglers: str = shown("report", choices=list(STRAGGLER_POLICIES),
+                            help_text="what a rank much slower than the others does: report, replace (onto a hot "
+                                      "spare at the next committed checkpoint) or off")
+    straggler_threshold: float = shown(0.3, help_text="how much slower than the median of the other ranks makes a straggler")
+    straggler_window: float = shown(60.0, help_text="seconds a rank must stay that much slower to be named")
     ray_worker_loss: str | None = shown(None, choices=["recover", "tolerate"],
                                         help_text="framework ray: what a lost Ray worker node does")
     OMIT_WHEN_NONE: ClassVar = frozenset({"ray_worker_loss"})
+
+    @property
+    def pace_every(self) -> float:
+        """Seconds between a node's `pace` events: a few per straggler window; 0 when off."""
+        return 0.0 if self.stragglers == "off" else min(10.0, max(self.straggler_window / 3, 1.0))
 
     @property
     def stall_seconds(self) -> float | None:

@@ -71,9 +71,12 @@ class Plan(StoredValue):
     skipped: list[dict[str, Any]] | None = None  # every machine not chosen, with why (older plans: none)
     # Set on the plan of an attempt that resumes after the job was preempted.
     after_preemption: bool | None = None
+    # The machines the next attempt leaves, and why ({machine id: "straggler ..."}): set when a
+    # straggler is replaced (jobs/stragglers.py), read by the recovery's plan_in_place.
+    leaving: dict[str, str] | None = None
     OMIT_WHEN_NONE: ClassVar = frozenset({"launcher", "spares", "nodes_range", "preflight", "skipped",
-                                          "after_preemption"})
-    INTERNAL: ClassVar = frozenset({"after_preemption"})
+                                          "after_preemption", "leaving"})
+    INTERNAL: ClassVar = frozenset({"after_preemption", "leaving"})
     NESTED: ClassVar = {"nodes": [PlanNode], "spares": [PlanSpare]}
 
     def node(self, node_rank: int) -> PlanNode | None:

@@ -424,17 +424,18 @@ def _agreeing(ready: list[Candidate], nodes: int, *, manual: bool, least: int | 
 def plan_in_place(spec: JobSpec, previous: Plan, machines: list[Candidate], *,
                   pick_port: Callable[[Candidate], int]) -> tuple[Plan, str] | None:
     """The next attempt's plan without re-planning (recovery in place): every node stays on its
-    machine with its GPUs, except that a node whose machine is gone (offline, suspect, quarantined, or
-    taken by another job since) is given one of the job's hot spares (resources.spares) as it is, the rest
+    machine with its GPUs, except that a node whose machine is gone (offline, suspect, quarantined,
+    taken by another job since, or one the previous plan leaves: a straggler replaced) is given one of the job's hot spares (resources.spares) as it is, the rest
     untouched. None when that cannot be (an elastic job, a volume to re-place, no spare left): the
     caller plans anew. Returns the plan and what it did, in words."""
     if not previous.nodes or spec.is_elastic:
         return None
+    leaving = {int(machine_id): why for machine_id, why in (previous.leaving or {}).items()}
     by_id = {m.id: m for m in machines}
     need = Need(int(previous.procs_per_node), 0, 0, bool(spec.placement.oversubscribe))
 
     def usable(machine_id: int, gpus: list[int]) -> Candidate | None:
-        machine = by_id.get(machine_id)
+        machine = by_id.get(machine_id) if machine_id not in leaving else None
         if machine is None or not machine.schedulable or machine.suspect:
             return None
         if gpus:
@@ -454,13 +455,14 @@ def plan_in_place(spec: JobSpec, previous: Plan, machines: list[Candidate], *,
         nodes.append(replace(node, machine_id=spare.machine_id, machine_name=spare.machine_name, host=spare.host,
                              gpus=list(spare.gpus)))
         machine = by_id.get(node.machine_id)
-        why = ("removed" if machine is None else "lost" if machine.suspect else "taken by another job"
-               if machine.schedulable else "quarantined" if machine.status == "quarantined" else machine.status)
+        gone = ("removed" if machine is None else "lost" if machine.suspect else "taken by another job"
+                if machine.schedulable else "quarantined" if machine.status == "quarantined" else machine.status)
+        why = leaving.get(node.machine_id, gone)
         replaced.append(f"hot spare {spare.machine_name} takes node {node.node_rank}'s place "
                         f"({node.machine_name} {why})")
     master = by_id[nodes[0].machine_id]
     port = pick_port(master)
-    plan = replace(previous, nodes=nodes, spares=spares, master_addr=master.host, master_port=port,
+    plan = replace(previous, nodes=nodes, spares=spares, master_addr=master.host, master_port=port, leaving=None,
                    preflight=_preflight(master.host, port, [by_id[n.machine_id] for n in nodes]),
                    warnings=[*previous.warnings, *replaced])
     return plan, ("; ".join(replaced) if replaced else "in place on the same machines")

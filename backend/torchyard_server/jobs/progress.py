@@ -32,20 +32,25 @@ class JobProgress(StoredValue):
     eta_seconds: float | None = None
     # stalls.py: the current attempt's stall view (StallOut's shape), absent when nothing stalls.
     stall: dict[str, Any] | None = shown(None, allow_null=True, help_text="null unless ranks of the current attempt stalled")
+    # stragglers.py: the current attempt's ranks named slower than the others (StragglerOut's shape).
+    stragglers: list[dict[str, Any]] | None = shown(None, absent_as=list,
+                                                    help_text="ranks of the current attempt named stragglers")
     step_by_rank: dict[str, int] | None = None  # every rank's last step, for stall verdicts
+    # stragglers.py: each rank's last pace window and since when it has been slow.
+    pace: dict[str, Any] | None = None
     # rates.py: the first step of the attempt and its time ({"step", "ts"}), each rank's samples/s.
     rate_anchor: dict[str, Any] | None = None
     samples_by_rank: dict[str, float] | None = None
     OMIT_WHEN_NONE: ClassVar = frozenset({
         "lr", "throughput_by_rank", "step_by_rank", "rate_anchor", "samples_by_rank", "steps_per_second",
-        "samples_per_second", "stall"})
-    # What rates.py and stalls.py keep between folds.
-    INTERNAL: ClassVar = frozenset({"step_by_rank", "rate_anchor", "samples_by_rank"})
+        "samples_per_second", "stall", "stragglers", "pace"})
+    # What rates.py, stalls.py and stragglers.py keep between folds.
+    INTERNAL: ClassVar = frozenset({"step_by_rank", "rate_anchor", "samples_by_rank", "pace"})
 
     def for_new_attempt(self) -> JobProgress:
         """What a new attempt starts from: its ranks' throughput, steps, rates and stalls cleared,
         the job's step, loss and total kept."""
         return dataclasses.replace(
             self, throughput_by_rank={}, throughput=None, step_by_rank={}, rate_anchor=None, samples_by_rank={},
-            steps_per_second=None, samples_per_second=None, stall=None,
+            steps_per_second=None, samples_per_second=None, stall=None, stragglers=None, pace=None,
             stored_null=(self.stored_null - {"stall"}) | PER_ATTEMPT_NULLS)

@@ -109,9 +109,28 @@ class StallOut(serializers.Serializer):
         "the culprits' machines quarantined (on_stall: recover): nothing is placed there until released"))
 
 
+class StragglerOut(serializers.Serializer):
+    """A rank much slower than the job's other ranks (jobs/stragglers.py), with what its machine shows."""
+
+    rank = serializers.IntegerField()
+    machine = serializers.CharField(allow_null=True)
+    node_rank = serializers.IntegerField(allow_null=True)
+    own_step_s = serializers.FloatField(help_text="seconds per step of its own: not waiting on its peers")
+    median_s = serializers.FloatField(help_text="the median of the other ranks' own step time")
+    ratio = serializers.FloatField(allow_null=True, help_text="own_step_s / median_s")
+    step_s = serializers.FloatField(allow_null=True, help_text="wall seconds per step (every rank's, in lockstep)")
+    slow_since = serializers.FloatField(allow_null=True, help_text="epoch seconds: since when it has been that slow")
+    evidence = serializers.CharField(help_text=(
+        "what its machine showed: process stopped, CPU quota throttling, waiting for a CPU, steal, other processes"))
+    policy = serializers.ChoiceField(choices=list(jobspec.STRAGGLER_POLICIES))
+    replace = serializers.CharField(allow_null=True, default=None, help_text=(
+        'policy replace: "pending" (at the next committed checkpoint), "replaced", or why it could not be; '
+        'null under report'))
+
+
 JobProgressOut = out_serializer(JobProgress, "JobProgressOut", doc=JobProgress.__doc__,
                                 numbers={int: ReportedInt, float: ReportedFloat},
-                                shapes={"stall": StallOut})
+                                shapes={"stall": StallOut, "stragglers": StragglerOut})
 
 
 @extend_schema_field({"type": "string", "nullable": True})

@@ -41,6 +41,7 @@ from .registries import resume_manifest_uri
 from .selectors import machine_candidates, waiting_ahead_of
 from .stalls import clear_moved_ranks, stall_verdict
 from .states import JOB_FINAL, NODE_LIVE, transition_job, transition_node
+from .stragglers import describe, mark_replace, stragglers_to_replace
 
 log = logging.getLogger(__name__)
 J, N = Job.Status, JobNode.Status
@@ -336,6 +337,40 @@ def job_grow_at_checkpoint(*, job_id: int, attempt: int) -> bool:
     return True
 
 
+def job_replace_stragglers_at_checkpoint(*, job_id: int, attempt: int) -> bool:
+    """A job under `fault_tolerance.stragglers: replace` committed a checkpoint while a straggler
+    waited for one (stragglers.py): stop the attempt (without counting a restart) so that recovery
+    relaunches it from that checkpoint with a hot spare in the straggler's node's place. Only onto a
+    spare: without one the straggler stays, and the job's stragglers say why. True when it asked."""
+    stored = Job.objects.filter(pk=job_id, status=J.RUNNING, attempt=attempt).first()
+    if stored is None or not stragglers_to_replace(stored):
+        return False  # most jobs: no placement lock taken for their checkpoints
+    with transaction.atomic():
+        _placement_lock()
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.status != J.RUNNING or job.attempt != attempt:
+            return False
+        waiting = stragglers_to_replace(job)
+        if not waiting:
+            return False
+        spec, plan = JobSpec.from_json(job.spec), Plan.from_json(job.plan)
+        leaving = {}
+        for entry in waiting:
+            node = plan.node(int(entry["node_rank"]))
+            if node is not None:
+                leaving[str(node.machine_id)] = f"straggler: rank {entry['rank']}, {entry['ratio'] or '?'}x the median"
+        planned = dataclasses.replace(plan, leaving=leaving)
+        own = machine_candidates(exclude_job=job.pk)
+        if plan_in_place(spec, planned, own, pick_port=lambda machine: 0) is None:
+            mark_replace(job, [e["rank"] for e in waiting], "no hot spare to take its place: reported only")
+            return False
+        mark_replace(job, [e["rank"] for e in waiting], "replaced")
+        transition_job(job, J.RECOVERING, "replacing " + "; ".join(describe(e) for e in waiting) +
+                       f": stopping attempt {attempt} at its committed checkpoint", plan=planned.to_json())
+        _stop_nodes(_live_nodes(job))
+    return True
+
+
 def _launch_payload(job: Job, spec: JobSpec, plan: Plan, node: JobNode, resume_manifest: str) -> dict[str, Any]:
     env = dict(spec.env)
     if node.gpus:
@@ -368,6 +403,7 @@ def _launch_payload(job: Job, spec: JobSpec, plan: Plan, node: JobNode, resume_m
         heartbeat_interval=max(0.5, min(2.0, timeout / 4)),
         stall_timeout=spec.fault_tolerance.stall_seconds,
         on_stall=spec.fault_tolerance.on_stall,
+        pace_every=spec.fault_tolerance.pace_every,
         exit_grace=spec.fault_tolerance.exit_grace,
         volumes=volumes,
         launcher=spec.distributed.launcher,

@@ -15,6 +15,7 @@ from torchyard import protocol
 from torchyard.sdk.choices import HOOK_SETTINGS, HOOKS, MIN_START_ITER
 
 from . import policies as placement_policies
+from .jobspec import STRAGGLER_POLICIES
 from .stall_timeout import STALL_AUTO, StallTimeoutField
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -322,6 +323,17 @@ class FaultToleranceSerializer(serializers.Serializer):
         help_text="seconds a rank may stay alive, using no CPU, after its script returned 0 or every other rank of "
                   "the job exited 0 (a teardown that hangs); then its stack is kept, it is ended and the job "
                   "completes with a warning")
+    stragglers = serializers.ChoiceField(
+        choices=list(STRAGGLER_POLICIES), default="report",
+        help_text="a rank whose own step time stays straggler_threshold above the median of the other ranks for "
+                  "straggler_window seconds: report names it in a `straggler` event and on the job page; replace "
+                  "also moves its node onto a hot spare at the next committed checkpoint; off: not watched")
+    straggler_threshold = serializers.FloatField(
+        min_value=0.05, max_value=10, default=0.3,
+        help_text="0.3: a rank 30 % slower than the median of the others is a straggler")
+    straggler_window = serializers.FloatField(
+        min_value=3, max_value=3600, default=60,
+        help_text="seconds a rank must stay that much slower to be named")
     ray_worker_loss = serializers.ChoiceField(
         choices=["recover", "tolerate"], required=False,
         help_text="framework ray: recover (default): a lost Ray worker node is a node failure like any other; "

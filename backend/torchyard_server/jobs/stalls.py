@@ -11,7 +11,8 @@ When one rank holds the others, the verdict names it and its machine (`culprits`
 strongest evidence there is: its process state (stopped, dead, in uninterruptible sleep), else a
 node of the attempt whose heartbeats stopped (a host gone quiet), else a stack outside any
 collective while other ranks wait in one. Under `on_stall: recover` the stall ends the attempt, and
-each culprit's machine is quarantined (machines.services.machine_quarantine): the relaunch goes
+each culprit's machine named by the first two (MACHINE_EVIDENCE: a stack points at the script) is
+quarantined (machines.services.machine_quarantine): the relaunch goes
 elsewhere (a hot spare, fewer nodes for an elastic job, another free machine, else the queue), and
 nothing is placed on that machine until an operator or its health check releases it.
 """
@@ -136,12 +137,18 @@ def _quiet_nodes(job: Job, attempt: int, reporting: set[int]) -> list[dict[str, 
     return quiet
 
 
+# What a culprit is named by that points at its machine: its process stopped, dead or stuck in the
+# kernel, or its node gone quiet. A stack outside any collective points at the script (its own
+# deadlock would hang on any machine): the rank is named, its machine is not quarantined.
+MACHINE_EVIDENCE = ("process", "heartbeat")
+
+
 def _quarantine_culprits(job: Job, stall: dict[str, Any]) -> None:
-    """Under `on_stall: recover` each culprit's machine is quarantined, once per attempt: the
-    machines done are kept in the stall view, saved in the same transaction."""
+    """Under `on_stall: recover` each culprit's machine is quarantined (MACHINE_EVIDENCE), once per
+    attempt: the machines done are kept in the stall view, saved in the same transaction."""
     done = stall.setdefault("quarantined", [])
     for culprit in stall["culprits"]:
-        if culprit["machine"] in done or culprit["node_rank"] is None:
+        if culprit["machine"] in done or culprit["node_rank"] is None or culprit["cause"] not in MACHINE_EVIDENCE:
             continue
         machine_id = JobNode.objects.filter(job_id=job.pk, attempt=stall["attempt"], node_rank=culprit["node_rank"]) \
             .values_list("machine_id", flat=True).first()

@@ -56,6 +56,8 @@ def _schema(hint: Any) -> dict[str, Any]:
         return {**_SCALARS[type(args[0])], "enum": list(args)}
     if origin is list:
         return {"type": "array", "items": _schema(args[0])}
+    if origin is dict and args[0] is str:  # keyed by name (a rank, a node): an object of like values
+        return {"type": "object", "additionalProperties": _schema(args[1])}
     if origin in (typing.Union, types.UnionType):
         members = tuple(a for a in args if a is not type(None))
         if len(members) < len(args):  # Optional

@@ -301,6 +301,7 @@ SPECTACULAR_SETTINGS = {
         "PlannedBackendEnum": ["gloo", "nccl"],
         "DistributedBackendEnum": ["auto", "gloo", "nccl"],
         "TaskTypeEnum": ["TRAIN"],
+        "StragglerPolicyEnum": "torchyard_server.jobs.jobspec.STRAGGLER_POLICIES",
     },
     # The WebSocket streams' messages, events and close codes (live/contract_schema.py).
     "POSTPROCESSING_HOOKS": [

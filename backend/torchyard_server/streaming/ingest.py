@@ -47,7 +47,7 @@ from .telemetry import IngestStats
 
 log = logging.getLogger(__name__)
 PERSISTED = {protocol.STATE, protocol.LOG, protocol.METRIC, protocol.RESOURCE, protocol.CHECKPOINT, protocol.ARTIFACT,
-             protocol.RESULT, protocol.PREFLIGHT, protocol.STALLED, protocol.STACKS}
+             protocol.RESULT, protocol.PREFLIGHT, protocol.STALLED, protocol.STACKS, protocol.PACE, protocol.STRAGGLER}
 ENVELOPE = {"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts", "key"}
 CONSUMER = "controller"
 # Entries read per stream in one batch: a supervisor packs up to protocol.PACKED_MAX_EVENTS events

@@ -24,6 +24,8 @@ class JobEvent(models.Model):
         PREFLIGHT = "preflight"
         STALLED = "stalled"
         STACKS = "stacks"
+        PACE = "pace"
+        STRAGGLER = "straggler"
 
     # No foreign-key constraints in the database: checking two per row at every commit halved the
     # rate at which ingest, the only writer, stores events (it checks that the job and the node

@@ -2001,9 +2001,11 @@ export interface components {
          *     * `preflight` - Preflight
          *     * `stalled` - Stalled
          *     * `stacks` - Stacks
+         *     * `pace` - Pace
+         *     * `straggler` - Straggler
          * @enum {string}
          */
-        EventTypeEnum: "state" | "log" | "metric" | "resource" | "checkpoint" | "artifact" | "result" | "preflight" | "stalled" | "stacks";
+        EventTypeEnum: "state" | "log" | "metric" | "resource" | "checkpoint" | "artifact" | "result" | "preflight" | "stalled" | "stacks" | "pace" | "straggler";
         /** @description The seed's remote execution: a job, as a JobSpec, to run now. */
         ExecuteJobIn: {
             /** @description the JobSpec (DESIGN.md section 4) */
@@ -2040,6 +2042,27 @@ export interface components {
              * @default 30
              */
             exit_grace?: number;
+            /**
+             * @description a rank whose own step time stays straggler_threshold above the median of the other ranks for straggler_window seconds: report names it in a `straggler` event and on the job page; replace also moves its node onto a hot spare at the next committed checkpoint; off: not watched
+             *
+             *     * `report` - report
+             *     * `replace` - replace
+             *     * `off` - off
+             * @default report
+             */
+            stragglers?: components["schemas"]["StragglerPolicyEnum"];
+            /**
+             * Format: double
+             * @description 0.3: a rank 30 % slower than the median of the others is a straggler
+             * @default 0.3
+             */
+            straggler_threshold?: number;
+            /**
+             * Format: double
+             * @description seconds a rank must stay that much slower to be named
+             * @default 60
+             */
+            straggler_window?: number;
             /**
              * @description framework ray: recover (default): a lost Ray worker node is a node failure like any other; tolerate: the driver handles the loss itself, the job goes on while the head lives
              *
@@ -2284,6 +2307,24 @@ export interface components {
              */
             exit_grace: number;
             /**
+             * @description what a rank much slower than the others does: report, replace (onto a hot spare at the next committed checkpoint) or off
+             *
+             *     * `report` - report
+             *     * `replace` - replace
+             *     * `off` - off
+             */
+            stragglers: components["schemas"]["StragglerPolicyEnum"];
+            /**
+             * Format: double
+             * @description how much slower than the median of the other ranks makes a straggler
+             */
+            straggler_threshold: number;
+            /**
+             * Format: double
+             * @description seconds a rank must stay that much slower to be named
+             */
+            straggler_window: number;
+            /**
              * @description framework ray: what a lost Ray worker node does
              *
              *     * `recover` - recover
@@ -2388,6 +2429,8 @@ export interface components {
             readonly eta_seconds: number | null;
             /** @description null unless ranks of the current attempt stalled */
             stall: components["schemas"]["StallOut"] | null;
+            /** @description ranks of the current attempt named stragglers */
+            stragglers: components["schemas"]["StragglerOut"][];
         };
         JobPurgeIn: {
             /**
@@ -3788,6 +3831,49 @@ export interface components {
          * @enum {string}
          */
         StoreEnum: "default" | "local" | "s3";
+        /** @description A rank much slower than the job's other ranks (jobs/stragglers.py), with what its machine shows. */
+        StragglerOut: {
+            rank: number;
+            machine: string | null;
+            node_rank: number | null;
+            /**
+             * Format: double
+             * @description seconds per step of its own: not waiting on its peers
+             */
+            own_step_s: number;
+            /**
+             * Format: double
+             * @description the median of the other ranks' own step time
+             */
+            median_s: number;
+            /**
+             * Format: double
+             * @description own_step_s / median_s
+             */
+            ratio: number | null;
+            /**
+             * Format: double
+             * @description wall seconds per step (every rank's, in lockstep)
+             */
+            step_s: number | null;
+            /**
+             * Format: double
+             * @description epoch seconds: since when it has been that slow
+             */
+            slow_since: number | null;
+            /** @description what its machine showed: process stopped, CPU quota throttling, waiting for a CPU, steal, other processes */
+            evidence: string;
+            policy: components["schemas"]["StragglerPolicyEnum"];
+            /** @description policy replace: "pending" (at the next committed checkpoint), "replaced", or why it could not be; null under report */
+            replace: string | null;
+        };
+        /**
+         * @description * `report` - report
+         *     * `replace` - replace
+         *     * `off` - off
+         * @enum {string}
+         */
+        StragglerPolicyEnum: "report" | "replace" | "off";
         /**
          * @description * `data_parallel` - data_parallel
          * @enum {string}
@@ -4100,6 +4186,57 @@ export interface components {
             ranks: components["schemas"]["RankStack"][];
             hostname: string;
         };
+        /** @description One rank over a pace window (supervisor/pace.py). */
+        RankPace: {
+            step_s: number;
+            own_share: number;
+            own_step_s: number;
+            steps: number;
+            stopped: number;
+            cpu_wait?: number;
+            throttled?: number;
+        };
+        OtherProcess: {
+            pid: number;
+            name: string;
+            cpu: number;
+        };
+        PaceHost: {
+            cpus: number;
+            steal?: number;
+            others?: components["schemas"]["OtherProcess"][];
+        };
+        /** @description A node's ranks' pace over a window, for the control plane's straggler watch. */
+        PaceEvent: components["schemas"]["EventOut"] & {
+            /** @enum {string} */
+            type: "pace";
+            window_s: number;
+            ranks: {
+                [key: string]: components["schemas"]["RankPace"];
+            };
+            host: components["schemas"]["PaceHost"];
+        };
+        /**
+         * @description The control plane named a rank much slower than the others (`named`), or it keeps up again
+         *     (`cleared`); `summary` says so in words.
+         */
+        StragglerEvent: components["schemas"]["EventOut"] & {
+            /** @enum {string} */
+            type: "straggler";
+            /** @enum {string} */
+            state: "named" | "cleared";
+            summary: string;
+            machine: string | null;
+            own_step_s: number;
+            median_s: number | null;
+            /** @enum {string} */
+            policy: "report" | "replace";
+            ratio?: number | null;
+            step_s?: number | null;
+            slow_since?: number | null;
+            evidence?: string;
+            replace?: string;
+        };
         /** @description A function job's rank returned or raised (GET /api/jobs/{id}/results holds the result). */
         ResultEvent: components["schemas"]["EventOut"] & {
             /** @enum {string} */
@@ -4169,7 +4306,7 @@ export interface components {
             total: number;
         };
         StateEvent: components["schemas"]["JobStateEvent"] | components["schemas"]["NodeStateEvent"];
-        JobEvent: components["schemas"]["JobStateEvent"] | components["schemas"]["NodeStateEvent"] | components["schemas"]["LogEvent"] | components["schemas"]["MetricEvent"] | components["schemas"]["ResourceEvent"] | components["schemas"]["CheckpointEvent"] | components["schemas"]["ArtifactEvent"] | components["schemas"]["PreflightEvent"] | components["schemas"]["StalledEvent"] | components["schemas"]["StacksEvent"] | components["schemas"]["ResultEvent"];
+        JobEvent: components["schemas"]["JobStateEvent"] | components["schemas"]["NodeStateEvent"] | components["schemas"]["LogEvent"] | components["schemas"]["MetricEvent"] | components["schemas"]["ResourceEvent"] | components["schemas"]["CheckpointEvent"] | components["schemas"]["ArtifactEvent"] | components["schemas"]["PreflightEvent"] | components["schemas"]["StalledEvent"] | components["schemas"]["StacksEvent"] | components["schemas"]["PaceEvent"] | components["schemas"]["StragglerEvent"] | components["schemas"]["ResultEvent"];
         JobStreamMessage: components["schemas"]["JobMessage"] | components["schemas"]["HistoryMessage"] | components["schemas"]["EventsFrame"] | components["schemas"]["ReplayedMessage"] | components["schemas"]["ErrorMessage"];
         ClusterStreamMessage: components["schemas"]["MachinesMessage"] | components["schemas"]["JobsMessage"] | components["schemas"]["JobsChangedMessage"] | components["schemas"]["QueueMessage"] | components["schemas"]["ErrorMessage"];
         /**

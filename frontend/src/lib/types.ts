@@ -116,6 +116,10 @@ export type ArtifactEvent = Schemas['ArtifactEvent']
 export type PreflightEvent = Schemas['PreflightEvent']
 export type StalledEvent = Schemas['StalledEvent']
 export type StacksEvent = Schemas['StacksEvent']
+export type PaceEvent = Schemas['PaceEvent']
+/** The control plane named a rank much slower than the others, or it keeps up again. */
+export type StragglerEvent = Schemas['StragglerEvent']
+export type Straggler = Schemas['StragglerOut']
 export type ResultEvent = Schemas['ResultEvent']
 export type JobEvent = Schemas['JobEvent']
 

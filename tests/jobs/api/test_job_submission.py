@@ -28,7 +28,8 @@ def test_it_accepts_a_good_spec_and_queues_the_job(api, two_machines):
     assert body["status"] == "queued"
     assert body["spec"]["resources"] == {"nodes": 2, "procs_per_node": 2, "gpus_per_node": 0, "min_gpu_memory": 0}
     assert body["spec"]["fault_tolerance"] == {"max_restarts": 3, "heartbeat_timeout": 10.0, "stall_timeout": "auto",
-                                               "on_stall": "report", "exit_grace": 30.0}
+                                               "on_stall": "report", "exit_grace": 30.0, "stragglers": "report",
+                                               "straggler_threshold": 0.3, "straggler_window": 60.0}
     assert Job.objects.get(pk=body["id"]).owner.username == "alice"
 
 
@@ -187,6 +188,20 @@ def test_auto_null_and_a_number_are_stored_as_given_and_reach_the_supervisor_as_
     assert response.json()["spec"]["fault_tolerance"]["stall_timeout"] == stored
     job = Job.objects.get(pk=response.json()["id"])
     assert JobSpec.from_json(job.spec).fault_tolerance.stall_seconds == seconds
+
+
+def test_stragglers_are_reported_by_default_and_the_window_sets_how_often_nodes_report_their_pace(api, two_machines):
+    bad = api.post("/api/jobs", spec(fault_tolerance={"stragglers": "kill", "straggler_threshold": 0,
+                                                      "straggler_window": 1}), format="json")
+    assert bad.status_code == 400
+    assert sorted(bad.json()["fault_tolerance"]) == ["straggler_threshold", "straggler_window", "stragglers"]
+    paces = {}
+    for policy, window in (("report", 60), ("replace", 6), ("off", 60)):
+        response = api.post("/api/jobs", spec(fault_tolerance={"stragglers": policy, "straggler_window": window}),
+                            format="json")
+        assert response.status_code == 201, response.json()
+        paces[policy] = JobSpec.from_json(Job.objects.get(pk=response.json()["id"]).spec).fault_tolerance.pace_every
+    assert paces == {"report": 10.0, "replace": 2.0, "off": 0.0}
 
 
 @pytest.mark.parametrize("grace", [0, 3601, "soon"])

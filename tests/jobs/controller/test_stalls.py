@@ -202,6 +202,24 @@ def test_under_recover_the_culprits_machine_is_quarantined_once_and_planned_on_n
     assert api.get(f"/api/machines/{m1.pk}").json()["quarantined_at"] == listed["m1"]["quarantined_at"]
 
 
+def test_a_rank_named_by_its_stack_alone_leaves_its_machine_in_service(owner):
+    """Outside any collective while the others wait in one: the script's own deadlock, which would
+    hang on any machine. The verdict names it; its machine is not quarantined."""
+    (m1, _), (m2, _) = bring_online("m1"), bring_online("m2")
+    job = Job.objects.create(name="j", owner=owner, status=Job.Status.RUNNING, attempt=0, world_size=2, progress={},
+                             spec={"fault_tolerance": {"on_stall": "recover"}})
+    nodes = [make_node(job, node_rank=i, machine=m, status=JobNode.Status.RUNNING, last_heartbeat=timezone.now())
+             for i, m in enumerate((m1, m2))]
+    for rank, waits_in in ((0, ""), (1, BACKWARD)):
+        job_record_stall(job_id=job.pk, event_id=rank + 1, attempt=0, node_id=nodes[rank].pk, rank=rank,
+                         payload={"step": 0, "stalled_for": 4.1, "process_state": "sleeping", "waits_in": waits_in,
+                                  "frame": "Condition.wait (threading.py:327)"})
+    stall = Job.objects.get(pk=job.pk).progress["stall"]
+    assert [(c["rank"], c["cause"]) for c in stall["culprits"]] == [(0, "stack")]
+    assert stall["quarantined"] == []
+    assert set(Machine.objects.values_list("status", flat=True)) == {Machine.Status.ONLINE}
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_operator_releases_a_quarantine_and_cannot_set_one(staff_api):
     machine, _ = bring_online("m1")

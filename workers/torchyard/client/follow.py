@@ -212,7 +212,7 @@ class JobRenderer:
         self._refresh()
 
     def event(self, event: dict[str, Any]) -> None:
-        """Render one event: a log line, a state change, a metric (moves the bars)."""
+        """Render one event: a log line, a state change, a metric (moves the bars), a straggler."""
         kind = event.get("type")
         if kind == "log":
             self._log(event)
@@ -220,6 +220,9 @@ class JobRenderer:
             self._state(event)
         elif kind == "metric":
             self._metric(event)
+        elif kind == "straggler":
+            named = event.get("state") == "named"
+            say(self.console, f"== straggler: {event.get('summary')}", style="yellow" if named else "")
 
     @property
     def final_status(self) -> str | None:

@@ -57,6 +57,7 @@ from .linger import Lingered, LingerWatch, end_lingering
 from .network import interface_env
 from .node_preflight import run_preflight
 from .output_pump import OutputPump, secret_masker
+from .pace import PaceWatch
 from .preemption import PreemptionWatch
 from .preflight import MasterListener, PreflightError
 from .preparation import Preparation
@@ -122,7 +123,7 @@ class NodeSupervisor:
         # a secret (JobSpec secret_env) shows ***. The per-rank files in the run directory keep it.
         self.pump = OutputPump(publisher, secret_masker(launch.secret_env), rank_start=launch.rank_start,
                                keep=self.settings.last_lines, on_torchrun_line=self._note_torchrun_line,
-                               on_step=lambda rank, step, total: self._stalls.step(rank, step, time.monotonic(), total))
+                               on_step=self._on_step)
         self._warm_pool: Path | None = None  # this node's pool, while it is to start warm
         self._cold_because = "the launcher is not torchrun"
         self._worker_failed_at: float | None = None
@@ -136,6 +137,9 @@ class NodeSupervisor:
         self._interface_env: dict[str, str] = {}
         self._preflight_since = 0.0
         self._stalls = StallWatch(launch.stall_timeout)
+        self._pace = PaceWatch(launch.pace_every) if launch.pace_every > 0 else None
+        self._pace_pids: dict[int, int] = {}
+        self._pace_pids_at = 0.0
         self._silence = SilenceWatch(launch.stall_timeout)  # ranks that report no steps
         self._next_silence_look = 0.0
         self._stall_failure = ""
@@ -155,6 +159,12 @@ class NodeSupervisor:
         self.python = launch.python or sys.executable
         self._next_prep_beat = 0.0
         self._preemption = PreemptionWatch(self.run_dir, launch.checkpoint_url)
+
+    def _on_step(self, rank: int, step: int, total: int | None) -> None:
+        now = time.monotonic()
+        self._stalls.step(rank, step, now, total)
+        if self._pace is not None:
+            self._pace.step(rank, step, now)
 
     # --- public ------------------------------------------------------------------------------------
     def request_stop(self, signum: int = signal.SIGTERM) -> None:
@@ -354,6 +364,7 @@ class NodeSupervisor:
                 self._cut_torchrun_short(now)
             if exit_code is None and self.state is SupervisorState.RUNNING:
                 self._check_stalls(now)
+                self._check_pace(now)
                 self._check_lingering(now)
                 self._check_preemption()
             if now >= next_beat and exit_code is None:
@@ -526,6 +537,20 @@ class NodeSupervisor:
             self.pump.supervisor_line(f"{ended.summary()}; its stack (py-spy, with native frames):")
             for line in ended.stack.splitlines()[:80]:
                 self.pump.supervisor_line(f"  {line}")
+
+    def _check_pace(self, now: float) -> None:
+        """Sample each rank's main thread (pace.py) and publish the window's `pace` when it is over."""
+        if self._pace is None or self._linger is None or self._ranks is None:
+            return
+        if now >= self._pace_pids_at:  # the ranks' processes, looked up again now and then
+            self._pace_pids = {rank: proc.pid for rank, proc in self._linger.alive().items() if rank is not None}
+            self._pace_pids_at = now + 2.0
+        self._pace.sample(self._pace_pids, now)
+        if self._pace.due(now):
+            own = {os.getpid(), *(proc.pid for proc in self._ranks.tree())}
+            payload = self._pace.report(self._pace_pids, now, own_pids=own)
+            if payload is not None:
+                self.publisher.emit(protocol.PACE, **payload)
 
     def _silent_ranks(self, now: float) -> list[Stall]:
         """Ranks that report no steps and hang without a word (stall.py SilenceWatch); their

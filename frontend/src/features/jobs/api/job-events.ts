@@ -8,6 +8,7 @@ import type {
   StacksEvent,
   StalledEvent,
   StateEvent,
+  StragglerEvent,
 } from '../../../lib/types'
 
 /**
@@ -38,6 +39,8 @@ export interface JobEventsState {
   stalls: StalledEvent[]
   /** Every node's answer to a "where is every rank now" request (`torchyard stacks`), the latest kept. */
   stacks: StacksEvent[]
+  /** Stragglers named and cleared, all attempts. */
+  stragglers: StragglerEvent[]
   /** Result events streamed so far (a function job's ranks returning): each refetches the results. */
   results: number
   /** Every job and node transition, all attempts: the page's timeline. */
@@ -53,6 +56,7 @@ export const emptyJobEvents = (): JobEventsState => ({
   preflight: [],
   stalls: [],
   stacks: [],
+  stragglers: [],
   results: 0,
   states: [],
 })
@@ -61,6 +65,8 @@ export const emptyJobEvents = (): JobEventsState => ({
 export const STALL_CAP = 50
 /** Stacks answers kept: a node's each, of the last few requests. */
 export const STACKS_CAP = 64
+/** Straggler reports kept (two per straggler and attempt at most). */
+export const STRAGGLER_CAP = 200
 /** Transitions kept: a few per node and attempt, so only a job restarting for days reaches it. */
 export const STATE_CAP = 5_000
 
@@ -108,6 +114,7 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
   const preflight: PreflightEvent[] = []
   const stalls: StalledEvent[] = []
   const stacks: StacksEvent[] = []
+  const stragglers: StragglerEvent[] = []
   const states: StateEvent[] = []
   let results = 0
   for (const event of events) {
@@ -119,6 +126,7 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
     else if (event.type === 'preflight') preflight.push(event)
     else if (event.type === 'stalled') stalls.push(event)
     else if (event.type === 'stacks') stacks.push(event)
+    else if (event.type === 'straggler') stragglers.push(event)
     else if (event.type === 'state') states.push(event)
     else if (event.type === 'result') results += 1
   }
@@ -133,6 +141,7 @@ export function mergeJobEvents(state: JobEventsState, events: JobEvent[]): JobEv
     preflight: preflight.length ? [...state.preflight, ...preflight] : state.preflight,
     stalls: stalls.length ? capped([...state.stalls, ...stalls], STALL_CAP) : state.stalls,
     stacks: stacks.length ? capped([...state.stacks, ...stacks], STACKS_CAP) : state.stacks,
+    stragglers: stragglers.length ? capped([...state.stragglers, ...stragglers], STRAGGLER_CAP) : state.stragglers,
     results: state.results + results,
     states: states.length ? capped([...state.states, ...states], STATE_CAP) : state.states,
   }

@@ -9,6 +9,7 @@ import { ArtifactsPanel } from './ArtifactsPanel'
 import { CheckpointsPanel } from './CheckpointsPanel'
 import { HealthPanel } from './HealthPanel'
 import { StacksPanel } from './StacksPanel'
+import { StragglersPanel } from './StragglersPanel'
 import { JobHeader } from './JobHeader'
 import { JobTopology } from './JobTopology'
 import { LogViewer } from './LogViewer'
@@ -63,6 +64,7 @@ function JobDetail({ jobId }: { jobId: number }) {
       {job.data.spec.function && <ResultsPanel job={job.data} seen={events.results} />}
       <JobTopology job={job.data} />
       <HealthPanel job={job.data} preflight={events.preflight} stalls={events.stalls} />
+      <StragglersPanel job={job.data} events={events.stragglers} />
       <StacksPanel job={job.data} stacks={events.stacks} />
       <MetricsPanel jobId={jobId} metrics={events.metrics} states={events.states} />
       <LogViewer jobId={jobId} logs={events.logs} olderBefore={events.olderBefore} />
