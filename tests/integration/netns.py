@@ -162,6 +162,24 @@ class Host:
         """Every live process whose network namespace is this host's: what runs "on" this host."""
         return _processes_in(self._inode)
 
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """SIGSTOP every process of the host (its agent, supervisors, ranks) for the block: a host
+        that hangs whole, its links up and its processes alive; SIGCONT afterwards, whatever happened."""
+        stopped: list[psutil.Process] = []
+        try:
+            for _ in range(3):  # a supervisor forking at the moment: its child is caught the next round
+                for proc in self.processes():
+                    if proc not in stopped:
+                        with contextlib.suppress(psutil.Error):
+                            proc.suspend()
+                            stopped.append(proc)
+            yield
+        finally:
+            for proc in stopped:
+                with contextlib.suppress(psutil.Error):
+                    proc.resume()
+
     def agent_log_tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.agent_log.read_text(errors="replace").splitlines()[-lines:]) if self.agent_log else ""

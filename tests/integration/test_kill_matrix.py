@@ -605,6 +605,35 @@ def test_a_rank_slowed_by_sigstop_pulses_is_named_a_straggler_and_moved_onto_the
         relaunched
 
 
+def test_a_host_stopped_whole_is_named_by_its_silence_quarantined_and_the_job_trains_on_the_spare(cluster):
+    """Every process of node 1's host SIGSTOPped (agent, supervisor, rank): links up, nothing dead,
+    nothing moves. Rank 0 stalls in the collective; with the heartbeat timeout (20 s) above the
+    stall deadline (auto: 15 s) the verdict comes first and names the silent host by its machine,
+    which is quarantined (on_stall: recover); the job trains again on its hot spare. The host
+    continued, its machine stays quarantined until released."""
+    run = start(cluster, "host-stop", steps=120, resources={"nodes": 2, "procs_per_node": 1, "spares": 1},
+                fault_tolerance={"max_restarts": 2, "heartbeat_timeout": 20, "on_stall": "recover"})
+    run.wait_checkpoint()
+    victim = run.node_host(1)
+    spare = run.job()["plan"]["spares"][0]["machine_name"]
+    with victim.frozen():
+        assert cluster.stack.watch_job(run.job_id, lambda: run.job()["attempt"] == 1, 120), run.explain()
+        machine = cluster.machine(victim)
+    outcome = assert_sound(run)
+    # Its agent frozen too: offline by now, and quarantined all the same.
+    assert machine["quarantined_at"] and machine["quarantine_job"] == run.job_id, machine
+    assert machine["quarantine_reason"].startswith(f"machine {victim.machine_name} (node 1, rank 1: no heartbeat for"), \
+        machine
+    stall = [e for e in outcome.events if e["type"] == "stalled" and e["attempt"] == 0]
+    assert stall and all(e["node_rank"] == 0 for e in stall), stall  # the frozen node said nothing
+    moved = {n["node_rank"]: n["machine"]["name"] for n in outcome.job["nodes"] if n["attempt"] == 1}
+    assert moved == {0: run.node_host(0).machine_name, 1: spare}, outcome.job["nodes"]
+    # Thawed, its agent reports again: its machine comes back quarantined, out until an operator (or
+    # its health check, after the probation) releases it.
+    assert cluster.stack.watch_job(run.job_id, lambda: cluster.machine(victim)["status"] == "quarantined", 60), \
+        cluster.machine(victim)
+
+
 def test_a_master_the_other_node_cannot_reach_fails_at_preflight_naming_address_and_cause(cluster):
     master, other = cluster.hosts[0], cluster.hosts[1]
     # A wrong registered address: inside the test's own subnet, held by no host (nothing answers ARP).
