@@ -15,6 +15,7 @@ from torchyard.sdk.choices import DATASETS
 from torchyard.sdk.scaling import adjust_hyperparameters
 
 from ..projects.models import DEFAULT_PROJECT
+from ..rest.strict import StrictFields
 from .recipes import DATASET_RECIPES, MODEL_RECIPES, builtin_recipes
 from .spec_access import check_project, submitters_bundle
 from .spec_queue import PreemptionSerializer, PriorityField, TimeLimitField, check_priority_ceiling
@@ -40,15 +41,10 @@ from .spec_sections import (
 # What a function's payload bundle must hold (workers/torchyard/function_results.py).
 FUNCTION_PAYLOAD_FILE = "function.pkl"
 MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-TOP_LEVEL_KEYS = {
-    "name", "entrypoint", "module", "code", "runtime", "args", "env", "resources", "placement", "distributed", "hyperparameters",
-    "scaling", "checkpointing", "fault_tolerance", "compression", "framework", "model", "dataset", "project",
-    "secret_env", "volumes", "function", "elastic", "priority", "time_limit", "preemptible", "preemption",
-}
 
 
 
-class JobSpecSerializer(serializers.Serializer):
+class JobSpecSerializer(StrictFields, serializers.Serializer):
     name = serializers.CharField(max_length=200)
     project = serializers.CharField(max_length=63, default=DEFAULT_PROJECT, help_text=(
         "the project the job belongs to; its submitter must be a member or admin of it"))
@@ -103,10 +99,6 @@ class JobSpecSerializer(serializers.Serializer):
           "(sdk.datasets.selected)"))
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - TOP_LEVEL_KEYS)
-            if unknown:
-                raise serializers.ValidationError({key: ["unknown field."] for key in unknown})
         distributed = data.get("distributed") if isinstance(data, dict) else None
         self._launcher_given = distributed.get("launcher") if isinstance(distributed, dict) else None
         value = super().to_internal_value(data)

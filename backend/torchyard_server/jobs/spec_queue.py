@@ -13,6 +13,7 @@ from ..projects.permissions import is_staff
 from ..projects.priorities import priority_label
 from ..projects.selectors import project_by_name
 from ..projects.serializers import PriorityField
+from ..rest.strict import StrictFields
 from .jobspec import DEFAULT_PREEMPTION_GRACE
 
 __all__ = ["PreemptionSerializer", "PriorityField", "TimeLimitField", "check_priority_ceiling", "duration_text"]
@@ -21,7 +22,7 @@ DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 MAX_TIME_LIMIT = 90 * 86400
 
 
-class PreemptionSerializer(serializers.Serializer):
+class PreemptionSerializer(StrictFields, serializers.Serializer):
     grace = serializers.FloatField(
         default=DEFAULT_PREEMPTION_GRACE, min_value=1, max_value=3600,
         help_text="seconds a preempted job's ranks have to checkpoint and yield before they are stopped "

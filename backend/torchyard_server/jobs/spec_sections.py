@@ -14,6 +14,7 @@ from rest_framework import serializers
 from torchyard import protocol
 from torchyard.sdk.choices import HOOK_SETTINGS, HOOKS, MIN_START_ITER
 
+from ..rest.strict import StrictFields
 from . import policies as placement_policies
 from .jobspec import STRAGGLER_POLICIES
 from .stall_timeout import STALL_AUTO, StallTimeoutField
@@ -70,14 +71,16 @@ def refuse_nul_characters(value: Any) -> None:
             refuse_nul_characters(item)
 
 
-class CodeSerializer(serializers.Serializer):
+class CodeSerializer(StrictFields, serializers.Serializer):
     bundle = serializers.RegexField(
         r"^[0-9a-f]{64}$", help_text="sha256 of a bundle uploaded with PUT /api/bundles/{sha256}",
         error_messages={"invalid": "must be the 64 hex digit sha256 of an uploaded bundle."},
     )
+    # Filled in from the bundle: a spec the API showed may be sent back as it is.
+    shown_only = ("size",)
 
 
-class RuntimeSerializer(serializers.Serializer):
+class RuntimeSerializer(StrictFields, serializers.Serializer):
     pip = serializers.ListField(
         child=serializers.CharField(max_length=500), default=list, max_length=200,
         help_text="requirements installed (with the bundle's requirements.txt) into a cached virtualenv per node",
@@ -130,7 +133,7 @@ class NodesField(serializers.Field):
         return value
 
 
-class ResourcesSerializer(serializers.Serializer):
+class ResourcesSerializer(StrictFields, serializers.Serializer):
     nodes = NodesField(required=False, help_text=(
         "machines (nodes) of the job: a count, or an elastic range MIN:MAX (\"2:4\") that the planner fills "
         "with as many as fit, at least MIN; stored as nodes: MAX, min_nodes: MIN"))
@@ -184,14 +187,14 @@ class ResourcesSerializer(serializers.Serializer):
         return attrs
 
 
-class ElasticSerializer(serializers.Serializer):
+class ElasticSerializer(StrictFields, serializers.Serializer):
     min_interval = serializers.FloatField(
         min_value=0, max_value=7 * 24 * 3600, default=300,
         help_text="elastic jobs (resources.nodes MIN:MAX): the fewest seconds between two resizes; a job "
                   "running below MAX grows at its first checkpoint commit after that long")
 
 
-class PlacementSerializer(serializers.Serializer):
+class PlacementSerializer(StrictFields, serializers.Serializer):
     policy = serializers.CharField(
         max_length=100, default=placement_policies.default_policy,
         help_text="the server's default policy (pack unless TORCHYARD_PLACEMENT_POLICY says otherwise); pack: least waste, the machines a node fits most tightly; spread: the least loaded first; "
@@ -227,7 +230,7 @@ class ArgvItemField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-class DistributedSerializer(serializers.Serializer):
+class DistributedSerializer(StrictFields, serializers.Serializer):
     backend = serializers.ChoiceField(choices=["auto", "gloo", "nccl"], default="auto")
     launcher = serializers.ChoiceField(
         choices=["torchrun", "none", "command", "ray", "accelerate"], default="torchrun",
@@ -266,13 +269,13 @@ class DistributedSerializer(serializers.Serializer):
         return attrs
 
 
-class ScalingSerializer(serializers.Serializer):
+class ScalingSerializer(StrictFields, serializers.Serializer):
     mode = serializers.ChoiceField(choices=["keep_global_batch", "scale_global_batch", "none"], default="keep_global_batch")
     lr_rule = serializers.ChoiceField(choices=["linear", "sqrt"], default="linear")
     warmup_steps = serializers.IntegerField(min_value=0, default=0)
 
 
-class VolumeSerializer(serializers.Serializer):
+class VolumeSerializer(StrictFields, serializers.Serializer):
     """A named host path the job's machines declare (DESIGN.md section 12); the planner places the
     job only where every one is, and the node sees it without mounting (supervisor/volumes.py)."""
 
@@ -299,7 +302,7 @@ class VolumeSerializer(serializers.Serializer):
         return attrs
 
 
-class CheckpointingSerializer(serializers.Serializer):
+class CheckpointingSerializer(StrictFields, serializers.Serializer):
     enabled = serializers.BooleanField(default=True)
     every_n_steps = serializers.IntegerField(min_value=1, default=200)
     store = serializers.RegexField(
@@ -310,7 +313,7 @@ class CheckpointingSerializer(serializers.Serializer):
     keep = serializers.IntegerField(min_value=1, max_value=1000, default=3)
 
 
-class FaultToleranceSerializer(serializers.Serializer):
+class FaultToleranceSerializer(StrictFields, serializers.Serializer):
     max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=3)
     heartbeat_timeout = serializers.FloatField(min_value=2, max_value=3600, default=10)
     stall_timeout = StallTimeoutField(required=False, default=STALL_AUTO)
@@ -340,13 +343,14 @@ class FaultToleranceSerializer(serializers.Serializer):
                   "tolerate: the driver handles the loss itself, the job goes on while the head lives")
 
 
-class FunctionSerializer(serializers.Serializer):
+class FunctionSerializer(StrictFields, serializers.Serializer):
     """A Python function run on every rank (torchyard.fn): its pickle is a bundle of its own."""
 
     payload = serializers.RegexField(
         r"^[0-9a-f]{64}$", help_text="sha256 of the uploaded bundle that holds the pickled function and arguments",
         error_messages={"invalid": "must be the 64 hex digit sha256 of an uploaded bundle."})
     name = serializers.CharField(max_length=300, help_text="the function's qualified name, as shown")
+    shown_only = ("size",)  # filled in from the bundle
     python = serializers.RegexField(
         r"^3\.\d{1,2}$", help_text="the caller's Python (major.minor): only machines on the same one can load it",
         error_messages={"invalid": "must be a Python version such as 3.11."})
@@ -361,7 +365,7 @@ class FunctionSerializer(serializers.Serializer):
         return value
 
 
-class CompressionSerializer(serializers.Serializer):
+class CompressionSerializer(StrictFields, serializers.Serializer):
     """A DDP communication hook (torchyard.sdk.compression) and its settings, which no other hook takes."""
 
     enabled = serializers.BooleanField(required=False, help_text="default: true when a hook is named, else false")

@@ -73,7 +73,7 @@ def test_it_refuses_a_body_that_is_a_json_list(api, two_machines):
 def test_it_refuses_unknown_fields_so_typos_do_not_pass_silently(api, two_machines):
     response = api.post("/api/jobs", {**GOOD, "resorces": {"nodes": 1}}, format="json")
     assert response.status_code == 400
-    assert response.json()["resorces"] == ["unknown field."]
+    assert response.json()["resorces"] == ["unknown field (did you mean resources?)."]
 
 
 def test_keep_global_batch_refuses_a_batch_that_does_not_divide(api, two_machines):

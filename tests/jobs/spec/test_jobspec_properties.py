@@ -18,7 +18,7 @@ from torchyard.sdk.scaling import adjust_hyperparameters
 from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job
 from torchyard_server.jobs.serializers import JobDetailOut
-from torchyard_server.jobs.spec import TOP_LEVEL_KEYS, JobSpecSerializer
+from torchyard_server.jobs.spec import JobSpecSerializer
 
 pytestmark = pytest.mark.django_db
 
@@ -40,7 +40,7 @@ CHOICES = {
     "lr": ["1e-3", "inf", 1e308, [0.1]],
 }
 SECTIONS = ("resources", "placement", "distributed", "scaling", "checkpointing", "fault_tolerance", "compression", "runtime")
-FIELD_NAMES = sorted(TOP_LEVEL_KEYS | {key for section in VALID.values() if isinstance(section, dict) for key in section})
+FIELD_NAMES = sorted(set(JobSpecSerializer().fields) | {key for section in VALID.values() if isinstance(section, dict) for key in section})
 
 # JSON as a client may send it: any nesting of objects, arrays, strings, numbers, booleans and null.
 json_values = st.recursive(
