@@ -26,7 +26,7 @@ interface LineChartProps {
 const NO_MARKS: ChartMark[] = []
 
 /**
- * uPlot needs matchMedia and a 2D canvas (it reads the pixel ratio as it loads); jsdom, where the
+ * uPlot needs matchMedia and a 2D canvas (it reads the pixel ratio as it loads); happy-dom, where the
  * unit tests run, has neither, and there the chart is left out. Hence uPlot is imported lazily.
  */
 const canDraw = (() => {

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach } from 'vitest'
 
 /**
- * jsdom lays nothing out: every element measures 0 x 0, and a virtualised list (the job's log)
+ * happy-dom lays nothing out: every element measures 0 x 0, and a virtualised list (the job's log)
  * then shows no row. This gives elements a size in the tests of the calling file.
  */
 export function withElementSize(width: number, height: number): void {

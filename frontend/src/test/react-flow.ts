@@ -1,7 +1,7 @@
 /**
- * What React Flow needs from a browser that jsdom lacks (as React Flow's testing guide lists):
+ * What React Flow needs from a browser that happy-dom lacks (as React Flow's testing guide lists):
  * ResizeObserver (it measures the pane and each node) and DOMMatrixReadOnly (it reads the zoom).
- * jsdom lays nothing out, so the pane measures 0 x 0 and nodes keep the sizes the layout gives.
+ * happy-dom lays nothing out, so the pane measures 0 x 0 and nodes keep the sizes the layout gives.
  */
 class ResizeObserverStub {
   observe(): void {}

@@ -82,7 +82,7 @@ describe('experiments page', () => {
     expect(screen.getByTestId('search')).toHaveTextContent('?runs=9.0%2C7.1')
     const panel = await screen.findByRole('region', { name: 'Comparison' })
     expect(requests.find((r) => r.path === '/api/experiments/compare')!.body).toEqual({ runs: ['9.0', '7.1'], points: 400 })
-    // The curves: a chart per metric (uPlot itself does not draw in jsdom).
+    // The curves: a chart per metric (uPlot itself does not draw in happy-dom).
     expect(await within(panel).findByRole('img', { name: 'loss chart' })).toBeInTheDocument()
     expect(within(panel).getByRole('img', { name: 'acc chart' })).toBeInTheDocument()
 

@@ -80,7 +80,8 @@ describe('API tokens', () => {
       'GET /api/auth/tokens': () => json([token()]),
       'DELETE /api/auth/tokens/1': () => new Response(null, { status: 204 }),
     })
-    const confirm = vi.spyOn(window, 'confirm').mockReturnValueOnce(false).mockReturnValueOnce(true)
+    const confirm = vi.fn().mockReturnValueOnce(false).mockReturnValueOnce(true)
+    vi.stubGlobal('confirm', confirm)
     renderWithProviders(<TokensPage />)
     const user = userEvent.setup()
     await user.click(await screen.findByRole('button', { name: 'Revoke' }))
@@ -90,5 +91,6 @@ describe('API tokens', () => {
     await vi.waitFor(() => expect(screen.queryByText('laptop')).not.toBeInTheDocument())
     expect(confirm).toHaveBeenCalledTimes(2)
     expect(requests.filter((r) => r.method === 'DELETE').map((r) => r.path)).toEqual(['/api/auth/tokens/1'])
+    vi.unstubAllGlobals()
   })
 })

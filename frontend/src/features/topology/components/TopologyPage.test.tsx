@@ -101,7 +101,7 @@ describe('topology page', () => {
 
   it('opens a job when one of its nodes is clicked', async () => {
     renderTopology([alpha, beta])
-    // A click alone: d3's pan handler cannot take jsdom's mousedown (it has no view).
+    // A click alone: d3's pan handler cannot take happy-dom's mousedown (it has no view).
     fireEvent.click(await screen.findByRole('link', { name: /node 1 of 2 on beta/ }))
     expect(screen.getByTestId('location')).toHaveTextContent('/jobs/5')
   })

@@ -24,7 +24,7 @@ describe('usage page', () => {
     ])
     expect(within(table).getByRole('columnheader', { name: 'Project' })).toBeInTheDocument()
     expect(screen.getByTestId('usage-summary')).toHaveTextContent('10.00 GPU-hours, 20.02 process-hours in the last 7 days')
-    // A chart per key, in the totals' order (jsdom cannot draw them: their holders are there).
+    // A chart per key, in the totals' order (happy-dom cannot draw them: their holders are there).
     expect(screen.getAllByRole('img').map((img) => img.getAttribute('aria-label'))).toEqual(['vision usage chart', 'nlp usage chart'])
     expect(screen.getByRole('button', { name: 'By project' })).toHaveAttribute('aria-pressed', 'true')
     expect(screen.getByRole('button', { name: 'Last 7 days' })).toHaveAttribute('aria-pressed', 'true')
