@@ -36,8 +36,8 @@ export function StragglersPanel({ job, events }: { job: JobDetail; events: Strag
                   {formatNumber(s.own_step_s, 3)} s{s.ratio ? ` (${s.ratio}x)` : ''}
                 </td>
                 <td>{formatNumber(s.median_s, 3)} s</td>
-                <td>{s.evidence}</td>
-                <td>{replaceText(s)}</td>
+                <td className="cell-text">{s.evidence}</td>
+                <td className="cell-text">{replaceText(s)}</td>
               </tr>
             ))}
           </tbody>
