@@ -66,27 +66,15 @@ def healing_round(cluster: Any, case: str, round_no: int) -> dict[str, float]:
     stack = cluster.stack
     extra, rank = CASES[case]
     job = stack.submit({"name": f"bench-healing-{case}-{round_no}", **BASE, **extra})
-    deadline = time.monotonic() + 120
-    while not stack.api("GET", f"/api/jobs/{job['id']}/checkpoints").json():
-        assert time.monotonic() < deadline, f"no checkpoint committed:\n{stack.job_log_tail(job['id'])}"
-        time.sleep(0.3)
+    stack.wait_checkpoint(job["id"], timeout=120)
     victim = rank_process(cluster, job["id"], rank)
     node = next(n for n in stack.job(job["id"])["plan"]["nodes"] if n["rank_start"] <= rank <= n["rank_end"])
     host = cluster.host_of(node["machine_id"])
     stopped = time.time()
     victim.suspend()
     try:
-        reader = lc.EventReader(stack, job["id"])
-        deadline = time.monotonic() + 180
-        while True:
-            reader.poll()
-            firsts = reader.first_metric_ts(1)
-            world = stack.job(job["id"])["world_size"]
-            if firsts and len(firsts) >= world:
-                break
-            ended = [e for e in reader.job_states() if e["status"] in ("failed", "stopped", "completed")]
-            assert not ended and time.monotonic() < deadline, f"{ended}\n{stack.job_log_tail(job['id'])}"
-            time.sleep(0.5)
+        # Both cases train again on two ranks: the spare's, and the elastic job shrunk from three.
+        reader, firsts = lc.first_metrics(stack, job["id"], 1, timeout=180, world=2)
         named = min(lc.ts(e) for e in reader.events if e["type"] == "stalled" and e["attempt"] == 0
                     and e.get("rank") == rank)
         quarantined_at = cluster.machine(host)["quarantined_at"]

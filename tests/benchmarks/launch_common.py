@@ -114,15 +114,15 @@ class EventReader:
 
 
 def first_metrics(stack: Stack, job_id: int, attempt: int, *, reader: EventReader | None = None,
-                  timeout: float = 180.0, poll_s: float = 0.5) -> tuple[EventReader, dict[int, float]]:
-    """Wait until every rank of the attempt has reported a metric; (reader, rank -> first ts).
-    Polls gently: the timestamps are the ranks' own, the poll interval does not enter them."""
+                  timeout: float = 180.0, poll_s: float = 0.5, world: int = WORLD) -> tuple[EventReader, dict[int, float]]:
+    """Wait until every rank of the attempt (`world` of them) has reported a metric; (reader, rank ->
+    first ts). Polls gently: the timestamps are the ranks' own, the poll interval does not enter them."""
     reader = reader or EventReader(stack, job_id)
     deadline = time.monotonic() + timeout
     while True:
         reader.poll()
         first = reader.first_metric_ts(attempt)
-        if len(first) >= WORLD:
+        if len(first) >= world:
             return reader, first
         failed = [e for e in reader.job_states() if e["status"] in ("failed", "stopped", "completed")]
         if failed or time.monotonic() > deadline:

@@ -148,19 +148,18 @@ def job_record_pace(*, job_id: int, attempt: int, node_id: int | None, ts: float
         progress.pace = pace
         progress.stragglers = sorted(stragglers.values(), key=lambda s: s["rank"]) or None
         Job.objects.filter(pk=job_id).update(progress=progress.to_json())
+        # Only the reporting node's ranks are judged (_judge): the event is that node's.
         for rank in named:
-            _announce(job, stragglers[rank], "named")
+            _announce(job, node_id, stragglers[rank], "named")
         for rank in cleared:
             figures = pace["ranks"][rank]
-            _announce(job, {"rank": int(rank), "machine": figures.get("machine"), "node_rank": figures.get("node_rank"),
+            _announce(job, node_id, {"rank": int(rank), "machine": figures.get("machine"), "node_rank": figures.get("node_rank"),
                             "own_step_s": figures["own_step_s"], "median_s": figures.get("median_s"),
                             "policy": ft.stragglers}, "cleared")
 
 
-def _announce(job: Job, entry: dict[str, Any], state: str) -> None:
+def _announce(job: Job, node: int, entry: dict[str, Any], state: str) -> None:
     """A `straggler` event of the controller's: the job page and `torchyard logs` show it."""
-    node = JobNode.objects.filter(job_id=job.pk, attempt=job.attempt, node_rank=entry.get("node_rank")) \
-        .values_list("pk", flat=True).first()
     summary = describe(entry) if state == "named" else (
         f"rank {entry['rank']} keeps up again ({entry['own_step_s']:.3g} s of its own per step)")
     publish_on_commit({"type": protocol.STRAGGLER, "job": job.pk, "attempt": job.attempt, "node": node,

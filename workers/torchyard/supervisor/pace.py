@@ -94,6 +94,11 @@ def cpu_steal_s() -> float | None:
     return int(line[8]) / os.sysconf("SC_CLK_TCK")
 
 
+def _counters(pid: int) -> tuple[float | None, int | None]:
+    """(run_delay_s, cgroup_throttled) of the process now."""
+    return run_delay_s(pid), cgroup_throttled(pid)
+
+
 @dataclass
 class _RankWindow:
     first: tuple[int, float] | None = None  # (step, when) of the first report in the window
@@ -101,6 +106,7 @@ class _RankWindow:
     samples: dict[str, int] = field(default_factory=dict)  # state letter -> count
     run_delay: float | None = None  # at the window's start
     throttled: int | None = None
+    counted: bool = False  # run_delay and throttled were read (None: the kernel does not say)
 
 
 @dataclass
@@ -127,11 +133,12 @@ class PaceWatch:
             return
         self._next_sample = now + SAMPLE_EVERY_S
         if self._started is None:
-            self._begin(pids, now)
+            self._begin(now, {pid: _counters(pid) for pid in pids.values()}, pids, cpu_steal_s())
         for rank, pid in pids.items():
             window = self._ranks.setdefault(rank, _RankWindow())
-            if window.run_delay is None:
-                window.run_delay, window.throttled = run_delay_s(pid), cgroup_throttled(pid)
+            if not window.counted:  # a rank first seen in this window
+                window.run_delay, window.throttled = _counters(pid)
+                window.counted = True
             state = thread_state(pid)
             if state is not None:
                 window.samples[state] = window.samples.get(state, 0) + 1
@@ -146,10 +153,12 @@ class PaceWatch:
         if self._started is None:
             return None
         elapsed = now - self._started
+        # Read once: the end of this window and the start of the next.
+        counters = {pid: _counters(pid) for pid in pids.values()}
         ranks: dict[str, dict[str, Any]] = {}
         waited_for_cpu = False
         for rank, pid in sorted(pids.items()):
-            figures = self._rank_figures(self._ranks.get(rank), pid, elapsed)
+            figures = self._rank_figures(self._ranks.get(rank), counters[pid], elapsed)
             if figures is not None:
                 ranks[str(rank)] = figures
                 waited_for_cpu |= figures.get("cpu_wait", 0.0) >= CPU_WAIT_WORTH_NAMING
@@ -160,10 +169,11 @@ class PaceWatch:
         others = self._other_processes(own_pids, elapsed)
         if waited_for_cpu and others:
             host["others"] = others
-        self._begin(pids, now)
+        self._begin(now, counters, pids, steal_now)
         return {"window_s": round(elapsed, 1), "ranks": ranks, "host": host} if ranks else None
 
-    def _rank_figures(self, window: _RankWindow | None, pid: int, elapsed: float) -> dict[str, Any] | None:
+    def _rank_figures(self, window: _RankWindow | None, counters: tuple[float | None, int | None],
+                      elapsed: float) -> dict[str, Any] | None:
         """None for a rank that reported fewer than two steps in the window (no step time)."""
         if window is None or window.first is None or window.last is None or window.last[0] <= window.first[0]:
             return None
@@ -177,21 +187,20 @@ class PaceWatch:
         figures: dict[str, Any] = {"step_s": round(step_s, 4), "own_share": round(own_share, 3),
                                    "own_step_s": round(step_s * own_share, 4), "steps": steps,
                                    "stopped": round((window.samples.get("T", 0) + window.samples.get("t", 0)) / count, 3)}
-        delay = run_delay_s(pid)
+        delay, throttled = counters
         if delay is not None and window.run_delay is not None:
             figures["cpu_wait"] = round(max(delay - window.run_delay, 0.0) / elapsed, 3)
-        throttled = cgroup_throttled(pid)
         if throttled is not None and window.throttled is not None:
             figures["throttled"] = throttled - window.throttled
         return figures
 
-    def _begin(self, pids: dict[int, int], now: float) -> None:
-        self._started = now
-        self._steal = cpu_steal_s()
+    def _begin(self, now: float, counters: dict[int, tuple[float | None, int | None]], pids: dict[int, int],
+               steal: float | None) -> None:
+        self._started, self._steal = now, steal
         # The last report carries over: a rank that reports every few seconds still spans the window.
         self._ranks = {rank: _RankWindow(first=old.last if (old := self._ranks.get(rank)) else None,
-                                         last=old.last if old else None,
-                                         run_delay=run_delay_s(pid), throttled=cgroup_throttled(pid))
+                                         last=old.last if old else None, run_delay=counters[pid][0],
+                                         throttled=counters[pid][1], counted=True)
                        for rank, pid in pids.items()}
 
     def _other_processes(self, own_pids: set[int], elapsed: float) -> list[dict[str, Any]]:
