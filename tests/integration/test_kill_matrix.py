@@ -625,7 +625,9 @@ def test_a_host_stopped_whole_is_named_by_its_silence_quarantined_and_the_job_tr
     assert machine["quarantine_reason"].startswith(f"machine {victim.machine_name} (node 1, rank 1: no heartbeat for"), \
         machine
     stall = [e for e in outcome.events if e["type"] == "stalled" and e["attempt"] == 0]
-    assert stall and all(e["node_rank"] == 0 for e in stall), stall  # the frozen node said nothing
+    # Rank 0 stalled waiting for it (the frozen node, once thawed, may report its own rank's long
+    # silence too: its supervisor saw no step for the whole freeze).
+    assert any(e["node_rank"] == 0 for e in stall), stall
     moved = {n["node_rank"]: n["machine"]["name"] for n in outcome.job["nodes"] if n["attempt"] == 1}
     assert moved == {0: run.node_host(0).machine_name, 1: spare}, outcome.job["nodes"]
     # Thawed, its agent reports again: its machine comes back quarantined, out until an operator (or
