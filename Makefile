@@ -32,6 +32,8 @@ install: $(PY_STAMP)
 # torch: TORCH is the training Python's torch for the local agents and the tests (the CPU wheel on
 # disk; a looser pin would pull a multi-GB CUDA build). ./tests/plugins: the tests' own placement
 # policy, found by its entry point as a site's would be. An existing .venv is upgraded in place.
+# pip byte-compiles what it installs (40 s of CPU here): these machines set PYTHONDONTWRITEBYTECODE,
+# so a module left uncompiled would be compiled again by every process that imports it.
 TORCH ?= torch==2.13.0 numpy
 
 $(PY_STAMP): pyproject.toml workers/pyproject.toml tests/plugins/pyproject.toml
@@ -125,11 +127,12 @@ test-fast: setup lint pytest-unit
 # `make test`'s phases, each timed: it prints its seconds and appends them to $(PHASES), which the
 # test ledger (tests/ledger.py) prints beside pytest's modules and stacks at the end of the run, and
 # writes with them to var/test-ledger.json. Each phase runs its targets' independent parts side by
-# side (-j2: pip's install beside npm's install, the dashboard's build and its tests; lint's Python
-# half beside its TypeScript half), each target's output kept together.
+# side (-j, 2 unless given: pip's install beside npm's install, the dashboard's build and its tests;
+# then lint's Python half and its TypeScript half beside the unit tier, which leaves half a core idle
+# on average and prints its result after six minutes either way), each target's output kept together.
 PHASES := var/test-phases.tsv
 define timed
-	@start=$$(date +%s.%N); $(MAKE) --no-print-directory -j2 --output-sync=target $(1) || exit $$?; \
+	@start=$$(date +%s.%N); $(MAKE) --no-print-directory -j$(or $(2),2) --output-sync=target $(1) || exit $$?; \
 	seconds=$$(awk "BEGIN { printf \"%.1f\", $$(date +%s.%N) - $$start }"); \
 	echo "== make test: $(1) took $$seconds s"; printf '%s\t%s\n' "$(1)" $$seconds >> $(PHASES)
 endef
@@ -137,8 +140,7 @@ endef
 test:
 	@mkdir -p var && rm -f $(PHASES) var/test-ledger.*.json
 	$(call timed,setup npm-test)
-	$(call timed,lint)
-	@TORCHYARD_TEST_PHASES=$(PHASES) $(MAKE) --no-print-directory pytest-unit
+	$(call timed,lint pytest-unit,3)
 	@TORCHYARD_TEST_PHASES=$(PHASES) $(MAKE) --no-print-directory pytest-integration
 
 # `make bench` runs every tests/benchmarks/bench_*.py, `make bench BENCH=checkpoint` only

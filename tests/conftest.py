@@ -18,6 +18,34 @@ for sub in ("backend", "workers"):
         sys.path.insert(0, p)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """One test run at a time on the Redis databases REDIS_URL names (tests/redis_databases.py):
+    two runs on them take each other's events and tasks, and fail far from the cause (a clean-clone
+    run lost a stack's events to a unit test run started beside it). The run (its
+    controller, not its xdist workers) holds a lock named by the server and database until it ends;
+    a second run stops at once, saying how to run beside it."""
+    import os
+    import tempfile
+    from urllib.parse import urlsplit
+
+    from torchyard.held_lock import Held, hold
+
+    if hasattr(config, "workerinput") or not os.environ.get("REDIS_URL"):
+        return
+    url = urlsplit(os.environ["REDIS_URL"])
+    name = f"torchyard-tests-redis-{url.hostname}-{url.port or 6379}-{url.path.strip('/') or 0}.lock"
+    try:
+        # Released when the run ends: the file stays open on the config until then.
+        config._torchyard_redis_lock = hold(Path(tempfile.gettempdir()) / name,  # type: ignore[attr-defined]
+                                            f"pytest pid {os.getpid()}")
+    except Held as held:
+        pytest.exit(f"Redis databases from {os.environ['REDIS_URL']} on are in use by {held.holder}: two test runs on "
+                    "them would take each other's events and tasks. Wait for it, or run beside it on other databases: "
+                    "make test TEST_REDIS_URL=redis://127.0.0.1:6379/1 "
+                    "TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/torchyard_beside (tests/redis_databases.py; "
+                    "pytest-django names its test databases after the latter).", returncode=3)
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory):
     """A private Redis server on a free loopback port, for tests that need an empty one."""

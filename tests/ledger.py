@@ -7,9 +7,10 @@ its module), lists every stack started and stopped (tests/integration/stack.py r
 the module that asked), and puts `make test`'s other phases beside pytest's (install, lint, the
 dashboard's tests: `make test` appends each one's seconds to var/test-phases.tsv).
 
-    {"total_seconds": ..., "phases": {"setup npm-test": s, "lint": s, "pytest unit": s,
-     "pytest integration": s}, "tests": {"passed": n, ...}, "modules": [{"module", "seconds", "tests"}],
-     "stacks": [{"event": "start" | "stop" | "check" | "restart", "seconds", "module", "reason"?}]}
+    {"total_seconds": ..., "phases": {"setup npm-test": s, "lint pytest-unit": s,
+     "pytest unit (within lint pytest-unit)": s, "pytest integration": s}, "tests": {"passed": n, ...}, "modules": [{"module", "seconds", "tests"}],
+     "stacks": [{"event": "start" | "stop" | "check" | "restart", "seconds", "module", "reason"?}],
+     "workers": {"<tier> gwN": {"busy": s, "first": s, "last": s}}}
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ _modules: dict[str, float] = defaultdict(float)
 _tests: dict[str, int] = defaultdict(int)
 _outcomes: dict[str, int] = defaultdict(int)
 _stacks: list[dict[str, Any]] = []
+# Under pytest-xdist, by worker: its busy seconds (the reports' durations), and when its first and
+# last reports reached the controller (seconds since the session started): a worker idle while
+# another still runs shows here, where the modules' sums cannot show it.
+_workers: dict[str, list[float]] = {}
 
 
 def record_stack(event: str, seconds: float, reason: str = "") -> None:
@@ -71,6 +76,12 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     module = report.nodeid.split("::")[0]
     _modules[module] += report.duration
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
+    if worker:
+        now = time.monotonic() - _started
+        busy = _workers.setdefault(worker, [0.0, now - report.duration, now])
+        busy[0] += report.duration
+        busy[2] = now
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         _tests[module] += 1
         _outcomes["xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome] += 1
@@ -105,7 +116,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         return  # an xdist worker: its controller has every report
     own = {"seconds": round(time.monotonic() - _started, 1), "tests": dict(_outcomes),
            "modules": [{"module": m, "seconds": round(s, 1), "tests": _tests[m]} for m, s in _modules.items()],
-           "stacks": _stacks}
+           "stacks": _stacks,
+           "workers": {w: {"busy": round(b, 1), "first": round(f, 1), "last": round(la, 1)}
+                       for w, (b, f, la) in sorted(_workers.items())}}
     VAR.mkdir(exist_ok=True)
     tier = os.environ.get(TIER_ENV, "")
     if tier:
@@ -113,15 +126,23 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     # Under `make test` (which names its phases file and removes the tiers' files first), every tier
     # run so far; a tier or pytest run on its own, itself.
     tiers = _tiers() if tier and os.environ.get(PHASES_ENV) else {tier: own}
-    phases = {**_phases(), **{f"pytest {name}".strip(): part["seconds"] for name, part in tiers.items()}}
+    made = _phases()
+    # A tier that `make test` ran beside another target (`lint pytest-unit`) is inside that phase's
+    # seconds: it is shown, not counted again in the total.
+    inside = {name: phase for name in tiers for phase in made if f"pytest-{name}" in phase.split()}
+    phases = {**made, **{f"pytest {name}".strip() + (f" (within {inside[name]})" if name in inside else ""):
+                         part["seconds"] for name, part in tiers.items()}}
+    total = sum(made.values()) + sum(part["seconds"] for name, part in tiers.items() if name not in inside)
     outcomes: dict[str, int] = defaultdict(int)
     for part in tiers.values():
         for outcome, count in part["tests"].items():
             outcomes[outcome] += count
     modules = sorted((row for part in tiers.values() for row in part["modules"]), key=lambda row: -row["seconds"])
     stacks = [entry for part in tiers.values() for entry in part["stacks"]]
-    ledger = {"total_seconds": round(sum(phases.values()), 1), "phases": phases, "tests": dict(outcomes),
-              "modules": modules, "stacks": stacks}
+    workers = {f"{name} {worker}".strip(): row for name, part in tiers.items()
+               for worker, row in part.get("workers", {}).items()}
+    ledger = {"total_seconds": round(total, 1), "phases": phases, "tests": dict(outcomes),
+              "modules": modules, "stacks": stacks, "workers": workers}
     LEDGER_FILE.write_text(json.dumps(ledger, indent=2) + "\n")
     _print(terminalreporter.write_line, terminalreporter.section, ledger)
 
@@ -142,6 +163,11 @@ def _print(write: Any, section: Any, ledger: dict[str, Any]) -> None:
     if rest:
         write(f"{f'{len(rest)} more modules':<60}{sum(r['seconds'] for r in rest):>10.1f}"
               f"{sum(r['tests'] for r in rest):>7}")
+    if ledger["workers"]:
+        write("")
+        write(f"{'pytest-xdist worker':<60}{'busy s':>10}{'first s':>9}{'last s':>8}")
+        for worker, row in ledger["workers"].items():
+            write(f"{worker:<60}{row['busy']:>10.1f}{row['first']:>9.1f}{row['last']:>8.1f}")
     stacks = ledger["stacks"]
     if not stacks:
         return

@@ -4,12 +4,14 @@ groups, so each has its own:
 
 - +0: a plain pytest run's tests outside tests/integration (REDIS_URL as given);
 - +1, +2: the unit tier's pytest-xdist workers gw0, gw1 (xdist_redis.py);
-- +3, +4: the integration tier's worker gw0 (or a run without workers): its shared PostgreSQL stack
-  (integration/shared.py), then a module's own PostgreSQL stack;
-- +5, +6: the same two for worker gw1.
+- the integration tier, which runs after the unit tier (never beside it) and empties each database
+  its stacks use before they start: +1, +2 for its worker gw0 (or a run without workers), its shared
+  PostgreSQL stack (integration/shared.py), then a module's own PostgreSQL stack; +3, +4 for gw1;
+  +5, +6 for gw2.
 
-Redis has 16 databases (0-15): from `make test`'s 9 the plan ends at 15, which is why each tier has
-two workers at most (`offset_database` says so rather than wrap around).
+Redis has 16 databases (0-15): from `make test`'s 9 the plan ends at 15, which is why the unit tier
+has two workers at most and the integration tier three (`offset_database` says so rather than wrap
+around).
 
 Side-effect free: imported both by xdist_redis.py (as `tests.redis_databases`, before Django reads its
 settings) and by the integration stacks."""
@@ -21,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 XDIST_WORKERS = 1
 # Worker gw0's; worker gwN's are these + 2N (stack_offset).
-SHARED_PG_STACK, OWN_PG_STACK = 3, 4
+SHARED_PG_STACK, OWN_PG_STACK = 1, 2
 REDIS_DATABASES = 16  # a Redis server's default `databases`
 
 

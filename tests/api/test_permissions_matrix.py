@@ -179,8 +179,8 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/network/capabilities": everyone_signed_in,
     "api/network/distributed/plan": submit,
     "api/network/distributed/dispatch": submit,
-    "api/network/distributed/status/<int:job_id>": job_read,
-    "api/network/distributed/stop/<int:job_id>": job_control,
+    "api/network/distributed/status/<str:job_id>": job_read,
+    "api/network/distributed/stop/<str:job_id>": job_control,
     "api/network/distributed_jobs/plan": submit,
     "api/network/distributed_jobs/dispatch": submit,
     "api/network/distributed_jobs/<str:job_id>/status": job_read,
@@ -196,6 +196,7 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     # The task is ada's: mia (a member) may submit it but not change it.
     "api/tasks/<int:task_id>": {"get": job_read, "put": job_control, "delete": job_control},
     "api/tasks/<int:task_id>/queue_distributed": task_submit,
+    "api/tasks/plan-<int:task_id>/queue_distributed": task_submit,
     "api/tasks/<int:task_id>/queue/<int:machine_id>": task_submit,
 }
 

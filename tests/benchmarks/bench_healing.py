@@ -17,11 +17,19 @@ machine is released and the job ended between rounds. Median of 3. Target (issue
 training again within 60 s with a spare. A missed target prints MISSED; the bench fails only when
 it could not measure.
 
+Then the preflight's link matrix: on eight hosts with two networks between them (the bridge the
+stack is on, and a second one, as a fabric beside a management Ethernet), a job of 2, 4 and 8 nodes
+(3 rounds each) measures every pair of its machines on both networks before its ranks start: the
+seconds its master reports for the whole measurement (probe bursts, figures, choice). Target: all
+pairs of 8 machines within 10 s.
+
     make bench BENCH=healing
+    python tests/benchmarks/run.py healing -- --only links     # one part: hang or links
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import shutil
 import sys
@@ -36,6 +44,8 @@ import launch_common as lc  # noqa: E402
 
 ROUNDS = 3
 TARGET_S = 60.0
+MATRIX_SIZES = (2, 4, 8)
+MATRIX_TARGET_S = 10.0
 BASE = {
     "entrypoint": lc.SCRIPT, "args": ["--steps", "1000000", "--step-sleep", "0.05", "--report-every", "1"],
     "checkpointing": {"enabled": True, "every_n_steps": 20, "keep": 2},
@@ -88,25 +98,38 @@ def healing_round(cluster: Any, case: str, round_no: int) -> dict[str, float]:
         cluster.wait_machine(host, {"online"})
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="hang -> named -> quarantined -> training again; the link matrix")
+    parser.add_argument("--only", choices=("hang", "links"), help="one of the two parts (default: both)")
+    only = parser.parse_args(argv).only
     sys.path.insert(0, str(lc.ROOT / "tests"))
-    from integration.netns import netns_unavailable, separate_hosts
+    from integration.netns import netns_unavailable
 
     if reason := netns_unavailable():
         print(f"healing: not measured ({reason})")
         return 1
     work = Path(tempfile.mkdtemp(prefix="bench-healing-"))
-    measured: dict[str, list[dict[str, float]]] = {case: [] for case in CASES}
     try:
-        with separate_hosts(work / "hosts", hosts=3) as cluster:
-            for round_no in range(ROUNDS):
-                for case in CASES:
-                    measured[case].append(healing_round(cluster, case, round_no))
-                    m = measured[case][-1]
-                    print(f"round {round_no + 1}/{ROUNDS} {case}: named {m['named']:.1f} s, quarantined "
-                          f"{m['quarantined']:.1f} s, training again {m['training']:.1f} s after the SIGSTOP", flush=True)
+        if only != "links":
+            hang_rounds(work)
+        if only != "hang":
+            links_table(link_matrix_rounds(work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def hang_rounds(work: Path) -> None:
+    from integration.netns import separate_hosts
+
+    measured: dict[str, list[dict[str, float]]] = {case: [] for case in CASES}
+    with separate_hosts(work / "hosts", hosts=3) as cluster:
+        for round_no in range(ROUNDS):
+            for case in CASES:
+                measured[case].append(healing_round(cluster, case, round_no))
+                m = measured[case][-1]
+                print(f"round {round_no + 1}/{ROUNDS} {case}: named {m['named']:.1f} s, quarantined "
+                      f"{m['quarantined']:.1f} s, training again {m['training']:.1f} s after the SIGSTOP", flush=True)
     print(f"\nhealing: SIGSTOP of one rank of examples/mlp_ddp.py (0.05 s steps, stall_timeout auto, on_stall "
           f"recover) on three network-namespace hosts, {ROUNDS} rounds; seconds after the SIGSTOP")
     print(lc.summary_header("phase", width=76, ratio=False))
@@ -117,9 +140,40 @@ def main() -> int:
     spare = lc.med([m["training"] for m in measured["spare"]])
     print(f"\n{'hang -> training again with a spare (s)':<76}{spare:>9.2f}   {'< 60':<8}"
           f"{'PASS' if spare < TARGET_S else 'MISSED'}")
-    print("preflight link matrix (2, 4, 8 hosts): not measured: the preflight does not measure links yet")
-    return 0
+
+
+def links_table(matrix: dict[int, list[float]]) -> None:
+    print(f"\npreflight link matrix: every pair of a job's machines on both of their two networks, "
+          f"{ROUNDS} rounds; seconds the master reports")
+    print(lc.summary_header("job", width=76, ratio=False))
+    for nodes in MATRIX_SIZES:
+        print(lc.summary_row(f"{nodes} hosts ({nodes * (nodes - 1) // 2} pairs x 2 networks)", matrix[nodes], width=76))
+    eight = lc.med(matrix[MATRIX_SIZES[-1]])
+    print(f"\n{'all pairs of 8 machines measured (s)':<76}{eight:>9.2f}   {'< 10':<8}"
+          f"{'PASS' if eight < MATRIX_TARGET_S else 'MISSED'}")
+
+
+def link_matrix_rounds(work: Path) -> dict[int, list[float]]:
+    """The master's measuring seconds of jobs of each of MATRIX_SIZES nodes, on eight hosts with
+    two networks: a few steps each, ended once trained."""
+    from integration.netns import separate_hosts
+
+    seconds: dict[int, list[float]] = {nodes: [] for nodes in MATRIX_SIZES}
+    with separate_hosts(work / "matrix", hosts=max(MATRIX_SIZES)) as cluster, cluster.second_network():
+        stack = cluster.stack
+        for round_no in range(ROUNDS):
+            for nodes in MATRIX_SIZES:
+                job = stack.submit({"name": f"bench-links-{nodes}-{round_no}", "entrypoint": lc.SCRIPT,
+                                    "args": ["--steps", "3"], "resources": {"nodes": nodes, "procs_per_node": 1}})
+                done = stack.wait_job(job["id"], {"completed", "failed", "stopped"}, timeout=240)
+                links = done.get("links") or {}
+                assert done["status"] == "completed" and links.get("networks"), (
+                    f"job {job['id']} ({nodes} nodes): {done['status']} {done['status_reason']}; links {links}")
+                seconds[nodes].append(float(links["seconds"]))
+                print(f"round {round_no + 1}/{ROUNDS} links of {nodes} hosts: {links['seconds']:.2f} s: "
+                      f"{links.get('summary', '')}", flush=True)
+    return seconds
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -14,9 +14,9 @@ from .stack import Stack, start_pg_stack, start_stack, stop_pg_stack
 # go first, longest first; every other module follows in its usual order. A new module of a minute or
 # more joins the list.
 LONGEST_FIRST = (
-    "test_kill_matrix", "test_ray_jobs", "test_crash_only", "test_preemption", "test_job_exits",
-    "test_dashboard_in_a_browser", "test_elastic_hosts", "test_embedded_mode", "test_elastic", "test_recovery",
-    "test_agent_distribution",
+    "test_kill_matrix", "test_ray_jobs", "test_crash_only", "test_job_exits", "test_dashboard_in_a_browser",
+    "test_embedded_mode", "test_preemption", "test_agent_distribution", "test_elastic", "test_elastic_hosts",
+    "test_volumes", "test_recovery", "test_s3_checkpoints", "test_functions", "test_warm_start", "test_seed001",
 )
 
 

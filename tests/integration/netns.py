@@ -23,6 +23,7 @@ the namespaces, veth pairs, bridge, the stack, Redis and the PostgreSQL database
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -47,6 +48,7 @@ BIN = Path(sys.executable).parent
 # runs (a developer's and CI's) on one machine do not collide.
 NET_PREFIX = "10.231"
 INSIDE_IFNAME = "eth0"
+FABRIC_IFNAME = "eth1"  # Cluster.second_network's
 
 
 def netns_unavailable() -> str:
@@ -68,7 +70,7 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return result
 
 
-def _free_subnet() -> str:
+def free_subnet() -> str:
     """A 10.231.<n> prefix no interface or route of this machine mentions, among this pytest-xdist
     worker's: worker gwK picks an <n> with n % 4 == K, so two workers making clusters at the same
     moment cannot pick the same one (tests/redis_databases.py numbers the workers)."""
@@ -123,6 +125,22 @@ class Host:
     def link_up(self) -> None:
         """Bring the host's link back; traffic flows again within a second."""
         ip("link", "set", self.veth, "up")
+
+    @contextlib.contextmanager
+    def throttled(self, ifname: str = INSIDE_IFNAME, rate: str = "50mbit") -> Iterator[None]:
+        """Everything the host sends on `ifname` limited to `rate` by a token bucket (tc tbf) for
+        the block: a slow link, up and working."""
+        ip("netns", "exec", self.netns, "tc", "qdisc", "add", "dev", ifname, "root", "tbf", "rate", rate,
+           "burst", "32kbit", "latency", "400ms")
+        try:
+            yield
+        finally:
+            ip("netns", "exec", self.netns, "tc", "qdisc", "del", "dev", ifname, "root", check=False)
+
+    def sent_bytes(self, ifname: str) -> int:
+        """Bytes this host has sent on `ifname`, the kernel's counter."""
+        shown = json.loads(ip("-n", self.netns, "-j", "-s", "link", "show", "dev", ifname).stdout)
+        return int(shown[0]["stats64"]["tx"]["bytes"])
 
     def can_reach(self, address: str, port: int, timeout: float = 2.0) -> bool:
         """Whether a TCP connect from inside this host to address:port succeeds (there is no ping)."""
@@ -254,6 +272,28 @@ class Cluster:
                                            for m in machines()),
                      lambda: "hosts not back online: " + ", ".join(
                          f"{m['name']} {m['status']}" for m in machines()) + f"\n{self.hosts[-1].agent_log_tail(10)}")
+
+    @contextlib.contextmanager
+    def second_network(self, ifname: str = FABRIC_IFNAME) -> Iterator[str]:
+        """A second network between the hosts for the block, as a fabric beside the management
+        Ethernet: a bridge with no address on this machine (the stack is not on it), each host an
+        address on it on `ifname`; yields its prefix ("10.231.<n>": host i is .10+i). The hosts
+        keep registering their eth0 addresses."""
+        tag = self.bridge.removeprefix("ty").removesuffix("br")
+        subnet, bridge = free_subnet(), f"ty{tag}fb"
+        with contextlib.ExitStack() as cleanup:
+            ip("link", "add", bridge, "type", "bridge")
+            cleanup.callback(ip, "link", "del", bridge, check=False)
+            ip("link", "set", bridge, "up")
+            for host in self.hosts:
+                veth = f"ty{tag}f{host.index}"
+                ip("link", "add", veth, "type", "veth", "peer", "name", ifname, "netns", host.netns)
+                cleanup.callback(ip, "link", "del", veth, check=False)
+                ip("link", "set", veth, "master", bridge)
+                ip("link", "set", veth, "up")
+                ip("-n", host.netns, "addr", "add", f"{subnet}.{10 + host.index}/24", "dev", ifname)
+                ip("-n", host.netns, "link", "set", ifname, "up")
+            yield subnet
 
     def wait_machine(self, host: Host, statuses: set[str], timeout: float = 60.0) -> dict:
         """Poll the machine of `host` until its status is one of `statuses`."""
@@ -390,7 +430,7 @@ def separate_hosts(tmp: Path, hosts: int = 2, *, env: dict[str, str] | None = No
     if reason:
         raise RuntimeError(reason)
     tag = uuid.uuid4().hex[:4]
-    subnet = _free_subnet()
+    subnet = free_subnet()
     gateway, bridge = f"{subnet}.1", f"ty{tag}br"
     database = f"torchyard_netns_{tag}"
     with contextlib.ExitStack() as cleanup:

@@ -1,5 +1,6 @@
 """Seed 000's promise on the real stack: an existing TransformerLab-style plugin (it takes its
-`accelerator` from __main__ and never imports Torchyard) is pushed with the CLI and runs on 2 nodes
+`accelerator` from __main__, uses TransformerLab's plugin_sdk.distributed_utils and never imports
+Torchyard) is pushed with the CLI and runs on 2 nodes
 through the seed's plan -> queue_distributed flow under `accelerate launch`; its rank-0 output comes
 back, every rank's lines are logged, and a run that loses a rank recovers and then stops cleanly."""
 
@@ -25,7 +26,16 @@ import time
 import torch
 import torch.distributed as dist
 
+from plugin_sdk.distributed_utils import (  # TransformerLab's helpers, as its example plugin imports them
+    get_accelerator,
+    is_distributed_training,
+    print_distributed_info,
+    should_save_outputs,
+)
+
 accelerator = sys.modules["__main__"].accelerator  # what the plugin harness hands over
+assert is_distributed_training() and get_accelerator() is accelerator
+print_distributed_info()
 parser = argparse.ArgumentParser()
 parser.add_argument("--config_file", required=True)
 parser.add_argument("--sleep", type=float, default=0.0)
@@ -47,7 +57,7 @@ for step in range(config["steps"]):
 total = accelerator.reduce(torch.tensor([float(accelerator.process_index + 1)]), "sum")
 print(f"rank {accelerator.process_index} of {accelerator.num_processes} on {dist.get_backend()}: "
       f"batch_size {config['batch_size']} sum {total.item():g}", flush=True)
-if accelerator.is_main_process:
+if should_save_outputs():
     os.makedirs(config["output_dir"], exist_ok=True)
     with open(os.path.join(config["output_dir"], "result.json"), "w") as f:
         json.dump({key: config[key] for key in ("world_size", "rank", "batch_size", "global_batch_size")}, f)
@@ -91,6 +101,8 @@ def test_a_transformerlab_plugin_runs_on_two_nodes_and_its_rank_0_output_comes_b
     # Each rank's own lines, tagged with its global rank: gloo across the nodes, the batch divided.
     for rank in (0, 1):
         assert (rank, f"rank {rank} of 2 on gloo: batch_size 4 sum 3") in lines, sorted(lines)[-40:]
+    # plugin_sdk.distributed_utils answered from the harness: the job's shape, printed by rank 0 alone.
+    assert {(rank, line) for rank, line in lines if "World size" in line} == {(0, "  - World size: 2")}
 
     artifacts = pg_stack.api("GET", f"/api/jobs/{job_id}/artifacts").json()
     assert [(a["node_rank"], a["path"]) for a in artifacts] == [(0, "result.json")]

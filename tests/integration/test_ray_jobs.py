@@ -76,7 +76,7 @@ def run_ray_job():
 
 
 if __name__ == "__main__":
-    remote = ty.fn(run_ray_job).to(ty.Compute(cpus=1)).distribute(framework="ray", workers=2)
+    remote = ty.fn(run_ray_job).to(ty.Compute(cpus=1)).distribute(framework="ray", workers=1)  # + the head
     print("RESULTS " + json.dumps(remote()), flush=True)
 '''
 

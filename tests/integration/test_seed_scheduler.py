@@ -1,7 +1,9 @@
-"""Seed 004's scheduler on a real stack: agents that declare their GPUs (`--gpus --models
---memories`, taken as declared on this GPU-less machine, with the warning the machine shows), the
-`simple` and `balanced` policies and an installed one choosing among them, a seed 004 task file
-submitted with `torchyard submit`, and `torchyard monitor` driven in a terminal (a pty)."""
+"""The Go scheduler's workflow on a real stack: agents that declare their GPUs (`--gpus --models
+--memories`, taken as declared on this GPU-less machine, with the warning the machine shows) and the
+address the others reach them at (`--addr`), the `simple` and `balanced` policies and an installed
+one choosing among them, its task files submitted with `torchyard submit` (its sample task as
+written refused naming its model and dataset; with a built-in model and dataset, its params reach
+the recipe), and `torchyard monitor` driven in a terminal (a pty)."""
 
 from __future__ import annotations
 
@@ -24,25 +26,29 @@ import pytest
 from .stack import start_pg_stack, stop_pg_stack
 
 BIN = Path(sys.executable).parent
-SEED_TASK = {  # seed 004's sample task, as its guide writes it
+SEED_TASK = {  # the Go scheduler's sample task, as its guide writes it
     "name": "ResNet50 Training",
     "required_gpus": 2,
     "min_gpu_memory": 8192,
     "params": {"model": "resnet50", "dataset": "imagenet", "batch_size": "64", "learning_rate": "0.001",
                "epochs": "90", "optimizer": "sgd", "momentum": "0.9", "weight_decay": "0.0001"},
 }
+# The same with a model and dataset Torchyard has built in: every other param reaches the recipe.
+BUILT_IN_TASK = {**SEED_TASK, "params": {**SEED_TASK["params"], "model": "mlp", "dataset": "synthetic"}}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A stack with no local agents, and two machines whose agents declare their GPUs as seed 004's
-    workers do: rtx-box with two RTX 3090s, a100-box with one A100 of 80 GB."""
+    """A stack with no local agents, and two machines whose agents declare their GPUs as the Go
+    scheduler's workers do: rtx-box with two RTX 3090s, a100-box with one A100 of 80 GB, which also
+    gives its address as that worker's default, localhost:0 (it only ever plans here, never runs)."""
     tmp = tmp_path_factory.mktemp("seed4")
     stack = start_pg_stack(tmp, agents=0)
     agents = []
     try:
         for machine, flags in (("rtx-box", ["--gpus", "0,1", "--models", "RTX3090,RTX3090", "--memories", "24576,24576"]),
-                               ("a100-box", ["--gpus", "0", "--models", "A100", "--memories", "81920"])):
+                               ("a100-box", ["--gpus", "0", "--models", "A100", "--memories", "81920",
+                                             "--addr", "localhost:0"])):
             created = stack.api("POST", "/api/machines", json={"name": machine, "host": "127.0.0.1"}).json()
             with open(tmp / f"{machine}.log", "wb") as log:  # the agent keeps its own copy of the file
                 agents.append(subprocess.Popen(
@@ -79,6 +85,8 @@ def test_declared_gpus_are_scheduled_as_declared_and_the_machine_warns_that_nvml
     assert (caps["gpu_count"], caps["gpu_memory"], caps["gpus_declared"], caps["gpus_detected"]) == (2, 49152, True, [])
     assert caps["gpu_warnings"] == ["NVML sees no GPU here: GPUs 0, 1 scheduled as declared"]
     assert machine(cluster, "a100-box")["capabilities"]["gpus"] == [{"index": 0, "name": "A100", "memory_mb": 81920}]
+    # Registered as 127.0.0.1; its agent's --addr says where the others reach it.
+    assert (machine(cluster, "a100-box")["host"], rtx["host"]) == ("localhost", "127.0.0.1")
 
 
 def test_simple_balanced_and_an_installed_policy_choose_among_the_declared_machines(cluster):
@@ -100,12 +108,26 @@ def test_simple_balanced_and_an_installed_policy_choose_among_the_declared_machi
     assert refused.status_code == 400 and "choose one of: pack, spread, simple, balanced" in refused.text
 
 
-def test_seed_004s_task_file_is_submitted_as_written_and_placed_on_the_declared_gpus(cluster, tmp_path):
+def test_the_sample_task_is_refused_naming_its_model_and_dataset_as_the_file_does(cluster, tmp_path):
     task = tmp_path / "sample_task.json"
     task.write_text(json.dumps(SEED_TASK, indent=2))
+    refused = run_cli(cluster, "submit", str(task), "--detach")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.splitlines()[-3:] == [
+        "torchyard: POST /api/jobs: HTTP 400",
+        "  params.model: unknown model 'resnet50'; known: char_gpt, mlp, transformer.",
+        "  params.dataset: unknown dataset 'imagenet'; built-in datasets: synthetic, digits, python-source."]
+    task.write_text(json.dumps({**BUILT_IN_TASK, "params": {**BUILT_IN_TASK["params"], "nesterov": "true"}}))
+    refused = run_cli(cluster, "submit", str(task), "--detach")
+    assert refused.returncode == 2 and "  params.nesterov: mlp_ddp.py does not read nesterov; it reads" in refused.stderr
+
+
+def test_a_task_with_a_built_in_model_is_submitted_with_its_params_and_placed_on_the_declared_gpus(cluster, tmp_path):
+    task = tmp_path / "sample_task.json"
+    task.write_text(json.dumps(BUILT_IN_TASK, indent=2))
     submitted = run_cli(cluster, "submit", str(task), "--detach")
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-    assert "runs the built-in recipe examples/mlp_ddp.py on 2 rank(s)" in submitted.stderr
+    assert "runs the built-in recipe for model mlp and dataset synthetic on 2 rank(s)" in submitted.stderr
     job_id = int(submitted.stdout.split()[0].lstrip("#"))
     try:
         deadline = time.monotonic() + 60
@@ -116,9 +138,10 @@ def test_seed_004s_task_file_is_submitted_as_written_and_placed_on_the_declared_
         resources = job["spec"]["resources"]
         assert {k: resources[k] for k in ("nodes", "procs_per_node", "gpus_per_node", "min_gpu_memory")} == {
             "nodes": 1, "procs_per_node": 2, "gpus_per_node": 2, "min_gpu_memory": 8192}
+        assert (job["spec"]["entrypoint"], job["spec"]["dataset"]) == ("examples/mlp_ddp.py", "synthetic")
         assert job["spec"]["hyperparameters"] == {
-            "model": "resnet50", "dataset": "imagenet", "batch_size": 64, "learning_rate": 0.001, "epochs": 90,
-            "optimizer": "sgd", "momentum": 0.9, "weight_decay": 0.0001}
+            "batch_size": 64, "learning_rate": 0.001, "epochs": 90, "optimizer": "sgd", "momentum": 0.9,
+            "weight_decay": 0.0001}
         assert [(n["machine_name"], n["gpus"]) for n in job["plan"]["nodes"]] == [("rtx-box", [0, 1])]
         assert job["plan"]["backend"] == "nccl" and job["plan"]["hyperparameters"]["batch_size"] == 32
     finally:

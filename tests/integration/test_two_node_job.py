@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import time
+import uuid
 
 import pytest
 from websockets.sync.client import connect
+
+from .netns import free_subnet, ip, netns_unavailable
+from .stack import FINAL_STATUSES
 
 SPEC = {
     "name": "mnist-ddp-demo",
@@ -173,3 +177,29 @@ def test_an_agent_forging_events_for_another_machines_node_is_dropped_and_logged
     while expected not in pg_stack.log_tail(100_000):
         assert time.monotonic() < deadline, "the dropped events were not logged"
         time.sleep(0.5)
+
+
+def test_a_job_on_agents_of_one_host_pins_nothing_and_outlives_an_interface_another_program_removes(pg_stack):
+    # Two agents side by side share one network stack: their ranks' bytes never leave the machine.
+    # An interface of the host that another program owns (here a bridge, as a container runtime or a
+    # VPN makes, measured faster by noise) must not carry the job: removing it mid-run once left
+    # every rank waiting in a collective for good.
+    if why := netns_unavailable():
+        pytest.skip(why)
+    bridge, subnet = f"tyx{uuid.uuid4().hex[:8]}", free_subnet()
+    ip("link", "add", bridge, "type", "bridge")
+    try:
+        ip("addr", "add", f"{subnet}.1/24", "dev", bridge)
+        ip("link", "set", bridge, "up")
+        job = pg_stack.submit(dict(SPEC, name="one-host", args=["--steps", "120", "--step-sleep", "0.03"]))
+        pg_stack.wait_job(job["id"], {"running"})
+        assert pg_stack.watch_job(job["id"], lambda: (pg_stack.job(job["id"])["progress"].get("step") or 0) >= 10,
+                                  120, on=frozenset({"state", "metric"}))
+        ip("link", "del", bridge)
+        done = pg_stack.wait_job(job["id"], FINAL_STATUSES, timeout=120)
+    finally:
+        ip("link", "del", bridge, check=False)
+    assert done["status"] == "completed", done["status_reason"]
+    assert not done["links"], done["links"]
+    lines = [e["line"] for e in pg_stack.logs(job["id"])]
+    assert any("shares this machine's network stack" in line and "nothing pinned" in line for line in lines), lines[:20]

@@ -80,3 +80,14 @@ def test_a_removed_machine_and_an_empty_batch_apply_nothing(path):
     Machine.objects.filter(pk=machine.pk).delete()
     assert machine_record_heartbeats(events=[beat(machine, token)]) == []
     assert machine_record_heartbeats(events=[]) == []
+
+
+# `torchyard agent --addr HOST` (the Go scheduler's worker --addr): the address the other machines reach
+# it at becomes the machine's host, the master address of the jobs whose node 0 it runs.
+def test_the_address_an_agent_gives_becomes_its_machines_host_and_none_keeps_the_registered_one(path):
+    (given, given_token), (silent, silent_token) = (machine_create(name=n, host="10.0.0.1") for n in ("given", "silent"))
+    machine_record_heartbeats(events=[beat(given, given_token, host="192.168.7.20"), beat(silent, silent_token)])
+    assert dict(Machine.objects.values_list("name", "host")) == {"given": "192.168.7.20", "silent": "10.0.0.1"}
+    # The agent restarted without --addr: its machine keeps the last address it gave.
+    machine_record_heartbeats(events=[beat(given, given_token)])
+    assert Machine.objects.get(pk=given.pk).host == "192.168.7.20"

@@ -136,8 +136,9 @@ def test_the_distributed_jobs_spellings_plan_dispatch_and_report_as_the_distribu
     seed = {**SEED_CONFIG, "resource_requirements": {"num_machines": 2}}
     plan = api.post("/api/network/distributed_jobs/plan", seed, format="json")
     assert plan.status_code == 200
-    # The planned job is kept as a task: its id is the plan's job_id (queue_distributed takes it).
-    assert set(plan.json()) == {"job_id", "task_id", "execution_plan", "spec"} and plan.json()["job_id"] == plan.json()["task_id"]
+    # The planned job is kept as a task: the plan's job_id is plan-<its id> (test_transformerlab_job_ids.py).
+    assert set(plan.json()) == {"job_id", "task_id", "execution_plan", "spec"}
+    assert plan.json()["job_id"] == f"plan-{plan.json()['task_id']}"
     assert plan.json()["execution_plan"]["world_size"] == 2 and not Job.objects.exists()
     dispatched = api.post("/api/network/distributed_jobs/dispatch", seed, format="json")
     assert dispatched.status_code == 201
@@ -150,9 +151,10 @@ def test_the_distributed_jobs_spellings_plan_dispatch_and_report_as_the_distribu
 
 
 def rank_body(rank: int, machine: Machine, **changes) -> dict:
-    """The seed's dispatch body, as its browser sent one per rank."""
+    """TransformerLab's dispatch body, as its browser sent one per rank (less master_addr and
+    master_port: Torchyard picks the master, test_transformerlab_job_ids.py)."""
     return {"job_id": "dist_job_123", "target_machine": machine.host, "rank": rank, "world_size": 2,
-            "master_addr": "192.168.1.100", "master_port": 29500, **SEED_CONFIG, **changes}
+            **SEED_CONFIG, **changes}
 
 
 def test_the_seeds_per_rank_dispatch_submits_the_job_once_every_rank_has_its_machine(api, two_machines):

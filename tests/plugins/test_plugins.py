@@ -178,14 +178,14 @@ def test_the_plans_job_id_is_queued_and_dispatched_as_the_plugin_job_it_planned(
     planned = api.post("/api/network/distributed/plan", body, format="json")
     assert planned.status_code == 200, planned.content
     plan = planned.json()
-    assert plan["job_id"] == plan["task_id"] and not Job.objects.exists()
+    assert plan["job_id"] == f"plan-{plan['task_id']}" and not Job.objects.exists()
     spec = plan["spec"]
     assert spec["code"]["bundle"] == bundle and spec["entrypoint"] == "main.py"
     assert spec["distributed"]["launcher"] == "accelerate" and plan["execution_plan"]["launcher"] == "accelerate"
     assert spec["hyperparameters"] == {"batch_size": 8, "lr": 0.01}  # the default config under the request's
     # Planning the same job again is the same task.
     assert api.post("/api/network/distributed/plan", body, format="json").json()["job_id"] == plan["job_id"]
-    assert api.get(f"/api/tasks/{plan['job_id']}").json()["plugin_name"] == "llama_trainer"
+    assert api.get(f"/api/tasks/{plan['task_id']}").json()["plugin_name"] == "llama_trainer"
 
     # The seed's UI flow: queue the plan's job.
     queued = api.get(f"/api/tasks/{plan['job_id']}/queue_distributed")
@@ -206,7 +206,7 @@ def test_the_plans_job_id_is_queued_and_dispatched_as_the_plugin_job_it_planned(
     assert per_rank.spec["hyperparameters"] == {"batch_size": 8, "lr": 0.01}
 
     assert api.post("/api/network/distributed/dispatch", {"job_id": "dist_job_123"}, format="json").status_code == 400
-    assert api.post("/api/network/distributed/dispatch", {"job_id": 999999}, format="json").status_code == 404
+    assert api.post("/api/network/distributed/dispatch", {"job_id": "plan-999999"}, format="json").status_code == 404
 
 
 def test_launcher_accelerate_runs_an_entrypoint_not_a_module(api, bundle, two_machines):

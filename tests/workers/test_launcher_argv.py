@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import peer_files
 import pytest
 from torchyard import protocol
 from torchyard.agent import runs
@@ -97,19 +98,13 @@ def test_a_plain_processs_log_files_are_where_the_rank_tailer_reads_local_rank_0
 
 # --- peers.json: the agent writes it, the SDK reads it ----------------------------------------------
 def membership(version: int, *statuses: str) -> dict:
-    return {"version": version, "nodes": [{**peer, "status": status} for peer, status in zip(PEERS, statuses,
-                                                                                           strict=False)]}
+    return peer_files.membership(PEERS, version, *statuses)
 
 
 @pytest.fixture
 def node_env(tmp_path, monkeypatch) -> Path:
     """The environment of node 1 of job 7 attempt 2, as its supervisor gives it, run directory made."""
-    directory = runs.run_dir(tmp_path, 7, 2, 1)
-    directory.mkdir(parents=True)
-    monkeypatch.setenv(protocol.ENV_RUN_DIR, str(directory))
-    monkeypatch.setenv(protocol.ENV_NODE_RANK, "1")
-    monkeypatch.setenv(protocol.ENV_PEERS, "10.0.0.5,10.0.0.6,10.0.0.7")
-    return tmp_path
+    return peer_files.as_node(tmp_path, monkeypatch, PEERS, attempt=2)
 
 
 def test_the_agent_writes_peers_json_and_never_goes_back_a_version(tmp_path):

@@ -5,6 +5,9 @@ rank (DESIGN.md section 7's adjustments, the metadata, rank 0 alone on the main 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,3 +109,62 @@ def test_each_rank_gets_the_adjusted_config_and_only_rank_0_the_main_output_dire
     flat, rule = split_config({"batch_size": 10}, None)
     with pytest.raises(HarnessError, match="does not divide evenly"):
         adjusted_config(flat, rule, meta, str(tmp_path))
+
+
+# TransformerLab's example plugin's first lines, as its document writes them.
+USES_PLUGIN_SDK = """\
+import logging
+from plugin_sdk.distributed_utils import (
+    is_distributed_training,
+    get_accelerator,
+    should_save_outputs,
+    print_distributed_info
+)
+from plugin_sdk.distributed_utils import get_rank, get_world_size, get_local_rank, setup_distributed_logging
+
+log = logging.getLogger("plugin")
+setup_distributed_logging(log)
+print_distributed_info()
+print("facts", is_distributed_training(), get_accelerator(), should_save_outputs(), get_rank(), get_world_size(),
+      get_local_rank(), logging.getLevelName(log.level), flush=True)
+"""
+
+
+def run_harness(plugin_dir: Path, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "IS_MAIN_PROCESS")}
+    return subprocess.run([sys.executable, "-m", "torchyard.harness", "--plugin_dir", str(plugin_dir)],
+                          env={**environ, **env}, capture_output=True, text=True, timeout=60)
+
+
+def test_transformerlabs_plugin_sdk_is_on_the_plugins_path_and_answers_from_the_harness(tmp_path):
+    (tmp_path / "main.py").write_text(USES_PLUGIN_SDK)
+    (tmp_path / "index.json").write_text(json.dumps({"name": "Example", "uniqueId": "example", "version": "1"}))
+    rank_1 = run_harness(tmp_path, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", TORCHYARD_RUN_DIR=str(tmp_path))
+    assert rank_1.returncode == 0, rank_1.stderr
+    # Not the main process: it prints no info, saves nothing, and its logger is quiet below warnings.
+    assert rank_1.stdout.splitlines() == ["facts False None False 1 2 1 WARNING"]
+    alone = run_harness(tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout.splitlines() == [
+        "Distributed Training Information:", "  - World size: 1", "  - Current rank: 0", "  - Local rank: 0",
+        "  - Is main process: True", "facts False None True 0 1 0 NOTSET"]
+
+
+def test_a_plugin_that_ships_its_own_plugin_sdk_keeps_it(tmp_path):
+    (tmp_path / "plugin_sdk").mkdir()
+    (tmp_path / "plugin_sdk" / "__init__.py").write_text("")
+    (tmp_path / "plugin_sdk" / "distributed_utils.py").write_text("def is_distributed_training():\n    return 'own'\n")
+    (tmp_path / "main.py").write_text("from plugin_sdk.distributed_utils import is_distributed_training\n"
+                                      "print(is_distributed_training())\n")
+    (tmp_path / "index.json").write_text(json.dumps({"name": "Own", "uniqueId": "own", "version": "1"}))
+    ran = run_harness(tmp_path)
+    assert (ran.returncode, ran.stdout) == (0, "own\n"), ran.stderr
+
+
+def test_the_rank_of_transformerlabs_accelerate_config_places_the_machine_and_a_process_no_launcher_placed():
+    node = {"world_size": 3, "rank": 2}  # the seed's --accelerate_config for its third machine
+    alone = distributed_metadata({}, node)
+    assert (alone["world_size"], alone["rank"], alone["machine_rank"], alone["distributed"]) == (3, 2, 2, True)
+    # Under a launcher its variables say where the process is; the config's rank still names the machine.
+    launched = distributed_metadata({"WORLD_SIZE": "6", "RANK": "5", "LOCAL_RANK": "1"}, node)
+    assert (launched["world_size"], launched["rank"], launched["machine_rank"]) == (6, 5, 2)

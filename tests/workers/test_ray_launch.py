@@ -111,7 +111,8 @@ def test_the_function_api_submits_a_ray_job_whose_nodes_take_the_worker_node_opt
     spec = fn(f).distribute(framework="ray", workers=2, worker_node_options={"gpus": 1, "cpus": "4"}).spec(
         code="a" * 64, payload="b" * 64)
     assert spec["framework"] == "ray" and "distributed" not in spec
-    assert spec["resources"] == {"nodes": 2, "procs_per_node": 1, "gpus_per_node": 1, "cpus_per_node": 4}
+    # Kubetorch's count: 2 worker nodes beside the head.
+    assert spec["resources"] == {"nodes": 3, "procs_per_node": 1, "gpus_per_node": 1, "cpus_per_node": 4}
     with pytest.raises(FunctionError, match="unknown colour"):
         fn(f).distribute(framework="ray", worker_node_options={"colour": 1})
     with pytest.raises(FunctionError, match="one process per node"):

@@ -3,6 +3,7 @@ ReadWriteMany volume is one filesystem, without a cluster."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from torchyard.agent import volumes as agent_volumes
+from torchyard.agent.capabilities import capabilities
 from torchyard.client.specfile import volume_request
 from torchyard.supervisor import volumes
 from torchyard.supervisor.preflight import MasterListener, PreflightError, Versions, reach_master
@@ -25,6 +27,20 @@ def volume(path: Path | str, name: str = "shared-data", mount_path: str = "data"
 def test_an_agent_declaration_is_name_equals_absolute_path():
     assert agent_volumes.parse_declaration("shared-data=/mnt/nfs/shared/") == ("shared-data", "/mnt/nfs/shared")
     for bad in ("shared-data", "Shared=/x", "x=relative", "=/x", "-x=/x"):
+        with pytest.raises(ValueError):
+            agent_volumes.parse_declaration(bad)
+
+
+def test_the_agent_declares_a_volumes_storage_class_and_reports_it(tmp_path):
+    name, path = agent_volumes.parse_declaration(f"shared-data={tmp_path}/,class=juicefs-sc")
+    assert (name, path, path.storage_class) == ("shared-data", str(tmp_path), "juicefs-sc")
+    plain = agent_volumes.parse_declaration(f"scratch={tmp_path}")[1]
+    # As the agent's heartbeat carries them: its declarations, name -> path, through its capabilities.
+    found = capabilities(str(tmp_path), {"shared-data": path, "scratch": plain})["volumes"]
+    assert [v.get("storage_class") for v in found] == [None, "juicefs-sc"]
+    assert "storage_class" not in found[0]  # a volume declared without a class reports none
+    assert type(found[1]["path"]) is str and json.loads(json.dumps(found)) == found
+    for bad in (f"x={tmp_path},class=", f"x={tmp_path},class=Bad Class", "x=relative,class=nfs"):
         with pytest.raises(ValueError):
             agent_volumes.parse_declaration(bad)
 

@@ -2,7 +2,7 @@
 
     torchyard run [--nnodes N|MIN:MAX] [--nproc-per-node P] [-m] SCRIPT|MODULE [ARGS...]
     torchyard submit job.yaml [--detach]          (a JobSpec, YAML or JSON; `code: {dir: "."}` uploads a project)
-    torchyard submit [--config task.json] [--name N --gpus G --memory MB --param K=V]   (seed 004's task)
+    torchyard submit [--config task.json] [--name N --gpus G --memory MB --param K=V]   (a Go scheduler task)
     torchyard logs JOB [--follow] | artifacts JOB [--out DIR] | results JOB [--out DIR] | jobs | machines | stop JOB
     torchyard stacks JOB                              (every rank's Python stack, now) | machines release NAME
     torchyard monitor [--worker NAME] [--refresh 1]   (machines, their GPUs and the task on each, live)
@@ -11,7 +11,7 @@
     torchyard login [--username U] | token create NAME [--expires-days N] | token list | token revoke ID
     torchyard plugin push DIR [--name NAME] | plugin list | plugin rm NAME   (TransformerLab-style plugins)
     torchyard validate [--json] [--keep] [--timeout 300]   (the installation checked end to end, seed 001's validate.py)
-    torchyard agent --server http://HOST:8000 --token TOKEN
+    torchyard agent --server http://HOST:8000 --token TOKEN [--addr HOST]
 
 `run` and `submit` pack the project directory, upload it unless the server already has it, submit
 the job and follow it live until it ends (exit 0 completed, 1 failed or stopped; Ctrl-C detaches).
@@ -40,8 +40,10 @@ from torchyard.client.plugins import plugin_lines, push_plugin, remove_plugin
 from torchyard.client.results import show_results
 from torchyard.client.sharing import apply_queue_options, set_priority, show_queue, show_usage
 from torchyard.client.specfile import (
+    DEFAULT_TASK_MEMORY,
     LoadedSpec,
     entrypoint_in,
+    in_file_terms,
     load_spec_file,
     nnodes_arg,
     parse_env,
@@ -65,7 +67,7 @@ from torchyard.client.upload import upload_project
 def cmd_agent(args: argparse.Namespace) -> int:
     from torchyard import protocol, tls
     from torchyard.agent.capabilities import check_declaration, parse_gpu_declaration
-    from torchyard.agent.main import Agent, AgentError, fetch_config
+    from torchyard.agent.main import Agent, AgentError, fetch_config, parse_addr
     from torchyard.agent.volumes import parse_declaration as parse_volume_declaration
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -82,6 +84,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
         machine_id, _ = protocol.parse_machine_token(token)
     except ValueError as exc:
         raise CliError(f"--token: {exc}") from None
+    try:
+        addr = parse_addr(args.addr) if args.addr is not None else ""
+    except ValueError as exc:
+        raise CliError(f"--addr {args.addr}: {exc}") from None
     try:
         # Before anything connects: a GPU that is not there would fail every job placed on it.
         gpus = parse_gpu_declaration(args.gpus, args.models, args.memories)
@@ -120,10 +126,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
             name, path = parse_volume_declaration(text)
         except ValueError as exc:
             raise CliError(f"--volume {exc}") from None
-        volumes[name] = path
+        volumes[name] = path  # its storage class (,class=CLASS) travels with the path to the heartbeat
     Agent(token=token, redis_url=redis_url, work_dir=work_dir, concurrency=args.concurrency,
           server_url=(args.server or "").rstrip("/"), python=python, volumes=volumes, gpus=gpus,
-          ca_file=ca_file or None).run()
+          ca_file=ca_file or None, addr=addr).run()
     return 0
 
 
@@ -196,11 +202,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
                                 entrypoint=entrypoint if isinstance(entrypoint, str) else None)
         spec["code"] = {**spec["code"], "bundle": sha256}
     apply_queue_options(spec, priority=args.priority, time_limit=args.time_limit)
-    return _launch(args, api, spec, console)
+    try:
+        return _launch(args, api, spec, console)
+    except CliError as exc:
+        raise in_file_terms(exc, loaded.names) from None
 
 
 def _submitted(args: argparse.Namespace) -> LoadedSpec:
-    """The file given (positionally, or as seed 004's --config), or seed 004's task from flags."""
+    """The file given (positionally, or as the Go scheduler's --config), or a Go scheduler task from flags."""
     task_flags = [f"--{flag}" for flag in ("name", "gpus", "memory", "param") if getattr(args, flag)]
     files = [path for path in (args.spec, args.config) if path]
     if len(files) > 1:
@@ -213,9 +222,12 @@ def _submitted(args: argparse.Namespace) -> LoadedSpec:
         raise CliError("give a JobSpec or task file (`torchyard submit job.yaml`), or a task by flags "
                        "(`torchyard submit --name \"ResNet50 Training\" --gpus 2 --memory 8192`)")
     params = dict(pair.split("=", 1) for pair in args.param)
-    spec, notes = task_spec({"name": args.name or "task", "required_gpus": 1 if args.gpus is None else args.gpus,
-                             "min_gpu_memory": args.memory or 0, "params": params}, Path("command line"))
-    return LoadedSpec(spec, None, notes)
+    gpus = 1 if args.gpus is None else args.gpus
+    # The Go scheduler's submit asks for GPUs of 4096 MB unless told; a task without GPUs asks for none.
+    memory = args.memory if args.memory is not None else DEFAULT_TASK_MEMORY if gpus else 0
+    spec, notes, names = task_spec({"name": args.name or "task", "required_gpus": gpus, "min_gpu_memory": memory,
+                                    "params": params}, Path("command line"))
+    return LoadedSpec(spec, None, notes, names)
 
 
 PYTHON_NAME = re.compile(r"^python(3(\.[0-9]+)?)?$")
@@ -422,15 +434,20 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--concurrency", type=int, default=4)
     agent.add_argument("--python", help="the Python the ranks run with: the machine's training environment "
                        "(default: the agent's own; or TORCHYARD_PYTHON)")
-    agent.add_argument("--volume", action="append", default=[], metavar="NAME=PATH",
+    agent.add_argument("--volume", action="append", default=[], metavar="NAME=PATH[,class=CLASS]",
                        help="a named host path jobs may ask for (JobSpec volumes), e.g. shared-data=/mnt/nfs/shared "
-                            "(repeatable)")
+                            "(repeatable); ,class=CLASS declares its storage class, which a job's "
+                            "Volume(storage_class=CLASS) asks for, e.g. shared-data=/mnt/jfs,class=juicefs-sc")
     agent.add_argument("--gpus", metavar="0,1", help="the GPUs jobs may use, by index (default: every GPU NVML "
                        "sees); with no NVML GPU here they are taken as declared")
     agent.add_argument("--models", metavar="RTX3090,RTX3090", help="with --gpus: each GPU's model, for "
                        "scheduling (default: NVML's name)")
     agent.add_argument("--memories", metavar="24576,24576", help="with --gpus: each GPU's memory in MB, for "
                        "scheduling (min_gpu_memory; default: NVML's)")
+    agent.add_argument("--addr", metavar="HOST", help="the address the other machines reach this one at: the "
+                       "machine's host, the master address of the jobs whose node 0 runs here (default: the host "
+                       "it was registered with). The Go scheduler worker's --addr HOST:0 is taken as HOST; the "
+                       "agent listens on no port of its own")
     agent.set_defaults(func=cmd_agent)
 
     def api_command(name: str, func, help_text: str, parent=sub, **options: Any) -> argparse.ArgumentParser:
@@ -505,15 +522,18 @@ def build_parser() -> argparse.ArgumentParser:
     queue_options(run)
     run.add_argument("argv", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
-    submit = api_command("submit", cmd_submit, "submit a JobSpec (YAML or JSON file), or a seed 004 task (a file "
-                         "with name, required_gpus, min_gpu_memory, params; or the same by flags), and follow the job")
+    submit = api_command("submit", cmd_submit, "submit a JobSpec (YAML or JSON file), or a Go scheduler task (a "
+                         "file with name, required_gpus, min_gpu_memory, params; or the same by flags), and follow "
+                         "the job")
     submit.add_argument("spec", nargs="?", help="the JobSpec or task file")
-    submit.add_argument("--config", metavar="FILE", help="the same file, as seed 004's submit takes it")
-    submit.add_argument("--name", help="a task by flags (seed 004): its name")
+    submit.add_argument("--config", metavar="FILE", help="the same file, as the Go scheduler's submit takes it")
+    submit.add_argument("--name", help="a task by flags (the Go scheduler's): its name")
     submit.add_argument("--gpus", type=_count_arg, metavar="N", help="a task by flags: the GPUs it needs (default 1)")
-    submit.add_argument("--memory", type=_count_arg, metavar="MB", help="a task by flags: the memory each GPU needs")
+    submit.add_argument("--memory", type=_count_arg, metavar="MB", help=f"a task by flags: the memory each GPU "
+                        f"needs (default {DEFAULT_TASK_MEMORY} with GPUs, as the Go scheduler's)")
     submit.add_argument("--param", action="append", default=[], type=_param_arg, metavar="KEY=VALUE",
-                        help="a task by flags: one of its params (repeatable)")
+                        help="a task by flags: one of its params (repeatable): model and dataset pick the built-in "
+                             "recipe, the others are its hyperparameters")
     queue_options(submit)
     following = submit.add_mutually_exclusive_group()
     following.add_argument("--follow", action="store_true", help="follow the job until it ends (the default)")

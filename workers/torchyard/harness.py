@@ -15,6 +15,11 @@ config goes to a file of this rank, which the plugin gets as `--config_file PATH
 its arguments on, as TransformerLab's does), and to `sys.modules['__main__'].config`. Then the
 plugin's entrypoint runs as `__main__` (runpy), with the plugin directory first on sys.path.
 
+TransformerLab's helpers are there too: `from plugin_sdk.distributed_utils import
+is_distributed_training, get_accelerator, should_save_outputs, print_distributed_info` (its example
+plugin's first line) finds Torchyard's answers (plugin_path/plugin_sdk), which read what the harness
+set up, including TransformerLab's own variables DISTRIBUTED_TRAINING and IS_MAIN_PROCESS.
+
 The plugin never imports Torchyard; the harness imports torch and accelerate only in distributed mode.
 """
 
@@ -38,6 +43,10 @@ RANK_CONFIG = "plugin_config.rank{rank}.json"
 # Set for the plugin, so code that never sees the accelerator can tell it runs distributed.
 ENV_DISTRIBUTED_MODE = "TORCHYARD_DISTRIBUTED_MODE"
 ENV_PLUGIN_CONFIG = "TORCHYARD_PLUGIN_CONFIG"
+# TransformerLab's harness names the same two facts so, and its plugin_sdk.distributed_utils reads them.
+ENV_TLAB_DISTRIBUTED, ENV_TLAB_MAIN = "DISTRIBUTED_TRAINING", "IS_MAIN_PROCESS"
+# Holds `plugin_sdk` (TransformerLab's helpers, answered here): on the plugin's path after its own folder.
+PLUGIN_PATH = Path(__file__).resolve().parent / "plugin_path"
 # Torchyard's job config (RUN_DIR/config.json) has these sections; a plugin's own config is flat.
 JOB_CONFIG_SECTIONS = ("hyperparameters", "scaling")
 DEFAULT_SCALING = {"mode": "keep_global_batch"}
@@ -94,7 +103,10 @@ def split_config(data: dict[str, Any], given_scaling: dict[str, Any] | None) -> 
 
 def distributed_metadata(environ: dict[str, str] | os._Environ[str], node: dict[str, Any]) -> dict[str, Any]:
     """This process's place in the job: its ranks from the environment torchrun (or accelerate's
-    launcher) set, the machines and the master from the node's --accelerate_config."""
+    launcher) set, the machines and the master from the node's --accelerate_config. That config's
+    `rank` (TransformerLab's: `{"world_size": 3, "rank": 0}`, the machine's place among the job's)
+    stands in for what the environment does not say: the machine's rank, and the process's own where
+    no launcher gave one (one process a machine, as that harness runs)."""
 
     def first(*values: Any, default: Any) -> Any:
         return next((value for value in values if value not in (None, "")), default)
@@ -102,11 +114,12 @@ def distributed_metadata(environ: dict[str, str] | os._Environ[str], node: dict[
     world = int(first(environ.get("WORLD_SIZE"), node.get("world_size"), default=1))
     return {
         "world_size": world,
-        "rank": int(first(environ.get("RANK"), default=0)),
+        "rank": int(first(environ.get("RANK"), node.get("rank"), default=0)),
         "local_rank": int(first(environ.get("LOCAL_RANK"), default=0)),
         "num_machines": int(first(node.get("num_machines"), environ.get("NNODES"), default=1)),
         # GROUP_RANK: torchrun's name for the node's rank, in every worker's environment.
-        "machine_rank": int(first(environ.get("GROUP_RANK"), node.get("machine_rank"), environ.get("NODE_RANK"), default=0)),
+        "machine_rank": int(first(environ.get("GROUP_RANK"), node.get("machine_rank"), node.get("rank"),
+                                  environ.get("NODE_RANK"), default=0)),
         "master_addr": str(first(environ.get("MASTER_ADDR"), node.get("main_process_ip"), default="127.0.0.1")),
         "master_port": int(first(environ.get("MASTER_PORT"), node.get("main_process_port"), default=0)),
         "distributed": world > 1,
@@ -174,11 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     if meta["rank"] != 0:
         os.environ[protocol.ENV_OUTPUT_DIR] = output_dir  # only rank 0's outputs are the job's
     accelerator = None
+    os.environ[ENV_TLAB_MAIN] = "true" if meta["rank"] == 0 else "false"
     if args.distributed_mode:
         os.environ[ENV_DISTRIBUTED_MODE] = "1"
+        os.environ[ENV_TLAB_DISTRIBUTED] = "true"
         accelerator = make_accelerator(os.environ)
-    # As `python main.py ...` would: its own folder first on the path, its name and arguments in argv.
-    sys.path.insert(0, str(script.parent))
+    # As `python main.py ...` would: its own folder first on the path, its name and arguments in argv;
+    # then plugin_sdk, which TransformerLab's plugins import (a plugin's own copy comes first).
+    sys.path[:0] = [str(script.parent), str(PLUGIN_PATH)]
     sys.argv = [str(script), *(["--config_file", str(config_path)] if args.config_file else []), *plugin_args]
     runpy.run_path(str(script), init_globals={"accelerator": accelerator, "config": config}, run_name="__main__")
     return 0

@@ -286,6 +286,10 @@ class NodeLaunch:
     # The plan's nodes in node-rank order, [{"node_rank", "host", "machine"}]: TORCHYARD_PEERS and
     # what the SDK's peers() starts from.
     peers: list[dict[str, Any]] = field(default_factory=list)
+    # The network the job's traffic is pinned to, chosen by an earlier attempt's preflight on these
+    # machines ({"network": "10.0.1.0/24", "master_address": the master's address on it}); empty: the
+    # preflight measures the links and chooses (supervisor/links.py).
+    links: dict[str, Any] = field(default_factory=dict)
     # The job's volumes as this node's machine has them: [{"name", "path" (on this machine),
     # "mount_path", "access_mode", "machine" (its name, for the preflight's messages)}].
     volumes: list[dict[str, Any]] = field(default_factory=list)

@@ -95,13 +95,24 @@ class MetricEvent(TypedDict):
     lr: NotRequired[float]
 
 
+class GpuUse(TypedDict):
+    """One GPU of the node, as NVML reads it (supervisor/gpu_use.py)."""
+
+    index: int  # NVML's, as the machine's capabilities number its GPUs
+    utilization_percent: float
+    memory_used_mb: float  # by every process on the GPU
+    memory_total_mb: float
+
+
 class ResourceEvent(TypedDict):
-    """What a node's rank processes use (supervisor/proctree.py)."""
+    """What a node's rank processes use (supervisor/proctree.py), and its GPUs' use where the machine
+    has NVML (no `gpus` field where it has not)."""
 
     type: Literal["resource"]
     cpu_percent: float
     rss_mb: float
     processes: int
+    gpus: NotRequired[list[GpuUse]]
 
 
 class CheckpointEvent(TypedDict):
@@ -124,8 +135,54 @@ class ArtifactEvent(TypedDict):
     files: list[ArtifactFile]
 
 
+class LinkPair(TypedDict):
+    """One pair of the job's nodes on one network (node ranks a < b in ring order: a probed b)."""
+
+    network: str  # "10.0.1.0/24"
+    a: int
+    b: int
+    mb_per_s: NotRequired[float]  # what b received over the burst, MB/s
+    latency_ms: NotRequired[float]  # the median TCP round trip of a few one-byte pings
+    bytes: NotRequired[int]
+    error: NotRequired[str]  # it could not be measured, in the kernel's words
+    flagged: bool  # below half the median of every pair on every network
+
+
+class LinkNetwork(TypedDict):
+    """A network every node of the job has an address on."""
+
+    network: str
+    interfaces: dict[str, str]  # node rank -> the node's interface on it
+    slowest_mb_per_s: float | None
+    latency_ms: float | None  # the median of its pairs'
+    usable: bool  # every pair was measured on it
+    registered: bool  # the master's registered address is on it
+    chosen: bool
+
+
+class LinkReport(TypedDict):
+    """The link matrix of a job's machines, measured by its preflight (supervisor/links.py)."""
+
+    seconds: float
+    machines: dict[str, str]  # node rank -> machine name
+    networks: list[LinkNetwork]
+    pairs: list[LinkPair]
+    median_mb_per_s: float | None
+    chosen: str  # the network the job's traffic is pinned to; "": the routed default
+    addresses: dict[str, str]  # machine name -> its address on the chosen network
+    master_address: str
+    summary: str
+
+
+class PreflightPeer(TypedDict):
+    hostname: str | None
+    address: str | None
+    interface: str | None
+
+
 class PreflightEvent(TypedDict):
-    """A node's preflight before torchrun: reached the master (or heard every node), versions agree."""
+    """A node's preflight before torchrun: reached the master (or heard every node), versions agree;
+    the master's carries the link matrix when the links were measured."""
 
     type: Literal["preflight"]
     ok: bool
@@ -138,6 +195,11 @@ class PreflightEvent(TypedDict):
     connect_ms: NotRequired[float]
     python: NotRequired[str]
     torch: NotRequired[str]
+    waited_s: NotRequired[float]
+    warm: NotRequired[bool]
+    peers: NotRequired[dict[str, PreflightPeer]]  # the master's: every other node, by node rank
+    seconds: NotRequired[float]
+    links: NotRequired[LinkReport]
 
 
 class StalledEvent(TypedDict):

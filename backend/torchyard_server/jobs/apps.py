@@ -17,6 +17,7 @@ class JobsConfig(AppConfig):
         usage_lookups.register(hooks.NodeUsage())
         held_lookups.register(hooks.NodesHeld())
         project_change_listeners.register(hooks.QueuePassOnProjectChange())
-        for applier in (hooks.NodeStateApplier(), hooks.ProgressApplier(), hooks.StallApplier(), hooks.PaceApplier()):
+        for applier in (hooks.NodeStateApplier(), hooks.ProgressApplier(), hooks.StallApplier(), hooks.PaceApplier(),
+                        hooks.LinksApplier()):
             event_appliers.register(applier)
         checks.register(default_policy_check)

@@ -12,6 +12,7 @@ from torchyard import protocol
 from ..machines.models import Machine
 from ..machines.registries import MachineRemoval, UsageLookup
 from ..projects.registries import HeldLookup, ProjectChangeListener
+from .links import job_record_links
 from .queue_poke import queue_poke_on_commit
 from .quotas import held_by_project
 from .registries import AppliedEvent, EventApplier
@@ -93,6 +94,18 @@ class StallApplier(EventApplier):
                 rank=event.rank,
                 payload=event.payload,
             )
+
+
+class LinksApplier(EventApplier):
+    """The master's preflight names the link matrix it measured (links.py): the job keeps it."""
+
+    type = protocol.PREFLIGHT
+
+    def apply(self, events: Sequence[AppliedEvent]) -> None:
+        for event in events:
+            report = event.payload.get("links")
+            if event.payload.get("ok") and event.payload.get("role") == "master" and isinstance(report, dict):
+                job_record_links(job_id=event.job_id, attempt=event.attempt, ts=event.ts.timestamp(), report=report)
 
 
 class PaceApplier(EventApplier):

@@ -161,6 +161,11 @@ class Volume(StoredValue):
     name: str = shown("", help_text="a volume machines declare (Machine.volumes)")
     mount_path: str = ""
     access_mode: str = shown("ReadWriteMany", choices=list(ACCESS_MODES))
+    size: int | None = shown(None, help_text="bytes free the job needs on it: machines with less are skipped")
+    storage_class: str | None = shown(None, help_text=(
+        "the class the machine's agent declares the volume with (torchyard agent --volume NAME=PATH,class=CLASS): "
+        "machines without it are skipped"))
+    OMIT_WHEN_NONE: ClassVar = frozenset({"size", "storage_class"})
 
 
 @dataclass

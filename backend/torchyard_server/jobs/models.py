@@ -39,6 +39,9 @@ class Job(models.Model):
     restarts = models.PositiveIntegerField(default=0)
     # step, total_steps, throughput, loss, eta_seconds: the latest known, for lists and summaries.
     progress = models.JSONField(default=dict, blank=True)
+    # The link matrix the master's preflight measured between the job's machines (jobs/links.py),
+    # kept across attempts: a relaunch on measured machines reuses its choice of network.
+    links = models.JSONField(default=dict, blank=True)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
     project = models.ForeignKey("projects.Project", on_delete=models.PROTECT, related_name="jobs",
                                 default=default_project_pk)

@@ -55,20 +55,33 @@ class Candidate:
     # then "quarantined", and nothing is planned on it.
     quarantine_reason: str = ""
     # Volumes by name: {"path": on this machine, "exists": True/False, None when only the server
-    # declared it} (machines/volumes.py merged_volumes).
+    # declared it, "free_bytes", "storage_class": the class its agent declares} (machines/volumes.py
+    # merged_volumes).
     volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
     labels: dict[str, Any] = field(default_factory=dict)
     memory_total: int = 0  # bytes; 0: not reported
     memory_free: int = 0
 
-    def lacks_volume(self, names: tuple[str, ...]) -> str | None:
-        """Why the machine cannot give a node these volumes ("no volume shared-data"), or None."""
+    def lacks_volume(self, names: tuple[str, ...], sizes: tuple[tuple[str, int], ...] = (),
+                     classes: tuple[tuple[str, str], ...] = ()) -> str | None:
+        """Why the machine cannot give a node these volumes ("no volume shared-data"), or None.
+        `classes`: the storage class the job asks of a volume, which its agent must declare;
+        `sizes`: the bytes free it asks (a volume whose free space is unknown is given the benefit of the doubt)."""
+        wanted_class, wanted_size = dict(classes), dict(sizes)
         for name in names:
             volume = self.volumes.get(name)
             if volume is None:
                 return f"no volume {name}"
             if volume.get("exists") is False:
                 return f"volume {name} missing on the machine ({volume.get('path')} does not exist)"
+            asked, declared = wanted_class.get(name), volume.get("storage_class")
+            if asked and declared != asked:
+                return (f"volume {name} is of storage class {declared}, {asked} asked" if declared else
+                        f"volume {name} has no storage class, {asked} asked (its agent declares one with "
+                        f"--volume {name}=PATH,class={asked})")
+            size, free = wanted_size.get(name), volume.get("free_bytes")
+            if size and isinstance(free, int) and free < size:
+                return f"volume {name} has {volume_size(free)} free, {volume_size(size)} asked"
         return None
 
     @property
@@ -104,6 +117,9 @@ class Need:
     min_gpu_memory: int = 0
     oversubscribe: bool = False
     volumes: tuple[str, ...] = ()  # the names of the job's volumes: every node needs each one
+    # What the job asks of a volume beyond its name (Volume.size, Volume.storage_class), by name.
+    volume_sizes: tuple[tuple[str, int], ...] = ()
+    volume_classes: tuple[tuple[str, str], ...] = ()
     # torchyard.Compute's asks (resources.cpus_per_node, memory_per_node, placement.labels) and a
     # function's Python (major.minor): it can only be unpickled by the same one.
     cpus: int = 0
@@ -129,6 +145,14 @@ def _never(machine: Candidate, need: Need) -> str | None:
 
 def _bytes(size: int) -> str:
     return f"{size / 2**30:.1f} GiB"
+
+
+def volume_size(size: int) -> str:
+    """A volume's size in the largest binary unit it fills: "1.0 TiB", "40.0 GiB", "512 bytes"."""
+    for power, unit in ((50, "PiB"), (40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if size >= 2**power:
+            return f"{size / 2**power:.1f} {unit}"
+    return f"{size} bytes"
 
 
 def _fits(machine: Candidate, need: Need) -> bool:
@@ -165,7 +189,7 @@ def why_not(machine: Candidate, need: Need) -> str | None:
         if machine.status == "quarantined":
             return f"quarantined: {machine.quarantine_reason}" if machine.quarantine_reason else "quarantined"
         return machine.status  # offline, draining, pending
-    lacking = machine.lacks_volume(need.volumes) or _never(machine, need)
+    lacking = machine.lacks_volume(need.volumes, need.volume_sizes, need.volume_classes) or _never(machine, need)
     if lacking:
         return lacking
     if need.memory and machine.memory_total and machine.memory_free < need.memory:
@@ -222,7 +246,19 @@ def _shapes(spec: JobSpec, online: int) -> list[tuple[int, Need]]:
 def _could_hold(machine: Candidate, need: Need) -> bool:
     """Whether the machine could ever take a node, busy or not: online, GPUs enough, every volume."""
     return (machine.schedulable and machine.gpu_slots(need.min_gpu_memory) >= need.gpus
-            and machine.lacks_volume(need.volumes) is None and _never(machine, need) is None)
+            and machine.lacks_volume(need.volumes, need.volume_sizes, need.volume_classes) is None
+            and _never(machine, need) is None)
+
+
+def _volume_asks(need: Need) -> str:
+    """The job's volumes as a refusal names them: "shared-data (1.0 TiB free, storage class juicefs-sc)"."""
+    sizes, classes = dict(need.volume_sizes), dict(need.volume_classes)
+    named = []
+    for name in need.volumes:
+        asks = ([f"{volume_size(sizes[name])} free"] if name in sizes else []) + (
+            [f"storage class {classes[name]}"] if name in classes else [])
+        named.append(f"{name} ({', '.join(asks)})" if asks else name)
+    return ", ".join(named)
 
 
 def _holders(machines: list[Candidate], need: Need) -> int:
@@ -232,6 +268,8 @@ def _holders(machines: list[Candidate], need: Need) -> int:
 def _asks(spec: JobSpec) -> dict[str, Any]:
     """What every node asks of its machine beyond processes and GPUs (Need's other fields)."""
     return {"volumes": spec.volume_names,
+            "volume_sizes": tuple((v.name, int(v.size)) for v in spec.volumes or [] if v.size),
+            "volume_classes": tuple((v.name, str(v.storage_class)) for v in spec.volumes or [] if v.storage_class),
             "cpus": int(spec.resources.cpus_per_node or 0),
             "memory": int(spec.resources.memory_per_node or 0),
             "labels": tuple(sorted((str(k), str(v)) for k, v in (spec.placement.labels or {}).items())),
@@ -288,7 +326,7 @@ def plan_job(
     if len(could_hold) < nodes:
         wanted = f"{at_least}{nodes} online machines" + (
             f" with {need.gpus} GPUs of >= {need.min_gpu_memory} MB" if need.gpus else "") + (
-            f" with volume{'s' if len(need.volumes) > 1 else ''} {', '.join(need.volumes)}" if need.volumes else "")
+            f" with volume{'s' if len(need.volumes) > 1 else ''} {_volume_asks(need)}" if need.volumes else "")
         # Named with their status: a queued job waiting on a quarantined machine says so.
         down = [f"{m.name} {m.status}" for m in pool if not m.schedulable]
         raise refuse(

@@ -101,5 +101,5 @@ class EventApplier(Instance):
 
 
 # Declared here, the lowest app that applies events: checkpoints and artifacts, above it, register
-# theirs; an event type nobody registered (log, resource, preflight) is only stored and sent.
+# theirs; an event type nobody registered (log, resource) is only stored and sent.
 event_appliers: Registry[EventApplier] = Registry("event appliers")

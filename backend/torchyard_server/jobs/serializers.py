@@ -258,13 +258,56 @@ JobElasticOut = out_serializer(jobspec.Elastic, "JobElasticOut")
 JobSpecOut = out_serializer(jobspec.JobSpec, "JobSpecOut", base=StoredJsonOut)
 
 
+class LinkPairOut(serializers.Serializer):
+    network = serializers.CharField(help_text='"10.0.1.0/24"')
+    a = serializers.IntegerField(help_text="the node rank that probed")
+    b = serializers.IntegerField(help_text="the node rank probed")
+    mb_per_s = serializers.FloatField(required=False, help_text="what b received over the burst, MB/s")
+    latency_ms = serializers.FloatField(required=False, help_text="the median TCP round trip of a few one-byte pings")
+    bytes = serializers.IntegerField(required=False)
+    error = serializers.CharField(required=False, help_text="why it could not be measured")
+    flagged = serializers.BooleanField(help_text="below half the median of every pair on every network")
+
+
+class LinkNetworkOut(serializers.Serializer):
+    network = serializers.CharField()
+    interfaces = serializers.DictField(child=serializers.CharField(), help_text="node rank -> its interface on it")
+    slowest_mb_per_s = serializers.FloatField(allow_null=True)
+    latency_ms = serializers.FloatField(allow_null=True, help_text="the median of its pairs'")
+    usable = serializers.BooleanField(help_text="every pair was measured on it")
+    registered = serializers.BooleanField(help_text="the master's registered address is on it")
+    chosen = serializers.BooleanField(help_text="the job's traffic is pinned to it")
+
+
+class JobLinksOut(StoredJsonOut):
+    """The link matrix between the job's machines, measured by the preflight of the attempt that
+    first ran on them ({} before, and for one-node jobs)."""
+
+    attempt = serializers.IntegerField()
+    measured_at = serializers.FloatField(help_text="epoch seconds")
+    seconds = serializers.FloatField(help_text="how long measuring took")
+    machines = serializers.DictField(child=serializers.CharField(), help_text="node rank -> machine name")
+    networks = LinkNetworkOut(many=True)
+    pairs = LinkPairOut(many=True)
+    median_mb_per_s = serializers.FloatField(allow_null=True)
+    chosen = serializers.CharField(help_text='the network the job\'s traffic is pinned to; "": the routed default')
+    addresses = serializers.DictField(child=serializers.CharField(), help_text="machine -> its address on the chosen network")
+    master_address = serializers.CharField()
+    summary = serializers.CharField(help_text="the choice and the slow pairs in words")
+
+    class Meta:
+        optional_fields = ("attempt", "measured_at", "seconds", "machines", "networks", "pairs", "median_mb_per_s",
+                           "chosen", "addresses", "master_address", "summary")
+
+
 class JobDetailOut(JobSummaryOut):
     spec = JobSpecOut(help_text="the validated JobSpec; secret_env values as ***")
     plan = PlanOut(allow_null=True, help_text="null until the job is dispatched")
     nodes = serializers.SerializerMethodField()
+    links = JobLinksOut(help_text="the link matrix its preflight measured between its machines ({} before)")
 
     class Meta(JobSummaryOut.Meta):
-        fields = [*JobSummaryOut.Meta.fields, "spec", "plan", "master_addr", "master_port", "nodes"]
+        fields = [*JobSummaryOut.Meta.fields, "spec", "plan", "master_addr", "master_port", "nodes", "links"]
 
     def to_representation(self, job: Job) -> dict:
         # Every route and stream that shows a job's spec comes through here: secrets as ***.

@@ -29,6 +29,7 @@ from . import secretbox
 from .agent_api import bundle_grant
 from .events import publish_on_commit
 from .jobspec import JobSpec
+from .links import reused_links
 from .membership import membership_send
 from .models import Job, JobNode
 from .plan import Plan
@@ -410,6 +411,7 @@ def _launch_payload(job: Job, spec: JobSpec, plan: Plan, node: JobNode, resume_m
         command=list(spec.distributed.command or []),
         peers=[{"node_rank": n.node_rank, "host": n.host, "machine": n.machine_name}
                for n in sorted(plan.nodes, key=lambda n: n.node_rank)],
+        links=reused_links(job, plan),
     ).to_dict()
 
 

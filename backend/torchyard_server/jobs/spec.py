@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from rest_framework import serializers
+from torchyard import recipe_params
 from torchyard.sdk.choices import DATASETS
 from torchyard.sdk.scaling import adjust_hyperparameters
 
@@ -147,21 +148,34 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
         attrs.setdefault("priority", 0)
         check_priority_ceiling(attrs["priority"], attrs.get("project") or DEFAULT_PROJECT, self._user())
         model = attrs.pop("model", None)
+        unknown_model = None
         if model is not None:
             recipe = MODEL_RECIPES.get(model)
             if recipe is None:
-                raise serializers.ValidationError({"model": [f"unknown model {model!r}; known: {', '.join(sorted(MODEL_RECIPES))}."]})
-            if attrs.get("entrypoint") not in (None, recipe):
+                unknown_model = [f"unknown model {model!r}; known: {', '.join(sorted(MODEL_RECIPES))}."]
+            elif attrs.get("entrypoint") not in (None, recipe):
                 raise serializers.ValidationError({"model": ["give either model or entrypoint, not both."]})
-            attrs["entrypoint"] = recipe
-            attrs["model"] = model
-        self._validate_dataset(attrs)
+            else:
+                attrs["entrypoint"] = recipe
+                attrs["model"] = model
+        try:
+            self._validate_dataset(attrs)
+        except serializers.ValidationError as exc:
+            # An unknown model and an unknown dataset (the Go scheduler's sample task's resnet50 on
+            # imagenet) are said together.
+            if unknown_model is not None:
+                detail = exc.detail if isinstance(exc.detail, dict) else {"dataset": exc.detail}
+                raise serializers.ValidationError({"model": unknown_model, **detail}) from exc
+            raise
+        if unknown_model is not None:
+            raise serializers.ValidationError({"model": unknown_model})
         both = sorted(set(attrs.get("secret_env") or {}) & set(attrs["env"]))
         if both:
             raise serializers.ValidationError({"secret_env": [f"{', '.join(both)}: also in env; give it once."]})
         self._validate_launcher(attrs)
         if attrs["distributed"]["launcher"] != "command" or attrs.get("code"):
             self._validate_code(attrs)
+        self._validate_recipe_hyperparameters(attrs)
         resources = attrs["resources"]
         gpus = resources.get("gpus_per_worker", 0) if "workers" in resources else resources.get("gpus_per_node", 0)
         backend = attrs["distributed"]["backend"]
@@ -217,6 +231,19 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
             what = f"trains on {' or '.join(trains_on)}, not {name}" if trains_on else "takes no dataset"
             raise serializers.ValidationError({"dataset": [
                 f"{entrypoint} {what}; {name} is trained by {', '.join(recipes)}."]})
+
+    @staticmethod
+    def _validate_recipe_hyperparameters(attrs: dict[str, Any]) -> None:
+        """A built-in recipe reads the hyperparameters torchyard.recipe_params lists for it: any other
+        name, or a value it cannot take, is refused by name rather than run and ignored. A job's own
+        code reads whatever it likes (sdk.config())."""
+        entrypoint = attrs.get("entrypoint")
+        if attrs.get("code") or "function" in attrs or entrypoint not in builtin_recipes():
+            return
+        found = recipe_params.problems(entrypoint, attrs["hyperparameters"], args=attrs["args"],
+                                       dataset=attrs.get("dataset"))
+        if found:
+            raise serializers.ValidationError({"hyperparameters": {key: [why] for key, why in found.items()}})
 
     def _validate_launcher(self, attrs: dict[str, Any]) -> None:
         """launcher none runs one process per node; launcher command runs its command, nothing else;

@@ -288,6 +288,12 @@ class VolumeSerializer(StrictFields, serializers.Serializer):
     access_mode = serializers.ChoiceField(choices=["ReadWriteMany", "ReadWriteOnce"], default="ReadWriteMany", help_text=(
         "ReadWriteMany: one filesystem shared by every node, proven by the nodes' preflight; "
         "ReadWriteOnce: a directory per machine, not checked"))
+    size = serializers.IntegerField(min_value=1, required=False, help_text=(
+        "bytes free the job needs on the volume: machines whose agent reports less free are skipped"))
+    storage_class = serializers.RegexField(protocol.VOLUME_NAME_PATTERN, max_length=63, required=False, help_text=(
+        "the class the machine's agent declares the volume with (torchyard agent --volume NAME=PATH,class=CLASS): "
+        "machines without it are skipped"), error_messages={
+        "invalid": "lowercase letters, digits, '.', '_' and '-' only, starting with a letter or digit."})
 
     def validate_mount_path(self, value: str) -> str:
         if "\x00" in value or "\\" in value:

@@ -42,6 +42,9 @@ class Machine(models.Model):
     capabilities = models.JSONField(default=dict, blank=True)
     # cpu_usage, memory_usage (percent), gpu_usage [percent per GPU]
     current_load = models.JSONField(default=dict, blank=True)
+    # What jobs' preflights measured on each of its interfaces, the latest per interface:
+    # {interface: {"mb_per_s", "latency_ms", "pairs", "job", "measured_at"}} (jobs/links.py).
+    measured_links = models.JSONField(default=dict, blank=True)
     labels = models.JSONField(default=dict, blank=True)
     # Volumes the operator declared here on the server ({name: absolute path}); the agent's own
     # (`--volume`) come in its heartbeat's capabilities. machines/volumes.py merges the two.

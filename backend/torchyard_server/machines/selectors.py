@@ -33,7 +33,8 @@ _VOLUMES = """
         'path', CASE WHEN r.v IS NULL THEN d.path ELSE COALESCE(r.v ->> 'path', '') END,
         'source', CASE WHEN r.v IS NULL THEN 'server' ELSE 'agent' END,
         'exists', CASE WHEN r.v IS NULL THEN NULL ELSE COALESCE((r.v ->> 'exists')::boolean, false) END,
-        'total_bytes', r.v -> 'total_bytes', 'free_bytes', r.v -> 'free_bytes'
+        'total_bytes', r.v -> 'total_bytes', 'free_bytes', r.v -> 'free_bytes',
+        'storage_class', r.v -> 'storage_class'
     ) ORDER BY n.name COLLATE "C"), '[]'::json)
     FROM (
         SELECT key AS name FROM jsonb_each(m.volumes)
@@ -70,7 +71,7 @@ def machine_list_json() -> str:
             'volumes', ({_VOLUMES}), 'declared_volumes', m.volumes,
             'quarantined_at', {_iso("m.quarantined_at")}, 'quarantine_reason', m.quarantine_reason,
             'quarantine_job', m.quarantine_job, 'probation_until', {_iso("m.probation_until")},
-            'health', m.health
+            'health', m.health, 'measured_links', m.measured_links
         ) ORDER BY m.name), '[]'::json)::text
         FROM {table} AS m"""
     with connection.cursor() as cursor:

@@ -49,6 +49,23 @@ class MachineVolumeOut(serializers.Serializer):
     exists = serializers.BooleanField(allow_null=True, help_text="null: declared on the server, not checked by the agent")
     total_bytes = serializers.IntegerField(allow_null=True)
     free_bytes = serializers.IntegerField(allow_null=True)
+    storage_class = serializers.CharField(allow_null=True, help_text=(
+        "the class the agent declares it with (--volume NAME=PATH,class=CLASS); null: none"))
+
+
+class MachineInterfaceOut(serializers.Serializer):
+    interface = serializers.CharField(help_text='"eth1"')
+    address = serializers.CharField()
+    network = serializers.CharField(help_text='"10.0.1.0/24"')
+    speed_mbit = serializers.IntegerField(help_text="the link speed the kernel reports; 0 when it does not say")
+
+
+class MachineLinkOut(serializers.Serializer):
+    mb_per_s = serializers.FloatField(help_text="the median over the pairs it was in, MB/s")
+    latency_ms = serializers.FloatField()
+    pairs = serializers.IntegerField(help_text="how many of the job's pairs it was in")
+    job = serializers.IntegerField(help_text="the job whose preflight measured it")
+    measured_at = serializers.FloatField(help_text="epoch seconds")
 
 
 # What an agent reports (agent/capabilities.py, agent/main.py heartbeat_once). A machine whose agent
@@ -71,10 +88,12 @@ class MachineCapabilitiesOut(StoredJsonOut):
     torch_version = serializers.CharField(help_text="the training Python's torch; empty when it could not be read")
     cache = MachineCacheOut(help_text="what its caches hold: it is what makes a launch fast")
     volumes = MachineVolumeReportOut(many=True, help_text="the agent's own volumes (--volume NAME=PATH)")
+    interfaces = MachineInterfaceOut(many=True, help_text="its IPv4 interfaces that are up (loopback left out)")
 
     class Meta:
         optional_fields = ("cpu_count", "memory", "disk_space", "gpu_count", "gpu_memory", "gpus", "python_version",
-                           "torch_version", "cache", "volumes", "gpus_declared", "gpus_detected", "gpu_warnings")
+                           "torch_version", "cache", "volumes", "gpus_declared", "gpus_detected", "gpu_warnings",
+                           "interfaces")
 
 
 class MachineLoadOut(StoredJsonOut):
@@ -116,13 +135,15 @@ class MachineOut(serializers.ModelSerializer):
     # Its own column (read as such in a list), and what the dashboard's edit field starts from.
     declared_volumes = serializers.DictField(child=serializers.CharField(), source="volumes", help_text=(
         "the volumes declared here on the server (name: path), as PATCH takes them"))
+    measured_links = serializers.DictField(child=MachineLinkOut(), help_text=(
+        "by interface: what the latest job preflight that measured it found ({} before any)"))
 
     class Meta:
         model = Machine
         fields = [
             "id", "name", "host", "port", "status", "drained", "capabilities", "current_load", "labels",
             "agent_version", "last_heartbeat", "created_at", "usage", "volumes", "declared_volumes",
-            "quarantined_at", "quarantine_reason", "quarantine_job", "probation_until", "health",
+            "quarantined_at", "quarantine_reason", "quarantine_job", "probation_until", "health", "measured_links",
         ]
         # A thousand machines are listed on every GET /api/machines and cluster-stream snapshot.
         list_serializer_class = FlatListSerializer

@@ -79,8 +79,9 @@ HEARTBEAT_FROM = sorted(set.intersection(*(set(machine_sources(s)) for s in (
 
 
 def machine_record_heartbeats(*, events: list[dict[str, Any]]) -> list[int]:
-    """Apply agent heartbeats: capabilities, load, version, and the status each says (quarantined
-    while quarantined, draining while drained, busy while its agent runs nodes, online otherwise);
+    """Apply agent heartbeats: capabilities, load, version, the host its agent gives (`torchyard agent
+    --addr`; the registered one stays otherwise), and the status each says (quarantined while
+    quarantined, draining while drained, busy while its agent runs nodes, online otherwise);
     returns the machines' ids.
 
     Heartbeats with a wrong token are ignored: Redis is shared infrastructure, the token is what
@@ -100,10 +101,12 @@ def machine_record_heartbeats(*, events: list[dict[str, Any]]) -> list[int]:
     return _heartbeats_one_by_one(claimed, timezone.now())
 
 
-def _heartbeat_values(event: dict[str, Any]) -> tuple[dict | None, dict, dict, str, bool]:
-    """capabilities (None: keep the stored ones), cache, load, agent version, running."""
+def _heartbeat_values(event: dict[str, Any]) -> tuple[dict | None, dict, dict, str, bool, str]:
+    """capabilities (None: keep the stored ones), cache, load, agent version, running, host ("": keep
+    the stored one)."""
     return (event.get("capabilities") or None, event.get("cache") or {}, event.get("load") or {},
-            str(event.get("agent_version", ""))[:64], bool(event.get("running")))
+            str(event.get("agent_version", ""))[:64], bool(event.get("running")),
+            str(event.get("host") or "")[:Machine._meta.get_field("host").max_length])
 
 
 def _heartbeats_in_one_update(claimed: dict[int, tuple[str, dict[str, Any]]], now: Any) -> list[int]:
@@ -111,9 +114,9 @@ def _heartbeats_in_one_update(claimed: dict[int, tuple[str, dict[str, Any]]], no
     # (reported_status's rule), so a drain or a quarantine landing meanwhile is never overwritten. The token check compares SHA-256 hashes, as the lookup does.
     rows = []
     for machine_id, (token_hash, event) in claimed.items():
-        capabilities, cache, load, version, running = _heartbeat_values(event)
+        capabilities, cache, load, version, running, host = _heartbeat_values(event)
         rows.append({"id": machine_id, "token_hash": token_hash, "capabilities": capabilities, "cache": cache,
-                     "load": load, "agent_version": version, "running": running})
+                     "load": load, "agent_version": version, "running": running, "host": host})
     table = connection.ops.quote_name(Machine._meta.db_table)
     # The rows as one JSON parameter, written by the json module in C: a thousand rows are one
     # parameter, not seven thousand, and not seven arrays, whose elements psycopg quotes one by one
@@ -124,9 +127,11 @@ def _heartbeats_in_one_update(claimed: dict[int, tuple[str, dict[str, Any]]], no
                           WHEN v.running THEN %s ELSE %s END,
             -- What its caches hold (bundles, environments) rides along: it is what makes a launch fast.
             capabilities = COALESCE(v.capabilities, m.capabilities) || jsonb_build_object('cache', v.cache),
-            current_load = v.load, agent_version = v.agent_version, last_heartbeat = %s, updated_at = %s
+            current_load = v.load, agent_version = v.agent_version, host = COALESCE(NULLIF(v.host, ''), m.host),
+            last_heartbeat = %s, updated_at = %s
         FROM json_to_recordset(%s::json)
-            AS v(id bigint, token_hash text, capabilities jsonb, cache jsonb, load jsonb, agent_version text, running boolean)
+            AS v(id bigint, token_hash text, capabilities jsonb, cache jsonb, load jsonb, agent_version text, running boolean,
+                 host text)
         WHERE m.id = v.id AND m.token_hash = v.token_hash AND m.status = ANY(%s)
         RETURNING m.id"""
     statuses = [Machine.Status.QUARANTINED, Machine.Status.DRAINING, Machine.Status.BUSY,
@@ -147,7 +152,7 @@ def _heartbeats_one_by_one(claimed: dict[int, tuple[str, dict[str, Any]]], now: 
             if machine_id not in stored:
                 continue
             drained, quarantined_at, stored_capabilities = stored[machine_id]
-            capabilities, cache, load, version, running = _heartbeat_values(event)
+            capabilities, cache, load, version, running, host = _heartbeat_values(event)
             # Only while `drained` and the quarantine are what was read: one landing meanwhile is
             # never overwritten.
             if Machine.objects.filter(pk=machine_id, token_hash=token_hash, drained=drained,
@@ -155,7 +160,8 @@ def _heartbeats_one_by_one(claimed: dict[int, tuple[str, dict[str, Any]]], now: 
                                       status__in=HEARTBEAT_FROM).update(
                     status=reported_status(drained=drained, running=running, quarantined=quarantined_at is not None),
                     capabilities={**(capabilities or stored_capabilities), "cache": cache},
-                    current_load=load, agent_version=version, last_heartbeat=now, updated_at=now):
+                    current_load=load, agent_version=version, last_heartbeat=now, updated_at=now,
+                    **({"host": host} if host else {})):
                 applied.append(machine_id)
     return applied
 
@@ -247,6 +253,15 @@ def _update(machine: Machine, **fields: Any) -> None:
 
 # How long a health check may take to answer before its machine is asked again.
 HEALTH_CHECK_WAIT_S = 120.0
+
+
+def machines_record_links(*, figures: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Record what a job's preflight measured on machines' interfaces ({machine name: {interface:
+    figure}}): each interface keeps its latest figure, the others theirs."""
+    with transaction.atomic():
+        for machine in Machine.objects.select_for_update().filter(name__in=sorted(figures)).order_by("pk"):
+            measured = {**(machine.measured_links or {}), **figures[machine.name]}
+            Machine.objects.filter(pk=machine.pk).update(measured_links=measured)
 
 
 def machines_due_a_health_check() -> list[Machine]:

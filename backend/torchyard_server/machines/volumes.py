@@ -17,7 +17,8 @@ __all__ = ["NAME_PATTERN", "merged_volumes"]
 
 
 def merged_volumes(declared: dict[str, Any] | None, capabilities: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """[{name, path, source ("agent" or "server"), exists, total_bytes, free_bytes}], by name."""
+    """[{name, path, source ("agent" or "server"), exists, total_bytes, free_bytes, storage_class}], by name
+    (storage_class: the class the agent declares the volume with, `--volume NAME=PATH,class=CLASS`)."""
     reported: dict[str, dict[str, Any]] = {}
     for volume in (capabilities or {}).get("volumes") or []:
         if isinstance(volume, dict) and volume.get("name"):
@@ -28,8 +29,8 @@ def merged_volumes(declared: dict[str, Any] | None, capabilities: dict[str, Any]
         if agent is not None:  # the agent's path wins: it checked that one
             merged.append({"name": name, "path": str(agent.get("path") or ""), "source": "agent",
                            "exists": bool(agent.get("exists")), "total_bytes": agent.get("total_bytes"),
-                           "free_bytes": agent.get("free_bytes")})
+                           "free_bytes": agent.get("free_bytes"), "storage_class": agent.get("storage_class")})
         else:
             merged.append({"name": name, "path": str((declared or {})[name]), "source": "server",
-                           "exists": None, "total_bytes": None, "free_bytes": None})
+                           "exists": None, "total_bytes": None, "free_bytes": None, "storage_class": None})
     return merged

@@ -1,9 +1,9 @@
-"""TransformerLab's `/api/network/*` routes (seed 000), kept as thin aliases over the same
-services as the canonical API, with the seed's payloads.
+"""TransformerLab's `/api/network/*` routes, kept as thin aliases over the same
+services as the canonical API, with TransformerLab's payloads.
 
-The seed planned and dispatched one rank at a time from the browser; here `distributed/plan` is
+TransformerLab planned and dispatched one rank at a time from the browser; here `distributed/plan` is
 the dry run and `distributed/dispatch` submits the whole job, which Torchyard then places,
-launches and supervises itself. The seed's per-rank dispatch body is taken too (dispatch.py): the
+launches and supervises itself. Its per-rank dispatch body is taken too (dispatch.py): the
 ranks are kept until every one has its machine, then the job is submitted on those machines."""
 
 from __future__ import annotations
@@ -40,8 +40,16 @@ from ..projects.permissions import CanSubmitSomewhere, IsStaff, require_job_cont
 from ..rest.openapi import ErrorOut
 from ..rest.renderers import DOWNLOAD_RENDERERS
 from ..templates.services import on_one_machine
-from .dispatch import RankDispatchIn, dispatch_rank, is_rank_dispatch, machine_called, seed_job_status
-from .plans import is_planned_dispatch, plan_keep, planned_job_submit
+from .dispatch import RankDispatchIn, dispatch_rank, is_rank_dispatch, machine_called
+from .ids import job_find_status, job_find_stop
+from .plans import (
+    PlannedDispatchIn,
+    given_fields,
+    is_planned_dispatch,
+    plan_id,
+    plan_keep,
+    planned_job_submit,
+)
 from .seed import DistributedTrainingConfig, job_status, seed_body
 from .serializers import (
     CapabilitiesOut,
@@ -158,55 +166,72 @@ class NetworkCapabilitiesView(APIView):
 
 
 class DistributedPlanView(APIView):
-    """The dry run: the execution plan, nothing launched. The planned job is kept as a task, whose id
-    is the plan's `job_id` (the seed's UI flow queues it next: /api/tasks/{job_id}/queue_distributed)."""
+    """The dry run: the execution plan, nothing launched. The planned job is kept as a task; the plan's
+    `job_id` is `plan-<task id>`, which the status and stop routes and distributed/dispatch take (the
+    task's own id, `task_id`, is what /api/tasks/{task_id}/queue_distributed takes)."""
 
     @extend_schema(request=DistributedTrainingConfig, responses=DistributedPlanOut)
     def post(self, request):
         spec = seed_body(request)
         execution_plan = job_preview_plan(spec=JobSpec.from_json(spec)).to_json()
         task = plan_keep(spec=spec, owner=request.user)
-        return Response({"job_id": task.pk, "task_id": task.pk, "execution_plan": execution_plan, "spec": spec})
+        return Response({"job_id": plan_id(task), "task_id": task.pk, "execution_plan": execution_plan, "spec": spec})
 
 
 class DistributedDispatchView(APIView):
-    """The whole job (a DistributedTrainingConfig, or `{"job_id": N}` of a plan), or one rank of it to
-    one machine (the seed's dispatch body: `job_id`, `target_machine`, `rank`, `world_size` ...; a
-    plan's `job_id` stands for its plugin_name, config and requirements)."""
+    """The whole job (a DistributedTrainingConfig, or `{"job_id": "plan-12"}` of a plan), or one rank
+    of it to one machine (TransformerLab's dispatch body: `job_id`, `target_machine`, `rank`,
+    `world_size` ...; a plan's `job_id` stands for its plugin_name, config and requirements, and any
+    of those the body repeats must say what the plan says). Torchyard picks the master: a rank's
+    `master_addr` is accepted when it names rank 0's machine and its `master_port` only when it is
+    the port Torchyard picked when it scheduled the job; any other value is refused."""
 
     @extend_schema(
-        request=PolymorphicProxySerializer("SeedDispatchIn", serializers=[DistributedTrainingConfig, RankDispatchIn],
-                                           resource_type_field_name=None),
+        request=PolymorphicProxySerializer("SeedDispatchIn", resource_type_field_name=None,
+                                           serializers=[DistributedTrainingConfig, PlannedDispatchIn, RankDispatchIn]),
         responses={201: DistributedJobStatusOut, 202: DistributedJobStatusOut, 200: DistributedJobStatusOut})
     def post(self, request):
         if is_rank_dispatch(request.data):
             body = RankDispatchIn(data=request.data)
             body.is_valid(raise_exception=True)
-            answer, code = dispatch_rank(request=request, body=body.validated_data)
+            answer, code = dispatch_rank(request=request, body=body.validated_data,
+                                         given=given_fields(request.data, body.validated_data))
             return Response(DistributedJobStatusOut(answer).data, status=code)
         if is_planned_dispatch(request.data):
-            job = planned_job_submit(user=request.user, job_id=request.data["job_id"])
-            return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)
+            task, job = planned_job_submit(request=request)
+            return Response(_status(Job.objects.get(pk=job.pk), seed_job_id=plan_id(task)), status=status.HTTP_201_CREATED)
         job = job_submit(spec=JobSpec.from_json(seed_body(request)), owner=request.user)
         return Response(_status(Job.objects.get(pk=job.pk)), status=status.HTTP_201_CREATED)
 
 
-class DistributedStatusView(APIView):
-    """By Torchyard's job id, or (`distributed_jobs/{id}/status`) by the job_id of a per-rank dispatch."""
+JOB_ID = OpenApiParameter("job_id", str, OpenApiParameter.PATH, description=(
+    "Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id a per-rank dispatch of yours "
+    "named its job with (dist_job_123)"))
 
-    @extend_schema(responses=DistributedJobStatusOut)
-    def get(self, request, job_id: int | str):
-        if isinstance(job_id, int):  # distributed/status/<int:job_id>: always Torchyard's id
-            return Response(_status(job_visible_or_404(user=request.user, job_id=job_id)))
-        return Response(DistributedJobStatusOut(seed_job_status(user=request.user, job_id=job_id)).data)
+
+class DistributedStatusView(APIView):
+    """`distributed/status/{job_id}` and `distributed_jobs/{job_id}/status` take the same ids, read one
+    way: digits are Torchyard's job id (as they always were here, so callers of integer ids keep
+    working); `plan-12`, the job_id distributed/plan answers, is the plan (`planned`) until it is
+    queued, then the newest job it became; any other id is the name a per-rank dispatch of yours gave
+    its job (`dispatching` while its ranks come in, then the job). Since digits are never a plan's,
+    a plan's id carries the `plan-` prefix, and a per-rank dispatch may not name its job with digits.
+    An unknown id is a 404 saying so, one over 100 characters a 400."""
+
+    @extend_schema(parameters=[JOB_ID], responses=DistributedJobStatusOut)
+    def get(self, request, job_id: str):
+        return Response(DistributedJobStatusOut(job_find_status(user=request.user, job_id=job_id)).data)
 
 
 class DistributedStopView(APIView):
-    @extend_schema(request=None, responses=DistributedJobStatusOut)
-    def post(self, request, job_id: int):
-        require_job_control(request.user, job_visible_or_404(user=request.user, job_id=job_id))
-        job_stop(job_id=job_id, reason=f"stopped by {request.user.username}")
-        return Response(_status(Job.objects.get(pk=job_id)))
+    """`distributed/stop/{job_id}`, the ids of the status route: a job stops, every node of it; the
+    ranks of a per-rank dispatch still coming in are dropped (no later rank starts the job); a plan
+    never queued has nothing running and stays as it is (it is a task: DELETE /api/tasks/{id}
+    removes it), which the answer's status_reason says."""
+
+    @extend_schema(parameters=[JOB_ID], request=None, responses=DistributedJobStatusOut)
+    def post(self, request, job_id: str):
+        return Response(DistributedJobStatusOut(job_find_stop(user=request.user, job_id=job_id)).data)
 
 
 class SuggestMachinesView(APIView):

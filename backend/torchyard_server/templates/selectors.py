@@ -4,6 +4,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from ..jobs.models import Job
 from ..projects.permissions import scope_to_user, visible_or_404
 from .models import JobTemplate
 
@@ -16,3 +17,8 @@ def templates_visible_to(user: Any) -> QuerySet[JobTemplate]:
 def template_visible_or_404(*, user: Any, template_id: int) -> JobTemplate:
     return visible_or_404(JobTemplate.objects.select_related("owner", "project"), user,
                           what="task (job template)", pk=template_id)
+
+
+def template_latest_job(*, template: JobTemplate) -> Job | None:
+    """The newest job submitted from the template (services.template_job_record), or None."""
+    return template.jobs.order_by("-id").first()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from rest_framework.exceptions import ValidationError
 
 from ..bundles.models import Bundle
@@ -57,4 +58,14 @@ def template_submit(*, template: JobTemplate, owner: Any, machine_name: str | No
             f"the task's code bundle {bundle[:12]} is no longer on the server; upload it again and save the task."]}})
     if machine_name is not None:
         spec = on_one_machine(spec, machine_name)
-    return job_submit(spec=JobSpec.from_json(spec), owner=owner)
+    # The job and the record that it came from this template, together or not at all.
+    with transaction.atomic():
+        job = job_submit(spec=JobSpec.from_json(spec), owner=owner)
+        template_job_record(template=template, job=job)
+    return job
+
+
+def template_job_record(*, template: JobTemplate, job: Job) -> None:
+    """Record that `job` was submitted from `template` (for a job its caller built from the
+    template's spec itself, as a per-rank dispatch of a plan does)."""
+    template.jobs.add(job)

@@ -805,9 +805,12 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * @description The whole job (a DistributedTrainingConfig, or `{"job_id": N}` of a plan), or one rank of it to
-         *     one machine (the seed's dispatch body: `job_id`, `target_machine`, `rank`, `world_size` ...; a
-         *     plan's `job_id` stands for its plugin_name, config and requirements).
+         * @description The whole job (a DistributedTrainingConfig, or `{"job_id": "plan-12"}` of a plan), or one rank
+         *     of it to one machine (TransformerLab's dispatch body: `job_id`, `target_machine`, `rank`,
+         *     `world_size` ...; a plan's `job_id` stands for its plugin_name, config and requirements, and any
+         *     of those the body repeats must say what the plan says). Torchyard picks the master: a rank's
+         *     `master_addr` is accepted when it names rank 0's machine and its `master_port` only when it is
+         *     the port Torchyard picked when it scheduled the job; any other value is refused.
          */
         post: operations["network_distributed_dispatch_create"];
         delete?: never;
@@ -826,8 +829,9 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * @description The dry run: the execution plan, nothing launched. The planned job is kept as a task, whose id
-         *     is the plan's `job_id` (the seed's UI flow queues it next: /api/tasks/{job_id}/queue_distributed).
+         * @description The dry run: the execution plan, nothing launched. The planned job is kept as a task; the plan's
+         *     `job_id` is `plan-<task id>`, which the status and stop routes and distributed/dispatch take (the
+         *     task's own id, `task_id`, is what /api/tasks/{task_id}/queue_distributed takes).
          */
         post: operations["network_distributed_plan_create"];
         delete?: never;
@@ -843,7 +847,15 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description By Torchyard's job id, or (`distributed_jobs/{id}/status`) by the job_id of a per-rank dispatch. */
+        /**
+         * @description `distributed/status/{job_id}` and `distributed_jobs/{job_id}/status` take the same ids, read one
+         *     way: digits are Torchyard's job id (as they always were here, so callers of integer ids keep
+         *     working); `plan-12`, the job_id distributed/plan answers, is the plan (`planned`) until it is
+         *     queued, then the newest job it became; any other id is the name a per-rank dispatch of yours gave
+         *     its job (`dispatching` while its ranks come in, then the job). Since digits are never a plan's,
+         *     a plan's id carries the `plan-` prefix, and a per-rank dispatch may not name its job with digits.
+         *     An unknown id is a 404 saying so, one over 100 characters a 400.
+         */
         get: operations["network_distributed_status_retrieve"];
         put?: never;
         post?: never;
@@ -862,6 +874,12 @@ export interface paths {
         };
         get?: never;
         put?: never;
+        /**
+         * @description `distributed/stop/{job_id}`, the ids of the status route: a job stops, every node of it; the
+         *     ranks of a per-rank dispatch still coming in are dropped (no later rank starts the job); a plan
+         *     never queued has nothing running and stays as it is (it is a task: DELETE /api/tasks/{id}
+         *     removes it), which the answer's status_reason says.
+         */
         post: operations["network_distributed_stop_create"];
         delete?: never;
         options?: never;
@@ -876,7 +894,15 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description By Torchyard's job id, or (`distributed_jobs/{id}/status`) by the job_id of a per-rank dispatch. */
+        /**
+         * @description `distributed/status/{job_id}` and `distributed_jobs/{job_id}/status` take the same ids, read one
+         *     way: digits are Torchyard's job id (as they always were here, so callers of integer ids keep
+         *     working); `plan-12`, the job_id distributed/plan answers, is the plan (`planned`) until it is
+         *     queued, then the newest job it became; any other id is the name a per-rank dispatch of yours gave
+         *     its job (`dispatching` while its ranks come in, then the job). Since digits are never a plan's,
+         *     a plan's id carries the `plan-` prefix, and a per-rank dispatch may not name its job with digits.
+         *     An unknown id is a 404 saying so, one over 100 characters a 400.
+         */
         get: operations["network_distributed_jobs_status_retrieve"];
         put?: never;
         post?: never;
@@ -896,9 +922,12 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * @description The whole job (a DistributedTrainingConfig, or `{"job_id": N}` of a plan), or one rank of it to
-         *     one machine (the seed's dispatch body: `job_id`, `target_machine`, `rank`, `world_size` ...; a
-         *     plan's `job_id` stands for its plugin_name, config and requirements).
+         * @description The whole job (a DistributedTrainingConfig, or `{"job_id": "plan-12"}` of a plan), or one rank
+         *     of it to one machine (TransformerLab's dispatch body: `job_id`, `target_machine`, `rank`,
+         *     `world_size` ...; a plan's `job_id` stands for its plugin_name, config and requirements, and any
+         *     of those the body repeats must say what the plan says). Torchyard picks the master: a rank's
+         *     `master_addr` is accepted when it names rank 0's machine and its `master_port` only when it is
+         *     the port Torchyard picked when it scheduled the job; any other value is refused.
          */
         post: operations["network_distributed_jobs_dispatch_create"];
         delete?: never;
@@ -917,8 +946,9 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * @description The dry run: the execution plan, nothing launched. The planned job is kept as a task, whose id
-         *     is the plan's `job_id` (the seed's UI flow queues it next: /api/tasks/{job_id}/queue_distributed).
+         * @description The dry run: the execution plan, nothing launched. The planned job is kept as a task; the plan's
+         *     `job_id` is `plan-<task id>`, which the status and stop routes and distributed/dispatch take (the
+         *     task's own id, `task_id`, is what /api/tasks/{task_id}/queue_distributed takes).
          */
         post: operations["network_distributed_jobs_plan_create"];
         delete?: never;
@@ -1413,10 +1443,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description Submit the task as a job, as saved (the seed's "queue task for distributed training"). */
+        /**
+         * @description Submit the task as a job, as saved (TransformerLab's "queue task for distributed training"); by
+         *     the task's id, or by the job_id distributed/plan answered for it (`plan-12`).
+         */
         get: operations["tasks_queue_distributed_retrieve"];
         put?: never;
-        /** @description Submit the task as a job, as saved (the seed's "queue task for distributed training"). */
+        /**
+         * @description Submit the task as a job, as saved (TransformerLab's "queue task for distributed training"); by
+         *     the task's id, or by the job_id distributed/plan answered for it (`plan-12`).
+         */
         post: operations["tasks_queue_distributed_create"];
         delete?: never;
         options?: never;
@@ -1435,6 +1471,30 @@ export interface paths {
         get: operations["tasks_distributed_suggest_machines_retrieve"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/tasks/plan-{task_id}/queue_distributed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description Submit the task as a job, as saved (TransformerLab's "queue task for distributed training"); by
+         *     the task's id, or by the job_id distributed/plan answered for it (`plan-12`).
+         */
+        get: operations["tasks_plan__queue_distributed_retrieve"];
+        put?: never;
+        /**
+         * @description Submit the task as a job, as saved (TransformerLab's "queue task for distributed training"); by
+         *     the task's id, or by the job_id distributed/plan answered for it (`plan-12`).
+         */
+        post: operations["tasks_plan__queue_distributed_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1852,13 +1912,29 @@ export interface components {
          * @enum {string}
          */
         DistributedBackendEnum: "auto" | "gloo" | "nccl";
-        /** @description The seed's DistributedJobStatus. */
+        /** @description TransformerLab's DistributedJobStatus. */
         DistributedJobStatusOut: {
-            /** @description null while the ranks of a per-rank dispatch are coming in */
+            /** @description Torchyard's job id; null while the ranks of a per-rank dispatch are coming in, and for a plan never queued */
             job_id: number | null;
-            /** @description the job_id a per-rank dispatch named the job with (the seed's "dist_job_123"); null otherwise */
+            /** @description the TransformerLab job_id this job is known by when it is not Torchyard's: the name a per-rank dispatch gave it ("dist_job_123") or its plan's job_id ("plan-12"); null otherwise */
             seed_job_id: string | null;
-            status: components["schemas"]["JobStatusEnum"];
+            /**
+             * @description the job's; `planned`: a plan not queued yet
+             *
+             *     * `queued` - Queued
+             *     * `planning` - Planning
+             *     * `dispatching` - Dispatching
+             *     * `running` - Running
+             *     * `recovering` - Recovering
+             *     * `preempting` - Preempting
+             *     * `preempted` - Preempted
+             *     * `stopping` - Stopping
+             *     * `completed` - Completed
+             *     * `failed` - Failed
+             *     * `stopped` - Stopped
+             *     * `planned` - Planned, not queued
+             */
+            status: components["schemas"]["DistributedJobStatusOutStatusEnum"];
             status_reason: string;
             world_size: number | null;
             attempt: number;
@@ -1868,6 +1944,22 @@ export interface components {
             /** @description the ranks a per-rank dispatch still waits for (the job is submitted once every rank is in) */
             waiting_for_ranks: number[];
         };
+        /**
+         * @description * `queued` - Queued
+         *     * `planning` - Planning
+         *     * `dispatching` - Dispatching
+         *     * `running` - Running
+         *     * `recovering` - Recovering
+         *     * `preempting` - Preempting
+         *     * `preempted` - Preempted
+         *     * `stopping` - Stopping
+         *     * `completed` - Completed
+         *     * `failed` - Failed
+         *     * `stopped` - Stopped
+         *     * `planned` - Planned, not queued
+         * @enum {string}
+         */
+        DistributedJobStatusOutStatusEnum: "queued" | "planning" | "dispatching" | "running" | "recovering" | "preempting" | "preempted" | "stopping" | "completed" | "failed" | "stopped" | "planned";
         DistributedNodeStatusOut: {
             /** @description null once the machine is removed */
             machine_id: number | null;
@@ -1888,9 +1980,9 @@ export interface components {
             progress: number | null;
         };
         DistributedPlanOut: {
-            /** @description the planned job, kept as a task (the same plan again is the same task): queue it with /api/tasks/{job_id}/queue_distributed, or dispatch it with {"job_id": ...} (whole, or rank by rank) */
-            job_id: number;
-            /** @description the same id: the task the plan was kept as */
+            /** @description the planned job, plan-<task_id> (the same plan again, never queued, is the same one): poll and stop it with distributed/status/{job_id} and distributed/stop/{job_id} (planned until it is queued, then the job it became), queue it with /api/tasks/{task_id}/queue_distributed, or dispatch it with {"job_id": ...} (whole, or rank by rank) */
+            job_id: string;
+            /** @description the task the plan was kept as (/api/tasks/{task_id}) */
             task_id: number;
             execution_plan: components["schemas"]["PlanOut"];
             /** @description the JobSpec the request became */
@@ -2277,6 +2369,8 @@ export interface components {
             /** Format: int64 */
             master_port: number | null;
             readonly nodes: components["schemas"]["JobNodeOut"][];
+            /** @description the link matrix its preflight measured between its machines ({} before) */
+            links: components["schemas"]["JobLinksOut"];
         };
         JobDistributedOut: {
             backend: components["schemas"]["DistributedBackendEnum"];
@@ -2342,6 +2436,40 @@ export interface components {
             /** @description the payload bundle's archive bytes */
             size?: number;
             result_max_bytes?: number;
+        };
+        /**
+         * @description The link matrix between the job's machines, measured by the preflight of the attempt that
+         *     first ran on them ({} before, and for one-node jobs).
+         */
+        JobLinksOut: {
+            attempt?: number;
+            /**
+             * Format: double
+             * @description epoch seconds
+             */
+            measured_at?: number;
+            /**
+             * Format: double
+             * @description how long measuring took
+             */
+            seconds?: number;
+            /** @description node rank -> machine name */
+            machines?: {
+                [key: string]: string;
+            };
+            networks?: components["schemas"]["LinkNetworkOut"][];
+            pairs?: components["schemas"]["LinkPairOut"][];
+            /** Format: double */
+            median_mb_per_s?: number | null;
+            /** @description the network the job's traffic is pinned to; "": the routed default */
+            chosen?: string;
+            /** @description machine -> its address on the chosen network */
+            addresses?: {
+                [key: string]: string;
+            };
+            master_address?: string;
+            /** @description the choice and the slow pairs in words */
+            summary?: string;
         };
         JobMetricsOut: {
             job: number;
@@ -2714,6 +2842,10 @@ export interface components {
             name: string;
             mount_path: string;
             access_mode: components["schemas"]["AccessModeEnum"];
+            /** @description bytes free the job needs on it: machines with less are skipped */
+            size?: number;
+            /** @description the class the machine's agent declares the volume with (torchyard agent --volume NAME=PATH,class=CLASS): machines without it are skipped */
+            storage_class?: string;
         };
         /**
          * @description * `culprit` - culprit
@@ -2732,6 +2864,49 @@ export interface components {
          * @enum {string}
          */
         LauncherEnum: "torchrun" | "none" | "command" | "ray" | "accelerate";
+        LinkNetworkOut: {
+            network: string;
+            /** @description node rank -> its interface on it */
+            interfaces: {
+                [key: string]: string;
+            };
+            /** Format: double */
+            slowest_mb_per_s: number | null;
+            /**
+             * Format: double
+             * @description the median of its pairs'
+             */
+            latency_ms: number | null;
+            /** @description every pair was measured on it */
+            usable: boolean;
+            /** @description the master's registered address is on it */
+            registered: boolean;
+            /** @description the job's traffic is pinned to it */
+            chosen: boolean;
+        };
+        LinkPairOut: {
+            /** @description "10.0.1.0/24" */
+            network: string;
+            /** @description the node rank that probed */
+            a: number;
+            /** @description the node rank probed */
+            b: number;
+            /**
+             * Format: double
+             * @description what b received over the burst, MB/s
+             */
+            mb_per_s: number;
+            /**
+             * Format: double
+             * @description the median TCP round trip of a few one-byte pings
+             */
+            latency_ms: number;
+            bytes: number;
+            /** @description why it could not be measured */
+            error: string;
+            /** @description below half the median of every pair on every network */
+            flagged: boolean;
+        };
         LocalJobOutputOut: {
             job_id: number;
             status: components["schemas"]["JobStatusEnum"];
@@ -2792,6 +2967,8 @@ export interface components {
             cache?: components["schemas"]["MachineCacheOut"];
             /** @description the agent's own volumes (--volume NAME=PATH) */
             volumes?: components["schemas"]["MachineVolumeReportOut"][];
+            /** @description its IPv4 interfaces that are up (loopback left out) */
+            interfaces?: components["schemas"]["MachineInterfaceOut"][];
         };
         MachineCountsOut: {
             total: number;
@@ -2842,6 +3019,33 @@ export interface components {
             labels?: {
                 [key: string]: string;
             };
+        };
+        MachineInterfaceOut: {
+            /** @description "eth1" */
+            interface: string;
+            address: string;
+            /** @description "10.0.1.0/24" */
+            network: string;
+            /** @description the link speed the kernel reports; 0 when it does not say */
+            speed_mbit: number;
+        };
+        MachineLinkOut: {
+            /**
+             * Format: double
+             * @description the median over the pairs it was in, MB/s
+             */
+            mb_per_s: number;
+            /** Format: double */
+            latency_ms: number;
+            /** @description how many of the job's pairs it was in */
+            pairs: number;
+            /** @description the job whose preflight measured it */
+            job: number;
+            /**
+             * Format: double
+             * @description epoch seconds
+             */
+            measured_at: number;
         };
         /**
          * @description A JSON column written out as it is stored (a shallow copy), its declared fields the shape
@@ -2912,6 +3116,10 @@ export interface components {
             probation_until: string | null;
             /** @description the last health check its agent ran (asked when a quarantine's probation is over); {} before any */
             health: components["schemas"]["MachineHealthOut"];
+            /** @description by interface: what the latest job preflight that measured it found ({} before any) */
+            measured_links: {
+                [key: string]: components["schemas"]["MachineLinkOut"];
+            };
         };
         /**
          * @description * `auto` - auto
@@ -2957,6 +3165,8 @@ export interface components {
             exists: boolean | null;
             total_bytes: number | null;
             free_bytes: number | null;
+            /** @description the class the agent declares it with (--volume NAME=PATH,class=CLASS); null: none */
+            storage_class: string | null;
         };
         MachineVolumeReportOut: {
             name: string;
@@ -3018,6 +3228,10 @@ export interface components {
             probation_until: string | null;
             /** @description the last health check its agent ran (asked when a quarantine's probation is over); {} before any */
             health: components["schemas"]["MachineHealthOut"];
+            /** @description by interface: what the latest job preflight that measured it found ({} before any) */
+            measured_links: {
+                [key: string]: components["schemas"]["MachineLinkOut"];
+            };
             /** @description the machine's token: shown this once, never again */
             token: string;
             /** @description the command that starts its agent */
@@ -3330,6 +3544,33 @@ export interface components {
          * @enum {string}
          */
         PlannedBackendEnum: "gloo" | "nccl";
+        /**
+         * @description A whole-job dispatch of a plan: its job_id, and (taken partially: nothing is required, no
+         *     default applies) whichever of the job's fields the caller repeats, each checked against the plan.
+         */
+        PlannedDispatchIn: {
+            /** @description the plan's, if given */
+            plugin_name?: string;
+            /** @description the hyperparameters */
+            config?: {
+                [key: string]: unknown;
+            };
+            resource_requirements?: components["schemas"]["ResourceRequirements"];
+            /**
+             * @description the plan's, if given
+             *
+             *     * `auto` - auto
+             *     * `manual` - manual
+             */
+            machine_selection?: components["schemas"]["MachineSelectionEnum"];
+            selected_machines?: string[];
+            /** @description Torchyard's */
+            args?: string[];
+            /** @description the plan's, if given */
+            project?: string;
+            /** @description a plan's job_id, plan-12 */
+            job_id: string;
+        };
         /** @description A plugin's manifest (torchyard-plugin.json's fields) and the bundle its directory was uploaded as. */
         PluginIn: {
             name: string;
@@ -3518,9 +3759,10 @@ export interface components {
             total: number;
         };
         /**
-         * @description The seed's dispatch body: one rank of a job to one machine. Every rank of one `job_id` sends
-         *     the same world_size, plugin_name, config, args, resource_requirements and project; without
-         *     plugin_name, `job_id` is a plan's (distributed/plan), which stands for those fields.
+         * @description TransformerLab's dispatch body: one rank of a job to one machine. Every rank of one `job_id`
+         *     sends the same world_size, plugin_name, config, args, resource_requirements and project. A
+         *     plan's `job_id` (plan-12) stands for those fields: any of them the body gives too must say what
+         *     the plan says.
          */
         RankDispatchIn: {
             /** @description absent: the plan whose job_id this is says which plugin and config */
@@ -3537,17 +3779,17 @@ export interface components {
              * @default default
              */
             project?: string;
-            /** @description the caller's name for the job, shared by its ranks */
+            /** @description the caller's name for the job, shared by its ranks (dist_job_123), or a plan's job_id (plan-12); never digits, which are Torchyard's job ids */
             job_id: string;
             /** @description the machine's name, id or host */
             target_machine: string;
             /** @description the machine's rank, 0 to world_size - 1 */
             rank: number;
-            /** @description the seed's world size: machines */
+            /** @description TransformerLab's world size: machines */
             world_size: number;
-            /** @description ignored: the master is rank 0's machine, with a port Torchyard picks; the status says which */
+            /** @description Torchyard's master is rank 0's machine: accepted when it names that machine (its host or name), refused otherwise; best left out */
             master_addr?: string;
-            /** @description ignored, as master_addr */
+            /** @description Torchyard picks a free port when it schedules the job (the status answers it): accepted only when it is that port, refused otherwise; best left out */
             master_port?: number;
         };
         RankRequirements: {
@@ -3738,7 +3980,7 @@ export interface components {
             /** @default 0 */
             warmup_steps?: number;
         };
-        SeedDispatchIn: components["schemas"]["DistributedTrainingConfig"] | components["schemas"]["RankDispatchIn"];
+        SeedDispatchIn: components["schemas"]["DistributedTrainingConfig"] | components["schemas"]["PlannedDispatchIn"] | components["schemas"]["RankDispatchIn"];
         /**
          * @description * `agent` - agent
          *     * `server` - server
@@ -4029,6 +4271,10 @@ export interface components {
              * @default ReadWriteMany
              */
             access_mode?: components["schemas"]["AccessModeEnum"];
+            /** @description bytes free the job needs on the volume: machines whose agent reports less free are skipped */
+            size?: number;
+            /** @description the class the machine's agent declares the volume with (torchyard agent --volume NAME=PATH,class=CLASS): machines without it are skipped */
+            storage_class?: string;
         };
         WorkerGpuOut: {
             index: number;
@@ -4107,13 +4353,24 @@ export interface components {
         } & {
             [key: string]: unknown;
         });
-        /** @description What a node's rank processes use (supervisor/proctree.py). */
+        /** @description One GPU of the node, as NVML reads it (supervisor/gpu_use.py). */
+        GpuUse: {
+            index: number;
+            utilization_percent: number;
+            memory_used_mb: number;
+            memory_total_mb: number;
+        };
+        /**
+         * @description What a node's rank processes use (supervisor/proctree.py), and its GPUs' use where the machine
+         *     has NVML (no `gpus` field where it has not).
+         */
         ResourceEvent: components["schemas"]["EventOut"] & {
             /** @enum {string} */
             type: "resource";
             cpu_percent: number;
             rss_mb: number;
             processes: number;
+            gpus?: components["schemas"]["GpuUse"][];
         };
         CheckpointEvent: components["schemas"]["EventOut"] & {
             /** @enum {string} */
@@ -4133,7 +4390,54 @@ export interface components {
             type: "artifact";
             files: components["schemas"]["ArtifactFile"][];
         };
-        /** @description A node's preflight before torchrun: reached the master (or heard every node), versions agree. */
+        /** @description One pair of the job's nodes on one network (node ranks a < b in ring order: a probed b). */
+        LinkPair: {
+            network: string;
+            a: number;
+            b: number;
+            mb_per_s?: number;
+            latency_ms?: number;
+            bytes?: number;
+            error?: string;
+            flagged: boolean;
+        };
+        /** @description A network every node of the job has an address on. */
+        LinkNetwork: {
+            network: string;
+            interfaces: {
+                [key: string]: string;
+            };
+            slowest_mb_per_s: number | null;
+            latency_ms: number | null;
+            usable: boolean;
+            registered: boolean;
+            chosen: boolean;
+        };
+        /** @description The link matrix of a job's machines, measured by its preflight (supervisor/links.py). */
+        LinkReport: {
+            seconds: number;
+            machines: {
+                [key: string]: string;
+            };
+            networks: components["schemas"]["LinkNetwork"][];
+            pairs: components["schemas"]["LinkPair"][];
+            median_mb_per_s: number | null;
+            chosen: string;
+            addresses: {
+                [key: string]: string;
+            };
+            master_address: string;
+            summary: string;
+        };
+        PreflightPeer: {
+            hostname: string | null;
+            address: string | null;
+            interface: string | null;
+        };
+        /**
+         * @description A node's preflight before torchrun: reached the master (or heard every node), versions agree;
+         *     the master's carries the link matrix when the links were measured.
+         */
         PreflightEvent: components["schemas"]["EventOut"] & {
             /** @enum {string} */
             type: "preflight";
@@ -4148,6 +4452,13 @@ export interface components {
             connect_ms?: number;
             python?: string;
             torch?: string;
+            waited_s?: number;
+            warm?: boolean;
+            peers?: {
+                [key: string]: components["schemas"]["PreflightPeer"];
+            };
+            seconds?: number;
+            links?: components["schemas"]["LinkReport"];
         };
         /** @description A rank whose step stopped advancing, with its Python stack taken from outside (py-spy). */
         StalledEvent: components["schemas"]["EventOut"] & {
@@ -7442,7 +7753,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                job_id: number;
+                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id a per-rank dispatch of yours named its job with (dist_job_123) */
+                job_id: string;
             };
             cookie?: never;
         };
@@ -7499,7 +7811,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                job_id: number;
+                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id a per-rank dispatch of yours named its job with (dist_job_123) */
+                job_id: string;
             };
             cookie?: never;
         };
@@ -7556,6 +7869,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id a per-rank dispatch of yours named its job with (dist_job_123) */
                 job_id: string;
             };
             cookie?: never;
@@ -10268,6 +10582,118 @@ export interface operations {
             };
             /** @description Signed in, but not allowed to do this. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    tasks_plan__queue_distributed_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                task_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DistributedJobStatusOut"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    tasks_plan__queue_distributed_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                task_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DistributedJobStatusOut"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

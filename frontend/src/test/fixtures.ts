@@ -29,6 +29,7 @@ export function machine(overrides: Partial<Machine> = {}): Machine {
     quarantine_job: null,
     probation_until: null,
     health: {},
+    measured_links: {},
     ...overrides,
   }
 }
@@ -127,6 +128,7 @@ export function jobDetail(overrides: Partial<JobDetail> = {}): JobDetail {
     ...base,
     spec: jobSpec({ name: base.name }),
     plan: null,
+    links: {},
     master_addr: '10.0.0.11',
     master_port: 29500,
     nodes: [

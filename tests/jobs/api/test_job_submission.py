@@ -1,6 +1,7 @@
 """POST /api/jobs and POST /api/jobs/plan: bad input gets a 400 with field errors, never a 500."""
 
 import pytest
+from torchyard import recipe_params
 from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job
 
@@ -162,7 +163,13 @@ def test_the_recipe_list_is_what_the_spec_accepts_with_each_summary(api, two_mac
     assert all(r["summary"] for r in recipes)
     assert recipes[2]["summary"].startswith("mlp_ddp's model and data trained with FSDP2 (fully_shard)")
     for recipe in recipes:
-        assert api.post("/api/jobs/plan", spec(entrypoint=recipe["entrypoint"]), format="json").status_code == 200
+        # With what it reads of GOOD's hyperparameters (the Rust coordinator's worker reads none):
+        # every recipe says what it reads (torchyard.recipe_params), and anything else is refused.
+        reads = recipe_params.READS[recipe["entrypoint"]]
+        hyperparameters = {key: value for key, value in GOOD["hyperparameters"].items() if key in reads}
+        planned = api.post("/api/jobs/plan", spec(entrypoint=recipe["entrypoint"], hyperparameters=hyperparameters),
+                           format="json")
+        assert planned.status_code == 200, planned.json()
 
 
 def test_it_refuses_a_stall_timeout_under_two_seconds_and_an_unknown_on_stall(api, two_machines):

@@ -49,7 +49,7 @@ def test_staff_declare_volumes_on_the_server_and_members_may_not(staff_api, team
     body = response.json()
     assert body["declared_volumes"] == {"shared-data": "/mnt/nfs/shared"}
     assert body["volumes"] == [{"name": "shared-data", "path": "/mnt/nfs/shared", "source": "server",
-                                "exists": None, "total_bytes": None, "free_bytes": None}]
+                                "exists": None, "total_bytes": None, "free_bytes": None, "storage_class": None}]
     assert signed_in(teammate).patch(f"/api/machines/{machine.pk}", {"volumes": {}}, format="json").status_code == 403
     assert Machine.objects.get(pk=machine.pk).volumes == {"shared-data": "/mnt/nfs/shared"}
 
@@ -67,14 +67,16 @@ def test_the_agents_path_wins_and_the_list_postgresql_writes_agrees(staff_api):
     bring_online("other")
     staff_api.patch(f"/api/machines/{machine.pk}", {"volumes": {"shared-data": "/server/says", "only-server": "/srv"}},
               format="json")
-    report_volumes(machine, token, [agent_volume("shared-data", "/agent/says"), agent_volume("gone", "/x", False)])
+    report_volumes(machine, token, [agent_volume("shared-data", "/agent/says") | {"storage_class": "juicefs-sc"},
+                                    agent_volume("gone", "/x", False)])
     detail = staff_api.get(f"/api/machines/{machine.pk}").json()
     assert detail["volumes"] == [
-        {"name": "gone", "path": "/x", "source": "agent", "exists": False, "total_bytes": None, "free_bytes": None},
+        {"name": "gone", "path": "/x", "source": "agent", "exists": False, "total_bytes": None, "free_bytes": None,
+         "storage_class": None},
         {"name": "only-server", "path": "/srv", "source": "server", "exists": None, "total_bytes": None,
-         "free_bytes": None},
+         "free_bytes": None, "storage_class": None},
         {"name": "shared-data", "path": "/agent/says", "source": "agent", "exists": True, "total_bytes": 100,
-         "free_bytes": 40},
+         "free_bytes": 40, "storage_class": "juicefs-sc"},
     ]
     assert detail["capabilities"]["volumes"][0]["name"] == "shared-data"
     listed = json.loads(machine_list_json())
@@ -129,6 +131,54 @@ def test_plans_without_volumes_are_unchanged():
     assert plan.nodes[0].volumes is None and "volumes" not in plan.to_json()["nodes"][0]
 
 
+def test_a_volume_with_less_free_space_than_the_job_asks_is_skipped_saying_how_much():
+    machines = [
+        candidate(1, "roomy", **{"shared-data": {"path": "/mnt/a", "exists": True, "free_bytes": 2 << 40}}),
+        candidate(2, "full", **{"shared-data": {"path": "/mnt/b", "exists": True, "free_bytes": 40 << 30}}),
+        # Declared only on the server: how full it is is unknown, and the node checks it exists.
+        candidate(3, "unknown", **{"shared-data": {"path": "/mnt/c", "exists": None, "free_bytes": None}}),
+    ]
+    plan = plan_job(spec([{"name": "shared-data", "size": 1 << 40}]), machines, pick_port=lambda m: 29500)
+    assert {n.machine_name for n in plan.nodes} == {"roomy", "unknown"}
+    assert reasons(plan.skipped) == {"full": "volume shared-data has 40.0 GiB free, 1.0 TiB asked"}
+    assert plan_job(spec([{"name": "shared-data"}], nodes=3), machines, pick_port=lambda m: 29500).nnodes == 3
+
+
+def test_a_storage_class_places_only_where_the_agent_declares_it_and_says_how_to_declare_it():
+    machines = [
+        candidate(1, "jfs", **{"shared-data": {"path": "/mnt/a", "exists": True, "storage_class": "juicefs-sc"}}),
+        candidate(2, "nfs", **{"shared-data": {"path": "/mnt/b", "exists": True, "storage_class": "nfs-sc"}}),
+        candidate(3, "plain", **{"shared-data": {"path": "/mnt/c", "exists": True}}),
+    ]
+    plan = plan_job(spec([{"name": "shared-data", "storage_class": "juicefs-sc"}], nodes=1), machines,
+                    pick_port=lambda m: 29500)
+    assert [n.machine_name for n in plan.nodes] == ["jfs"]
+    assert reasons(plan.skipped) == {
+        "nfs": "volume shared-data is of storage class nfs-sc, juicefs-sc asked",
+        "plain": "volume shared-data has no storage class, juicefs-sc asked (its agent declares one with "
+                 "--volume shared-data=PATH,class=juicefs-sc)",
+    }
+
+
+def test_a_job_no_machine_can_give_its_size_or_class_is_refused_naming_them():
+    machines = [candidate(1, "a", **{"shared-data": {"path": "/s", "exists": True, "free_bytes": 10}})]
+    with pytest.raises(PlanError) as refused:
+        plan_job(spec([{"name": "shared-data", "size": 1 << 40, "storage_class": "juicefs-sc"}], nodes=1), machines,
+                 pick_port=lambda m: 29500)
+    assert refused.value.kind == "capacity"
+    assert "with volume shared-data (1.0 TiB free, storage class juicefs-sc)" in refused.value.reason
+    assert reasons(refused.value.skipped) == {"a": "volume shared-data has no storage class, juicefs-sc asked (its "
+                                                   "agent declares one with --volume shared-data=PATH,class=juicefs-sc)"}
+
+
+def test_a_volumes_size_and_class_are_stored_with_the_spec_and_left_out_when_not_asked():
+    volumes = [{"name": "shared-data", "mount_path": "data", "access_mode": "ReadWriteMany", "size": 1 << 40,
+                "storage_class": "juicefs-sc"}, {"name": "scratch", "mount_path": "s", "access_mode": "ReadWriteOnce"}]
+    stored = spec(volumes).to_json()["volumes"]
+    assert stored == volumes
+    assert (spec(volumes).volumes[0].size, spec(volumes).volumes[1].storage_class) == (1 << 40, None)
+
+
 def test_the_api_refuses_at_plan_and_submit_time_naming_each_machine(api):
     bring_online("a")
     bring_online("b")
@@ -165,3 +215,24 @@ def test_each_nodes_launch_carries_its_machines_path_and_a_volume_checkpoint_sto
         assert launch["volumes"] == [{"name": "shared-data", "path": path, "mount_path": "data",
                                       "access_mode": "ReadWriteMany", "machine": node["machine_name"]}]
         assert launch["checkpoint_url"] == f"file://{path}/torchyard-checkpoints/job-{job.pk}"
+
+
+def test_a_job_asking_a_size_and_class_is_placed_where_the_agents_report_them(api):
+    for name, free, storage_class in (("a", 2 << 40, "juicefs-sc"), ("b", 2 << 40, None), ("c", 1 << 30, "juicefs-sc")):
+        machine, token = bring_online(name)
+        declared = {"storage_class": storage_class} if storage_class else {}
+        report_volumes(machine, token, [agent_volume("shared-data", f"/mnt/{name}") | {"free_bytes": free} | declared])
+    asks = {**JOB, "resources": {"nodes": 1, "procs_per_node": 1},
+            "volumes": [{"name": "shared-data", "size": 1 << 40, "storage_class": "juicefs-sc"}]}
+    body = api.post("/api/jobs/plan", asks, format="json").json()
+    assert [n["machine_name"] for n in body["nodes"]] == ["a"]
+    assert reasons(body["skipped"])["b"].startswith("volume shared-data has no storage class, juicefs-sc asked")
+    assert reasons(body["skipped"])["c"] == "volume shared-data has 1.0 GiB free, 1.0 TiB asked"
+    response = api.post("/api/jobs", asks, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["spec"]["volumes"][0] == {"name": "shared-data", "mount_path": "shared-data",
+                                                          "access_mode": "ReadWriteMany", "size": 1 << 40,
+                                                          "storage_class": "juicefs-sc"}
+    bad = api.post("/api/jobs/plan", {**asks, "volumes": [{"name": "shared-data", "size": 0, "storage_class": "Bad"}]},
+                   format="json")
+    assert bad.status_code == 400 and set(bad.json()["volumes"]["0"]) == {"size", "storage_class"}

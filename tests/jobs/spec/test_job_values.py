@@ -22,10 +22,12 @@ SPECS = {
         "preemptible": False, "preemption": {"grace": 30}, "priority": "high"},
     "a command and a stall policy": {
         "name": "c", "distributed": {"launcher": "command", "command": ["python", "-c", "print(1)"]},
-        "fault_tolerance": {"stall_timeout": 120, "on_stall": "recover", "max_restarts": 0}},
+        "fault_tolerance": {"stall_timeout": 120, "on_stall": "recover", "max_restarts": 0},
+        "hyperparameters": {"lr": 0.1, "nested": [1, None]}},
     "a compression hook and manual placement": {
         "name": "t", "entrypoint": RECIPE, "compression": {"hook": "topk", "ratio": 0.01},
-        "placement": {"machines": ["values-b"]}, "hyperparameters": {"lr": 0.1, "batch_size": 32, "nested": [1, None]}},
+        "placement": {"machines": ["values-b"]},
+        "hyperparameters": {"lr": 0.1, "batch_size": 32, "optimizer": "sgd", "momentum": 0.9, "epochs": 2}},
     "a hot spare": {"name": "h", "entrypoint": RECIPE, "resources": {"nodes": 1, "spares": 1}},
 }
 

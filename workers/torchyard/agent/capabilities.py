@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from torchyard.agent.volumes import report as volume_report
+from torchyard.supervisor.network import local_addresses
 
 
 def _gpus() -> tuple[list[dict[str, Any]], list[float]]:
@@ -137,8 +138,9 @@ def declared_gpus(declaration: GpuDeclaration, detected: list[dict[str, Any]]) -
 
 def capabilities(work_dir: str, volumes: dict[str, str] | None = None,
                  declaration: GpuDeclaration | None = None) -> dict[str, Any]:
-    """`volumes`: the agent's declared volumes (name -> path), reported with whether each exists
-    and how full it is (supervisor/volumes.py report). `declaration`: the agent's `--gpus`: the
+    """`volumes`: the agent's declared volumes (name -> path, a path parsed from `--volume` carrying
+    its storage class), reported with whether each exists, how full it is and its class
+    (agent/volumes.py report). `declaration`: the agent's `--gpus`: the
     GPUs reported for scheduling are the declared ones, and NVML's (`gpus_detected`) and the
     differences (`gpu_warnings`) come with them."""
     detected, _ = _gpus()
@@ -155,6 +157,8 @@ def capabilities(work_dir: str, volumes: dict[str, str] | None = None,
         "gpus": gpus,
         **declared,
         "volumes": volume_report(volumes or {}),
+        # The preflight measures what they carry between a job's machines (supervisor/links.py).
+        "interfaces": [a.to_dict() for a in local_addresses()],
     }
 
 

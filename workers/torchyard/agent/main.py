@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -31,10 +33,38 @@ from .standby import StandbySupervisor
 
 log = logging.getLogger("torchyard.agent")
 HEARTBEAT_EVERY = 2.0
+HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?$")
 
 
 class AgentError(RuntimeError):
     """A problem the user must fix (bad token, unreachable server); printed without a traceback."""
+
+
+def parse_addr(text: str) -> str:
+    """`--addr`: the host the other machines reach this one at (a name, an IPv4 or IPv6 address).
+
+    The Go scheduler's worker takes HOST:PORT, the port its own server listens on (0: any). The
+    agent listens on no port (it connects out to the server; a job's ports come from the server's
+    range), so HOST:0 is HOST and any other port is refused rather than ignored. ValueError says
+    what is wrong."""
+    text = text.strip()
+    host, port = text, None
+    if text.startswith("["):  # [IPv6]:PORT
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError("expected HOST, or [IPv6 address]:0")
+        port = rest[1:] if rest else None
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    if port is not None and port != "0":
+        raise ValueError(f"the agent listens on no port (it connects out to the server, and the jobs' ports come "
+                         f"from the server's range): give --addr {host or 'HOST'} without :{port}")
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        if HOSTNAME.match(host):
+            return host
+    raise ValueError(f"{host!r} is not a host name or an IP address")
 
 
 def fetch_config(server: str, token: str, timeout: float = 10.0, ca_file: str | None = None) -> dict[str, Any]:
@@ -57,12 +87,15 @@ def fetch_config(server: str, token: str, timeout: float = 10.0, ca_file: str | 
 class Agent:
     def __init__(self, *, token: str, redis_url: str, work_dir: Path, concurrency: int = 4,
                  server_url: str = "", python: str = "", volumes: dict[str, str] | None = None,
-                 gpus: capabilities.GpuDeclaration | None = None, ca_file: str | None = None):
+                 gpus: capabilities.GpuDeclaration | None = None, ca_file: str | None = None, addr: str = ""):
         # Started by `torchyard-server run`: end with it; and before the warm pools copy the
         # environment, drop what marks a control-plane process (what it starts is training).
         lifeline.watch_launcher()
         lifeline.forget_control_plane_identity()
         self.machine_id, _ = protocol.parse_machine_token(token)
+        # The address the other machines reach this one at (--addr): every heartbeat sets the
+        # machine's host to it; "" leaves the host it was registered with.
+        self.addr = addr
         # The GPUs jobs may use when the agent declares them (--gpus, --models, --memories): they
         # replace NVML's in every heartbeat.
         self.gpus = gpus
@@ -122,6 +155,7 @@ class Agent:
                 "cache": warm.cache_summary(self.work_dir / "cache"),
                 "load": capabilities.load(self.gpus),
                 "running": runs.running_nodes(self.work_dir),
+                **({"host": self.addr} if self.addr else {}),
                 "ts": time.time(),
             }),
             maxlen=protocol.LIVENESS_STREAM_MAXLEN, approximate=True,

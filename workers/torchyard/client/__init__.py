@@ -12,4 +12,12 @@ from __future__ import annotations
 
 
 class CliError(Exception):
-    """A failure the user can act on. The CLI prints its message (no traceback) and exits with 2."""
+    """A failure the user can act on. The CLI prints its message (no traceback) and exits with 2.
+
+    A request the server refused keeps the server's answer: `heading` ("POST /api/jobs: HTTP 400")
+    and `errors` (its decoded body, DRF's field errors), so a caller can name the fields as the
+    user wrote them (a Go scheduler task's `params`, say)."""
+
+    def __init__(self, message: str, *, heading: str = "", errors: object = None) -> None:
+        super().__init__(message)
+        self.heading, self.errors = heading, errors

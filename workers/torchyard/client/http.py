@@ -75,11 +75,13 @@ class ApiClient:
     def _failure(self, request: urllib.request.Request, exc: OSError) -> CliError:
         """A failed request as one readable error: the server's answer, or why it could not be reached."""
         if isinstance(exc, urllib.error.HTTPError):
-            detail = exc.read().decode(errors="replace")
+            detail, errors = exc.read().decode(errors="replace"), None
             with contextlib.suppress(ValueError):
-                detail = format_errors(json.loads(detail))
+                errors = json.loads(detail)
+                detail = format_errors(errors)
             path = urllib.parse.urlsplit(request.full_url).path
-            return CliError(f"{request.get_method()} {path}: HTTP {exc.code}" + (f"\n{detail}" if detail else ""))
+            heading = f"{request.get_method()} {path}: HTTP {exc.code}"
+            return CliError(heading + (f"\n{detail}" if detail else ""), heading=heading, errors=errors)
         return CliError(f"cannot reach {self.server}: {getattr(exc, 'reason', exc)}")
 
     @contextlib.contextmanager

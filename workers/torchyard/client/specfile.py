@@ -4,8 +4,10 @@ A spec file may name a project directory instead of an uploaded bundle, `code: {
 to the spec file's own folder; the CLI packs and uploads it and sends `code: {bundle: <sha256>}`.
 Everything else in the spec goes to the server as written: the server validates it field by field.
 
-A seed 004 task file (`name`, `required_gpus`, `min_gpu_memory`, `params`) is a JobSpec too, once
-translated here (`task_spec`): one node with a rank per GPU, its params as the hyperparameters.
+A Go scheduler task file (`name`, `required_gpus`, `min_gpu_memory`, `params`) is a JobSpec too,
+once translated here (`task_spec`): one node with a rank per GPU; its params `model` and `dataset`
+pick the built-in recipe and its data, the others are its hyperparameters. What the server refuses
+of them it names as the file does (`in_file_terms`: params.momentum, not hyperparameters.momentum).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import yaml
 
 from . import CliError
+from .http import format_errors
 
 MAX_NAME = 200  # the server's limit on a job name
 
@@ -33,6 +36,8 @@ class LoadedSpec:
     spec: dict[str, Any]
     code_dir: Path | None
     notes: list[str] = field(default_factory=list)  # what the CLI says about the file before it submits
+    # The spec's fields as the file named them, where it named them otherwise (a task's params).
+    names: dict[str, str] = field(default_factory=dict)
 
 
 def _parse(path: Path, text: str) -> Any:
@@ -64,15 +69,16 @@ def load_spec_file(path: Path) -> LoadedSpec:
         raise CliError(f"{path}: expected a JobSpec mapping (name, entrypoint, resources, ...), "
                        f"found {'nothing' if spec is None else type(spec).__name__}")
     notes: list[str] = []
+    names: dict[str, str] = {}
     if is_task_file(spec):
-        spec, notes = task_spec(spec, path)
+        spec, notes, names = task_spec(spec, path)
     code = spec.get("code")
     if code is None:
-        return LoadedSpec(spec, None, notes)
+        return LoadedSpec(spec, None, notes, names)
     if not isinstance(code, dict):
         raise CliError(f"{path}: code: expected a mapping such as {{dir: \".\"}} or {{bundle: <sha256>}}")
     if "dir" not in code:
-        return LoadedSpec(spec, None, notes)
+        return LoadedSpec(spec, None, notes, names)
     if "bundle" in code:
         raise CliError(f"{path}: code: give either dir (a project to upload) or bundle, not both")
     if not isinstance(code["dir"], str) or not code["dir"]:
@@ -82,13 +88,18 @@ def load_spec_file(path: Path) -> LoadedSpec:
         raise CliError(f"{path}: code.dir: {code_dir} is not a directory")
     # The rest of `code` is for the server; `dir` only means something here.
     spec = {**spec, "code": {k: v for k, v in code.items() if k != "dir"}}
-    return LoadedSpec(spec, code_dir, notes)
+    return LoadedSpec(spec, code_dir, notes, names)
 
 
-# Seed 004's task file: {"name", "required_gpus", "min_gpu_memory", "params": {name: value}}.
+# The Go scheduler's task file: {"name", "required_gpus", "min_gpu_memory", "params": {name: value}}.
 TASK_KEYS = ("required_gpus", "min_gpu_memory", "params")
-# What a task runs when it names nothing (seed 004's worker only simulates training).
+# What a task runs when it names nothing (the Go scheduler's worker only simulates training).
 TASK_RECIPE = "examples/mlp_ddp.py"
+# The params that pick a built-in recipe and its data, as a JobSpec's fields of those names do.
+RECIPE_PARAMS = ("model", "dataset")
+# The memory each GPU needs (MB) when `torchyard submit --gpus N` gives no --memory: the Go
+# scheduler's submit tool's default.
+DEFAULT_TASK_MEMORY = 4096
 _INT = re.compile(r"^[+-]?[0-9]+$")
 _FLOAT = re.compile(r"^[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?$")
 
@@ -116,17 +127,21 @@ def _count(path: Path, document: dict[str, Any], key: str, default: int, what: s
     return value
 
 
-def task_spec(task: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[str]]:
-    """A seed 004 task file as a JobSpec, and a note for the user when it runs the default recipe.
+def task_spec(task: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[str], dict[str, str]]:
+    """A Go scheduler task file as a JobSpec, a note for the user on what it runs, and the spec's
+    fields as the file names them (for the server's errors: `in_file_terms`).
 
-    One node (a seed task runs on one worker) with a rank per GPU: `required_gpus` GPUs (default
-    1, as the seed's submit tool) of at least `min_gpu_memory` MB each (default 0); `params` are
-    the job's hyperparameters; `name` the job's name (default: the file's name). Any JobSpec key
-    beside them (entrypoint, args, placement, project, code, ...) goes to the server as written;
-    without an entrypoint the task runs the built-in recipe examples/mlp_ddp.py."""
+    One node (a task runs on one worker) with a rank per GPU: `required_gpus` GPUs (default 1, as
+    the Go scheduler's submit tool) of at least `min_gpu_memory` MB each (default 0); `name` the
+    job's name (default: the file's name). Of `params`, `model` and `dataset` pick the built-in
+    recipe and its data (the JobSpec's model and dataset) and the others are its hyperparameters,
+    which the recipe reads or the server refuses by name. Any JobSpec key beside them (entrypoint,
+    args, placement, project, code, ...) goes to the server as written; with an entrypoint of the
+    task's own, every param is a hyperparameter of its script (sdk.config()). A task that names
+    neither runs the built-in recipe examples/mlp_ddp.py."""
     clashing = [key for key in ("resources", "hyperparameters") if key in task]
     if clashing:
-        raise CliError(f"{path}: a seed 004 task file gives required_gpus, min_gpu_memory and params; "
+        raise CliError(f"{path}: a Go scheduler task file gives required_gpus, min_gpu_memory and params; "
                        f"{' and '.join(clashing)} belong to a JobSpec: give one form or the other")
     name = task.get("name", path.stem)
     if not isinstance(name, str) or not name.strip():
@@ -138,17 +153,37 @@ def task_spec(task: dict[str, Any], path: Path) -> tuple[dict[str, Any], list[st
         raise CliError(f"{path}: params: expected a mapping of names to values, such as "
                        f"{{\"batch_size\": \"64\"}}, found {json.dumps(params, default=str)}")
     spec = {key: value for key, value in task.items() if key not in (*TASK_KEYS, "name")}
+    hyperparameters = {str(key): _param(value) for key, value in params.items()}
     spec.update({
         "name": name,
         "resources": {"nodes": 1, "procs_per_node": max(gpus, 1), "gpus_per_node": gpus, "min_gpu_memory": memory},
-        "hyperparameters": {str(key): _param(value) for key, value in params.items()},
+        "hyperparameters": hyperparameters,
     })
+    names = {"hyperparameters": "params"}
     notes = []
-    if not any(key in spec for key in ("entrypoint", "module", "model", "function")):
-        spec["entrypoint"] = TASK_RECIPE
-        notes.append(f"{path}: a seed 004 task: runs the built-in recipe {TASK_RECIPE} on {max(gpus, 1)} "
-                     f"rank(s) with its params as hyperparameters (give entrypoint to run a script of your own)")
-    return spec, notes
+    ranks = f"on {max(gpus, 1)} rank(s)"
+    if not any(key in spec for key in ("entrypoint", "module", "function", *RECIPE_PARAMS)):
+        picked = {key: hyperparameters.pop(key) for key in RECIPE_PARAMS if key in hyperparameters}
+        if picked:
+            spec.update(picked)
+            names.update({key: f"params.{key}" for key in picked})
+            what = " and ".join(f"{key} {value}" for key, value in picked.items())
+            notes.append(f"{path}: a Go scheduler task: runs the built-in recipe for {what} {ranks}, its other "
+                         "params as the recipe's hyperparameters (give entrypoint to run a script of your own)")
+        else:
+            spec["entrypoint"] = TASK_RECIPE
+            notes.append(f"{path}: a Go scheduler task: runs the built-in recipe {TASK_RECIPE} {ranks} with its "
+                         "params as hyperparameters (give entrypoint to run a script of your own)")
+    return spec, notes, names
+
+
+def in_file_terms(error: CliError, names: dict[str, str]) -> CliError:
+    """The server's refusal with its fields named as the submitted file names them (`names`: spec
+    field -> the file's); the error as it is when there is nothing to rename."""
+    if not names or not isinstance(error.errors, dict) or not set(error.errors) & set(names):
+        return error
+    renamed = {names.get(key, key): value for key, value in error.errors.items()}
+    return CliError(f"{error.heading}\n{format_errors(renamed)}", heading=error.heading, errors=renamed)
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:

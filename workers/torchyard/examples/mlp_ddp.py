@@ -4,13 +4,19 @@ scikit-learn's handwritten digits, with DDP.
 Runs unchanged under plain ``python mlp_ddp.py``, under ``torchrun --nproc-per-node 2 mlp_ddp.py``
 and under Torchyard (which adds the job config, the event socket and the checkpoint store).
 
-    --steps N              total optimizer steps (default 300)
+    --steps N              total optimizer steps (default: the job's epochs, else 300)
     --step-sleep SECONDS   extra pause per step, to make a tiny job last (default 0)
     --checkpoint-every N   save every N steps (default: the job's checkpointing.every_n_steps when
                            checkpointing is enabled, else never); 0 disables
     --dataset NAME         synthetic (the teacher's endless random batches) or digits (1,797 8x8
                            images, 1,500 to train on, 297 held out; needs scikit-learn) (default:
                            the job's dataset, else synthetic)
+
+Hyperparameters (the job's, else the defaults below): batch_size, lr (or learning_rate), hidden,
+input_dim, optimizer (adam, or sgd or adamw), momentum (sgd's), weight_decay, and epochs: that many
+passes over the data instead of --steps. An epoch of digits is its 1,500 training images; one of
+synthetic data is dataset_size samples (10,000 unless given), which every epoch sees again; without
+epochs or dataset_size synthetic data is endless. Anything else is refused by name.
 
 The job's gradient compression (its ``compression`` section) applies through ``sdk.wrap_ddp``; the
 bytes each rank sends per step are reported next to the loss.
@@ -30,11 +36,12 @@ try:
 except ImportError:  # a source checkout run as a plain file: workers/ holds the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from torchyard import sdk
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchyard import recipe_optimizer, recipe_params
 
+RECIPE = "examples/mlp_ddp.py"
 DEFAULTS = {"batch_size": 64, "lr": 0.01, "hidden": 128, "input_dim": 32}
 TEACHER_SEED = 1234
 DATASETS = ("synthetic", "digits")
@@ -46,7 +53,8 @@ def parse_args(argv: list[str] | None = None, datasets: tuple[str, ...] = DATASE
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    sdk.add_training_arguments(parser, log_every=50)
+    sdk.add_training_arguments(parser, steps=None, log_every=50,
+                               steps_help=f"total optimizer steps (default: the job's epochs, else {recipe_params.DEFAULT_STEPS})")
     parser.add_argument("--dataset", default=sdk.datasets.selected("synthetic"),
                         help=f"what to train on: {', '.join(datasets)} (default: the job's dataset, else synthetic)")
     args = parser.parse_args(argv)
@@ -142,11 +150,13 @@ def train(
     checkpoint_state: Callable[[], Any],
     recipe: str,
     sharded: bool = False,
+    epoch: Callable[[], int | None] = lambda: None,
 ) -> int:
     """Steps ``start + 1 .. args.steps`` (the loop the MLP recipes share): reports loss and
-    throughput, checkpoints ``checkpoint_state()`` every ``every`` steps and at the end, and prints
-    the loss on a fixed evaluation batch when it starts from a checkpoint and when it ends (the same
-    weights give the same number, whatever the world size). Returns the last checkpointed step."""
+    throughput, checkpoints ``checkpoint_state()`` every ``every`` steps and at the end (with
+    ``epoch()``, the passes over the data completed, in the manifest), and prints the loss on a fixed
+    evaluation batch when it starts from a checkpoint and when it ends (the same weights give the
+    same number, whatever the world size). Returns the last checkpointed step."""
     rank = sdk.rank()
     sdk.set_total_steps(args.steps)  # progress and ETA on the job's page
     if start:
@@ -179,7 +189,7 @@ def train(
         if (every and (step % every == 0 or last)) or preempted:
             metadata = {"recipe": recipe, "loss": loss.item()}
             with sdk.preemption.committing():
-                if sdk.checkpoint.save(checkpoint_state(), step, sharded=sharded, metadata=metadata):
+                if sdk.checkpoint.save(checkpoint_state(), step, sharded=sharded, metadata=metadata, epoch=epoch()):
                     saved_at = step
             if preempted and saved_at == step:
                 sdk.yield_for_preemption(step)
@@ -201,8 +211,20 @@ def print_eval_loss(model: nn.Module, data: SyntheticData | DigitsData, step: in
     print(f"rank {sdk.rank()}: eval loss {loss:.6f}{accuracy} at step {step}", flush=True)
 
 
+def refused(recipe: str, argv: list[str] | None, dataset: str | None = None) -> bool:
+    """Print why the job's hyperparameters cannot run here (recipe_params), if they cannot; the
+    control plane refuses them at submission, plain torchrun with a config of its own only here."""
+    lines = recipe_params.refusals(recipe, sdk.job_config()["hyperparameters"],
+                                   sys.argv[1:] if argv is None else argv, dataset)
+    for line in lines:
+        print(f"rank {sdk.rank()}: {line}", file=sys.stderr, flush=True)
+    return bool(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if refused(RECIPE, argv, args.dataset):
+        return 2
     # Several processes (other ranks, other nodes of the job) often share one machine's cores, and
     # torch's OpenMP threads slow down several-fold when oversubscribed: one thread unless told.
     torch.set_num_threads(max(1, args.threads))
@@ -214,22 +236,26 @@ def main(argv: list[str] | None = None) -> int:
     hp = sdk.config(DEFAULTS)
     device = sdk.device()
     # The global sample position goes into every checkpoint: a resume at another world size (an
-    # elastic job) continues at the same sample. The synthetic data never runs out: no epochs.
+    # elastic job) continues at the same sample. Synthetic data is endless unless an epoch is
+    # declared (dataset_size, or epochs asked for): then every epoch sees the same samples again.
     data: SyntheticData | DigitsData
+    epoch_size: int | None
     if args.dataset == "digits":
         try:
             data = DigitsData(int(hp["batch_size"]), args.seed, device)
         except sdk.datasets.DatasetUnavailable as exc:
             print(f"rank {rank}: {exc}", file=sys.stderr, flush=True)
             return 2
-        sampler, input_dim = data.sampler, data.input_dim
+        sampler, input_dim, epoch_size = data.sampler, data.input_dim, data.train_size
     else:
-        sampler = sdk.GlobalSampler(1 << 40, batch_size=int(hp["batch_size"]))
+        epoch_size = recipe_params.synthetic_epoch(hp)
+        sampler = sdk.GlobalSampler(epoch_size or 1 << 40, batch_size=int(hp["batch_size"]))
         data = SyntheticData(int(hp["input_dim"]), int(hp["batch_size"]), args.seed, rank, device, sampler=sampler)
         input_dim = int(hp["input_dim"])
+    args.steps = recipe_params.steps(hp, args.steps, epoch_size, sampler.global_batch_size)
     torch.manual_seed(args.seed)  # identical initial weights everywhere (DDP also broadcasts rank 0's)
     model = MLP(input_dim, int(hp["hidden"]), data.outputs).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=float(hp["lr"]))
+    optimizer = recipe_optimizer.build_optimizer(model.parameters(), hp, default="adam")
     every = sdk.checkpoint.every_n_steps(args.checkpoint_every)
 
     start = 0
@@ -240,20 +266,23 @@ def main(argv: list[str] | None = None) -> int:
         optimizer.load_state_dict(state["optimizer"])
         # A checkpoint from before the position was kept: every step took one global batch.
         sampler.load_state_dict(state.get("data") or {"position": start * sampler.global_batch_size})
+        if "rng" in state:
+            sdk.checkpoint.restore_rng(state["rng"])
         print(f"rank {rank}: resumed from checkpoint at step {start}", flush=True)
     ddp_model = sdk.wrap_ddp(model)
+    epochs = f" ({hp['epochs']} epochs of {epoch_size} samples)" if hp.get("epochs") is not None else ""
     print(
-        f"rank {rank}: training steps {start + 1}..{args.steps}, batch {hp['batch_size']} per rank "
-        f"(global {hp['global_batch_size']}), lr {hp['lr']:g}, checkpoint every {every or '-'}, "
-        f"from global sample {sampler.position}",
+        f"rank {rank}: training steps {start + 1}..{args.steps}{epochs} with {type(optimizer).__name__}, batch "
+        f"{hp['batch_size']} per rank (global {hp['global_batch_size']}), lr {recipe_params.learning_rate(hp):g}, "
+        f"checkpoint every {every or '-'}, from global sample {sampler.position}",
         flush=True,
     )
 
     saved_at = train(
         args, model=ddp_model, optimizer=optimizer, data=data, start=start, every=every,
         checkpoint_state=lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                  "data": sampler.state_dict()},
-        recipe="mlp_ddp",
+                                  "data": sampler.state_dict(), "rng": sdk.checkpoint.rng_state()},
+        recipe="mlp_ddp", epoch=lambda: sampler.epoch if epoch_size else None,
     )  # fmt: skip
     print(
         f"rank {rank}: done at step {max(start, args.steps)} (last checkpoint: {saved_at or '-'})", flush=True

@@ -3,7 +3,8 @@ weights and of the optimizer state, and checkpoints are sharded (torch.distribut
 
 A sharded checkpoint loads at any world size: a job saved by 2x2 processes resumes on 1x2 or in a
 plain ``python mlp_fsdp.py``. Runs under plain python (no sharding: one process holds everything),
-under torchrun and under Torchyard; gloo on CPU, NCCL on GPU. Same options as mlp_ddp.py.
+under torchrun and under Torchyard; gloo on CPU, NCCL on GPU. Same options and hyperparameters as
+mlp_ddp.py, synthetic data only (epochs: passes over dataset_size samples, 10,000 unless given).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ try:
 except ImportError:  # a source checkout run as a plain file: workers/ holds the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from torchyard import sdk
-
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
-from torchyard.examples.mlp_ddp import DEFAULTS, MLP, SyntheticData, parse_args, train
+from torchyard import recipe_optimizer, recipe_params
+from torchyard.examples.mlp_ddp import DEFAULTS, MLP, SyntheticData, parse_args, refused, train
+
+RECIPE = "examples/mlp_fsdp.py"
 
 
 class TrainState(Stateful):
@@ -59,6 +62,8 @@ def shard_model(model: MLP, device: torch.device) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, datasets=("synthetic",))  # digits: mlp_ddp, whose checkpoints keep the sample position
+    if refused(RECIPE, argv, args.dataset):
+        return 2
     torch.set_num_threads(max(1, args.threads))  # see mlp_ddp.py
     distributed = sdk.init_process_group()
     rank, world = sdk.rank(), sdk.world_size()
@@ -70,8 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     model = MLP(int(hp["input_dim"]), int(hp["hidden"])).to(device)
     if distributed:
         shard_model(model, device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=float(hp["lr"]))
-    data = SyntheticData(int(hp["input_dim"]), int(hp["batch_size"]), args.seed, rank, device)
+    optimizer = recipe_optimizer.build_optimizer(model.parameters(), hp, default="adam")
+    # Endless batches, each (rank, step) its own; with an epoch declared (dataset_size, or epochs
+    # asked for), samples by global position over that many, which every epoch sees again.
+    epoch_size = recipe_params.synthetic_epoch(hp)
+    sampler = sdk.GlobalSampler(epoch_size, batch_size=int(hp["batch_size"])) if epoch_size else None
+    data = SyntheticData(int(hp["input_dim"]), int(hp["batch_size"]), args.seed, rank, device, sampler=sampler)
+    args.steps = recipe_params.steps(hp, args.steps, epoch_size, int(hp["batch_size"]) * world)
     every = sdk.checkpoint.every_n_steps(args.checkpoint_every)
     state = {"train": TrainState(model, optimizer)}
 
@@ -81,11 +91,16 @@ def main(argv: list[str] | None = None) -> int:
         _, start, manifest = resumed
         print(f"rank {rank}: checkpoint saved by {manifest['world_size']} processes", flush=True)
         print(f"rank {rank}: resumed from checkpoint at step {start}", flush=True)
+        if sampler is not None:
+            # Sharded checkpoints keep no sample position: every step took one global batch (the
+            # same at any world size under keep_global_batch).
+            sampler.load_state_dict({"position": start * sampler.global_batch_size})
     print(f"rank {rank}: training steps {start + 1}..{args.steps}, checkpoint every {every or '-'}", flush=True)
 
     saved_at = train(
         args, model=model, optimizer=optimizer, data=data, start=start, every=every,
         checkpoint_state=lambda: state, recipe="mlp_fsdp", sharded=True,
+        epoch=lambda: sampler.epoch if sampler is not None else None,
     )  # fmt: skip
     print(f"rank {rank}: done at step {max(start, args.steps)} (last checkpoint: {saved_at or '-'})", flush=True)
     sdk.shutdown_process_group()

@@ -1,11 +1,13 @@
 """Python functions on the cluster: `torchyard.fn`, `Compute`, `Volume`, the `compute` and
-`distribute` decorators (remote.py, compute.py), the runner every rank runs (runner.py); the results
-that come back are torchyard/function_results.py, which the supervisor and the CLI read too."""
+`distribute` decorators (remote.py, compute.py), the environment a function runs in
+(`torchyard.images`, images.py), the runner every rank runs (runner.py); the results that come back
+are torchyard/function_results.py, which the supervisor and the CLI read too."""
 
 from torchyard.function_results import RemoteError
-from torchyard.functions.compute import Compute, Volume
+from torchyard.functions import images
+from torchyard.functions.compute import Compute, Distribution, FunctionError, Volume
+from torchyard.functions.images import Image
 from torchyard.functions.remote import (
-    FunctionError,
     FunctionRun,
     RemoteFunction,
     compute,
@@ -14,5 +16,5 @@ from torchyard.functions.remote import (
     on_node,
 )
 
-__all__ = ["Compute", "FunctionError", "FunctionRun", "RemoteError", "RemoteFunction", "Volume", "compute",
-           "distribute", "fn", "on_node"]
+__all__ = ["Compute", "Distribution", "FunctionError", "FunctionRun", "Image", "RemoteError", "RemoteFunction",
+           "Volume", "compute", "distribute", "fn", "images", "on_node"]

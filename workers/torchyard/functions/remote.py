@@ -1,4 +1,4 @@
-"""Run a Python function on the cluster and get every rank's return value back (seed 002's
+"""Run a Python function on the cluster and get every rank's return value back (Kubetorch's
 `kt.fn(train).to(compute).distribute(...)`, on the machines a team owns).
 
     remote = torchyard.fn(train).to(torchyard.Compute(cpus=2)).distribute(framework="pytorch", workers=2)
@@ -36,57 +36,18 @@ from torchyard import protocol
 from torchyard.bundles import pack_directory
 from torchyard.function_results import META_FILE, PAYLOAD_FILE, RemoteError, first_failure
 
-from .compute import Compute
+from .compute import FRAMEWORKS, Compute, Distribution, FunctionError
 
 RUNNER_MODULE = "torchyard.functions.runner"
-# A framework's launcher; "ray": a Ray cluster on the job's nodes, the function its driver on the head.
-FRAMEWORKS = {"pytorch": "torchrun", "python": "none", "ray": "ray"}
-# distribute(worker_node_options=...): what each node of the cluster needs, as Compute's names.
-NODE_OPTIONS = ("gpus", "cpus", "memory")
 # A directory with one of these is a project's root; the function's file is looked up from there.
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", ".torchyardignore")
 FINAL = {"completed", "failed", "stopped"}
 POLL_S = 0.25
 
 
-class FunctionError(ValueError):
-    """The call cannot be made as asked (nothing was uploaded or submitted); the message says why."""
-
-
 def on_node(environ: dict[str, str] | None = None) -> bool:
     """True inside a process Torchyard launched for a job."""
     return bool((os.environ if environ is None else environ).get(protocol.ENV_JOB_ID))
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """How many nodes (`workers`, as in the seed; a (MIN, MAX) pair for an elastic job) and processes
-    per node, under which framework."""
-
-    framework: str = "pytorch"
-    workers: int | tuple[int, int] = 1
-    nproc_per_node: int | None = None  # default: the node's GPUs, or 1 on CPU
-    max_restarts: int | None = None
-    worker_node_options: tuple[tuple[str, Any], ...] = ()  # framework ray: each node's gpus, cpus, memory
-
-    def __post_init__(self) -> None:
-        if self.framework not in FRAMEWORKS:
-            raise FunctionError(f"framework {self.framework!r} is not supported; use one of: {', '.join(FRAMEWORKS)}")
-        if isinstance(self.workers, list):
-            object.__setattr__(self, "workers", tuple(self.workers))
-        if isinstance(self.workers, tuple):
-            if (len(self.workers) != 2 or not all(isinstance(n, int) and not isinstance(n, bool) for n in self.workers)
-                    or not 1 <= self.workers[0] <= self.workers[1]):
-                raise FunctionError(f"workers={self.workers!r}: an elastic range (MIN, MAX) of nodes, 1 <= MIN <= MAX")
-        elif not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1:
-            raise FunctionError(f"workers={self.workers!r}: the number of nodes, 1 or more, or a range (MIN, MAX)")
-        if self.nproc_per_node is not None and (not isinstance(self.nproc_per_node, int) or self.nproc_per_node < 1):
-            raise FunctionError(f"nproc_per_node={self.nproc_per_node!r}: processes per node, 1 or more")
-        if self.framework in ("python", "ray") and self.nproc_per_node not in (None, 1):
-            raise FunctionError(f"framework {self.framework!r} runs one process per node: nproc_per_node must be 1")
-        unknown = sorted(k for k, _ in self.worker_node_options if k not in NODE_OPTIONS)
-        if unknown:
-            raise FunctionError(f"worker_node_options: unknown {', '.join(unknown)}; known: {', '.join(NODE_OPTIONS)}")
 
 
 @dataclass(frozen=True)
@@ -218,20 +179,23 @@ class RemoteFunction:
 
     # --- building (each returns a new RemoteFunction) --------------------------------------------
     def to(self, compute: Compute | None = None, **options: Any) -> RemoteFunction:
-        """On this compute (or `Compute(**options)`)."""
-        return replace(self, compute=compute if compute is not None else Compute(**options))
+        """On this compute (or `Compute(**options)`), and over its distribution when it carries one
+        (`Compute(...).distribute(...)`); a `.distribute(...)` called after this wins."""
+        chosen = compute if compute is not None else Compute(**options)
+        return replace(self, compute=chosen, distribution=chosen.distribution or self.distribution)
 
     def distribute(self, framework: str = "pytorch", workers: int | tuple[int, int] = 1,
                    nproc_per_node: int | None = None, *, max_restarts: int | None = None,
                    worker_node_options: dict[str, Any] | None = None) -> RemoteFunction:
         """Across `workers` nodes (or an elastic range: `workers=(2, 4)`, as many as fit, at least 2)
         with `nproc_per_node` processes each (torchrun for "pytorch";
-        "python" runs the function once per node with NODE_RANK, MASTER_ADDR ... set; "ray" makes the
-        `workers` nodes a Ray cluster, head included, and runs the function once, as the driver on the
-        head: its return value is the single result). `worker_node_options` ({"gpus", "cpus",
-        "memory"}) is what each node of the cluster needs, over the Compute's."""
-        options = tuple(sorted((worker_node_options or {}).items()))
-        return replace(self, distribution=Distribution(framework, workers, nproc_per_node, max_restarts, options))
+        "python" runs the function once per node with NODE_RANK, MASTER_ADDR ... set). "ray" counts
+        as Kubetorch does: a Ray cluster of a head and `workers` worker nodes (workers + 1 nodes in
+        all; 0: the head alone), the function run once, as the driver on the head, its return value
+        the single result. `worker_node_options` ({"gpus", "cpus", "memory"}) is what each node of
+        the job needs, the head's included, over the Compute's."""
+        return replace(self, distribution=Distribution.of(framework, workers, nproc_per_node, max_restarts=max_restarts,
+                                                          worker_node_options=worker_node_options))
 
     def using(self, *, server: str | None = None, token: str | None = None, project: str | None = None,
               project_dir: str | Path | None = None, name: str | None = None) -> RemoteFunction:
@@ -280,14 +244,10 @@ class RemoteFunction:
     def spec(self, *, code: str, payload: str) -> dict[str, Any]:
         """The JobSpec of one call."""
         dist, compute = self.distribution, self.compute
-        nproc = dist.nproc_per_node or (compute.gpus if compute.gpus and dist.framework == "pytorch" else 1)
         if dist.worker_node_options:
-            options = dict(dist.worker_node_options)
-            if isinstance(options.get("cpus"), str) and options["cpus"].strip().isdigit():
-                options["cpus"] = int(options["cpus"])  # "4", as the seed writes it
-            compute = replace(compute, **options)
-        nodes = f"{dist.workers[0]}:{dist.workers[1]}" if isinstance(dist.workers, tuple) else dist.workers
-        resources = {"nodes": nodes, "procs_per_node": nproc, **compute.resources()}
+            compute = replace(compute, **dict(dist.worker_node_options))  # cpus "4" read as Compute reads it
+        nproc = dist.nproc_per_node or (compute.gpus if compute.gpus and dist.framework == "pytorch" else 1)
+        resources = {"nodes": dist.nodes, "procs_per_node": nproc, **compute.resources()}
         spec: dict[str, Any] = {
             "name": (self.name or f"fn {self.qualname}")[:200],
             "code": {"bundle": code},
@@ -302,12 +262,13 @@ class RemoteFunction:
             spec["function"]["result_max_bytes"] = self.result_max_bytes
         if compute.labels:
             spec["placement"] = {"labels": dict(compute.labels)}
-        if compute.requirements:
-            spec["runtime"] = {"pip": list(compute.requirements)}
+        pip, env = compute.pip(), compute.environment()
+        if pip:
+            spec["runtime"] = {"pip": pip}
         if compute.volumes:
             spec["volumes"] = [v.to_spec() for v in compute.volumes]
-        if compute.env:
-            spec["env"] = dict(compute.env)
+        if env:
+            spec["env"] = env
         if dist.max_restarts is not None:
             spec["fault_tolerance"] = {"max_restarts": dist.max_restarts}
         if self.project:
@@ -427,7 +388,7 @@ def compute(compute: Compute | None = None, **options: Any) -> Callable[[Any], A
 def distribute(framework: str = "pytorch", workers: int | tuple[int, int] = 1, nproc_per_node: int | None = None,
                **options: Any) -> Callable[[Any], Any]:
     """Decorator: `@torchyard.distribute(framework="pytorch", workers=2)`. The identity inside a job."""
-    Distribution(framework, workers, nproc_per_node, options.get("max_restarts"))  # fail at the decorator's line
+    Distribution.of(framework, workers, nproc_per_node, **options)  # fail at the decorator's line
 
     def decorate(function: Any) -> Any:
         if on_node():

@@ -38,12 +38,13 @@ from torchyard.sdk.distributed import (
     wrap_ddp,
 )
 from torchyard.sdk.events import report, set_total_steps, total_steps
-from torchyard.sdk.peers import on_membership_change, peers
+from torchyard.sdk.peers import PeersTimeout, on_membership_change, peers, pod_ips
 from torchyard.sdk.preemption import preemption_requested, should_yield, yield_for_preemption
 from torchyard.sdk.scaling import adjust_hyperparameters
 
 __all__ = [
     "GlobalSampler",
+    "PeersTimeout",
     "add_training_arguments",
     "adjust_hyperparameters",
     "attempt",
@@ -69,6 +70,7 @@ __all__ = [
     "on_membership_change",
     "peers",
     "planned_backend",
+    "pod_ips",
     "preemption",
     "preemption_requested",
     "print_distributed_info",

@@ -7,9 +7,13 @@ import argparse
 import os
 
 
-def add_training_arguments(parser: argparse.ArgumentParser, *, steps: int = 300, log_every: int = 50) -> None:
-    """Add --steps, --step-sleep, --checkpoint-every, --report-every, --log-every, --seed, --threads."""
-    parser.add_argument("--steps", type=int, default=steps, help="total optimizer steps")
+def add_training_arguments(parser: argparse.ArgumentParser, *, steps: int | None = 300, log_every: int = 50,
+                           steps_help: str = "total optimizer steps") -> None:
+    """Add --steps, --step-sleep, --checkpoint-every, --report-every, --log-every, --seed, --threads.
+
+    ``steps=None`` leaves ``args.steps`` None when --steps is not given, for a script that works its
+    length out otherwise (the built-in recipes: from the job's epochs)."""
+    parser.add_argument("--steps", type=int, default=steps, help=steps_help)
     parser.add_argument("--step-sleep", type=float, default=0.0, help="extra pause per step (demos, tests)")
     parser.add_argument("--checkpoint-every", type=int, default=None,
                         help="override checkpointing.every_n_steps (0: never)")

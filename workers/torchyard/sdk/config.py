@@ -9,7 +9,7 @@ from typing import Any
 
 from torchyard import protocol
 from torchyard.sdk import context
-from torchyard.sdk.scaling import adjust_hyperparameters
+from torchyard.sdk.scaling import LR_KEYS, adjust_hyperparameters
 
 SECTIONS = ("hyperparameters", "scaling", "distributed", "checkpointing", "compression", "resources")
 
@@ -40,10 +40,17 @@ def job_config() -> dict[str, Any]:
 def config(defaults: dict[str, Any] | None = None) -> dict[str, Any]:
     """Hyperparameters for this rank, after the distributed adjustments of ``scaling``.
 
-    ``defaults`` fill in what the job did not set (the script's own defaults), then the scaling mode
+    ``defaults`` fill in what the job did not set (the script's own defaults; a learning rate the job
+    gives as ``lr`` or ``learning_rate`` replaces a default under either name), then the scaling mode
     of the job applies (see torchyard.sdk.scaling); outside Torchyard the mode is ``none``. The result
     also holds ``world_size``, ``rank`` and ``global_batch_size``.
     """
     planned = job_config()
-    hyperparameters = {**(defaults or {}), **planned["hyperparameters"]}
+    defaults = dict(defaults or {})
+    if any(planned["hyperparameters"].get(key) is not None for key in LR_KEYS):
+        # The job's learning rate by either name (the Go scheduler's `learning_rate`) is the one that
+        # counts and is scaled: a default `lr` must not stand beside it and be taken first.
+        for key in LR_KEYS:
+            defaults.pop(key, None)
+    hyperparameters = {**defaults, **planned["hyperparameters"]}
     return adjust_hyperparameters(hyperparameters, planned["scaling"], context.world_size(), context.rank())

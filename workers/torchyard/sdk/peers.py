@@ -1,4 +1,5 @@
-"""The job's nodes as the machine side sees them: `peers(quorum, timeout)` and `on_membership_change`.
+"""The job's nodes as the machine side sees them: `peers(quorum, timeout)` (and Kubetorch's name for
+it, `pod_ips(quorum_workers, quorum_timeout)`) and `on_membership_change`.
 
 Works under any launcher, without torchrun and without DNS, and never talks to the server or Redis:
 the controller sends every live node the membership of the attempt when a node starts running or
@@ -99,6 +100,15 @@ def peers(quorum: int | None = None, timeout: float = 60.0) -> list[str]:
                 f"{len(up)} of {size} node(s) up after {timeout:g} s, {wanted} wanted; missing: "
                 + ", ".join(_describe(n) for n in missing), missing)
         time.sleep(POLL_INTERVAL_S)
+
+
+def pod_ips(quorum_workers: int | None = None, quorum_timeout: float = 300.0) -> list[str]:
+    """Kubetorch's `pod_ips`: the addresses of the job's nodes (its machines' addresses as the plan
+    has them, in node-rank order; no pods, no DNS), once `quorum_workers` of them are up (default:
+    every node of the job), waiting at most `quorum_timeout` seconds. `peers(quorum, timeout)` under
+    Kubetorch's argument names. Raises PeersTimeout (a TimeoutError) naming the nodes still missing,
+    and ValueError for a quorum larger than the job. Off Torchyard: `[MASTER_ADDR or 127.0.0.1]`."""
+    return peers(quorum=quorum_workers, timeout=quorum_timeout)
 
 
 def on_membership_change(callback: Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]) -> threading.Thread:

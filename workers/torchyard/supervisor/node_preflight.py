@@ -1,6 +1,7 @@
 """The node's preflight, run by its supervisor before any rank starts (the protocol is preflight.py):
 every node of a multi-node job reaches the master's address and port and agrees with it on Python,
-torch, shared volumes and whether the job starts warm.
+torch, shared volumes and whether the job starts warm, and (on machines not measured yet) the links
+between the nodes are measured and the network the job's traffic takes is chosen (links.py).
 """
 
 from __future__ import annotations
@@ -14,17 +15,33 @@ from typing import Any
 from torchyard import protocol
 from torchyard.protocol import NodeLaunch
 
+from . import links as link_probes
 from .argv import LAUNCHER_NONE
+from .network import local_addresses, network_stack
 from .output_pump import OutputPump
-from .preflight import MasterListener, PreflightError, Versions, reach_master, training_versions
+from .preflight import LinkProbe, MasterListener, PreflightError, Versions, reach_master, training_versions
 from .volumes import remove_probes, write_probes
 
 
 @dataclass(frozen=True)
 class Agreement:
-    """What the preflight settled: whether every node starts warm (a job's nodes start alike)."""
+    """What the preflight settled: whether every node starts warm (a job's nodes start alike), and the
+    network the job's traffic is pinned to with the master's address on it ("": the routed default)."""
 
     all_warm: bool
+    network: str = ""
+    master_address: str = ""
+
+
+def _probe(launch: NodeLaunch) -> tuple[LinkProbe | None, link_probes.ProbeServer | None]:
+    """This node's probe port when the job's links are to be measured: not when the controller handed
+    down a choice already made on these machines (launch.links)."""
+    if launch.links.get("network"):
+        return None, None
+    server = link_probes.ProbeServer()
+    addresses = [a.to_dict() for a in local_addresses()]
+    return LinkProbe(port=server.port, addresses=addresses, seconds=link_probes.burst_seconds(launch.nnodes),
+                     stack=network_stack()), server
 
 
 def run_preflight(launch: NodeLaunch, pump: OutputPump, *, python: str, interface: str,
@@ -37,11 +54,14 @@ def run_preflight(launch: NodeLaunch, pump: OutputPump, *, python: str, interfac
     if launch.nnodes < 2 or launch.launcher == LAUNCHER_NONE:
         return Agreement(all_warm=warm)
     publisher = pump.publisher
+    probe, server = _probe(launch)
     try:
         versions = known or training_versions(python)
         if listener is not None:
+            machines = {int(p.get("node_rank", 0)): str(p.get("machine") or p.get("host") or "") for p in launch.peers}
             peers = listener.serve(job_id=launch.job_id, attempt=launch.attempt, peers=set(range(1, launch.nnodes)),
-                                   versions=versions, tick=tick, volumes=launch.volumes, warm=warm)
+                                   versions=versions, tick=tick, volumes=launch.volumes, warm=warm,
+                                   links=probe, master_addr=launch.master_addr, machines=machines)
             all_warm = warm and all(hello.get("warm") is True for hello in peers.values())
             result: dict[str, Any] = {"role": "master", "peers": {
                 str(rank): {k: hello.get(k) for k in ("hostname", "address", "interface")}
@@ -56,7 +76,7 @@ def run_preflight(launch: NodeLaunch, pump: OutputPump, *, python: str, interfac
             if probes:
                 hello |= {"machine": launch.volumes[0].get("machine", ""), "volumes": [p.hello() for p in probes]}
             try:
-                reached = reach_master(launch.master_addr, launch.master_port, hello, tick)
+                reached = reach_master(launch.master_addr, launch.master_port, hello, tick, links=probe)
             finally:
                 remove_probes(probes)
             result = {"role": "node", **reached.to_dict()}
@@ -64,6 +84,12 @@ def run_preflight(launch: NodeLaunch, pump: OutputPump, *, python: str, interfac
     except PreflightError as exc:
         publisher.emit(protocol.PREFLIGHT, ok=False, error=str(exc), interface=interface, hostname=socket.gethostname())
         raise PreflightError(f"preflight: {exc}") from exc
+    finally:
+        if server is not None:
+            server.close()
+    report = probe.report if probe is not None else None
+    if report is not None and result["role"] == "master":
+        result["links"] = report  # the job's link matrix: the controller keeps it on the job
     seconds = time.monotonic() - since
     publisher.emit(protocol.PREFLIGHT, ok=True, interface=interface, hostname=socket.gethostname(),
                    python=versions.python, torch=versions.torch, seconds=round(seconds, 2), **result)
@@ -74,6 +100,14 @@ def run_preflight(launch: NodeLaunch, pump: OutputPump, *, python: str, interfac
         if result["role"] == "master" else
         f"preflight passed: reached the master {result['master']} from {result['local_address']}{where} "
         f"in {result['connect_ms']:.1f} ms, {versions.describe()} like the master")
-    return Agreement(all_warm=all_warm)
+    if probe is not None and probe.one_stack:
+        pump.supervisor_line("links: every node of the job shares this machine's network stack, so its traffic "
+                             "never leaves the machine: nothing measured, nothing pinned")
+    if report is not None:
+        pump.supervisor_line(f"links measured in {report.get('seconds', 0):g} s: {report.get('summary', '')}")
+        return Agreement(all_warm=all_warm, network=str(report.get("chosen") or ""),
+                         master_address=str(report.get("master_address") or ""))
+    return Agreement(all_warm=all_warm, network=str(launch.links.get("network") or ""),
+                     master_address=str(launch.links.get("master_address") or ""))
 
 

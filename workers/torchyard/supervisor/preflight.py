@@ -11,7 +11,9 @@ the master port from the moment it starts (the kernel completes a peer's TCP han
 the master is still preparing its code), every other node connects, which proves the path, and
 sends one line saying who it is and what it runs. The master answers each line once it is itself
 ready, then closes the port and hands it to torchrun's store. The exchange is a probe, not a
-transport: one JSON line each way, before any rank exists.
+transport: one JSON line each way, before any rank exists. When the job's links are to be measured
+(links.py), the answer carries the roster instead, and two more lines follow on the same connection:
+the node's figures, then the master's report with the network the job is pinned to.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ import os
 import selectors
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import links as link_probes
 from .volumes import unshared
 
 PROTOCOL = "torchyard-preflight/1"
@@ -38,6 +42,11 @@ UNREACHABLE_AFTER_S = 10.0
 NOTHING_LISTENS_AFTER_S = 30.0
 # A hello names up to 16 volumes with their probe files (volumes.py).
 MAX_LINE_BYTES = 65536
+# The master's report names every pair of up to a few hundred nodes: its own, larger limit.
+MAX_REPORT_BYTES = 8 << 20
+# How long the master waits for a node's link figures beyond the burst itself: it then chooses with
+# what it has (the missing pairs make their networks unusable, never the preflight fail).
+FIGURES_GRACE_S = 10.0
 
 # Runs in the training Python without importing torch (1-2 s): only its installed version.
 _VERSIONS_PROBE = (
@@ -103,6 +112,22 @@ def _cause(exc: BaseException) -> str:
 
 
 @dataclass
+class LinkProbe:
+    """This node's part in measuring the job's links (links.py): its probe port and addresses, the
+    burst's length; `report` is the master's once the exchange is over (None: nothing was measured)."""
+
+    port: int
+    addresses: list[dict[str, Any]]
+    seconds: float
+    stack: str = ""  # network.network_stack(): nodes on one stack have no link between them
+    report: dict[str, Any] | None = None
+    one_stack: bool = False  # the master's word: every node shares one stack, nothing was measured
+
+    def hello(self) -> dict[str, Any]:
+        return {"probe_port": self.port, "addresses": self.addresses, "stack": self.stack}
+
+
+@dataclass
 class Reached:
     """What a node that is not the master learnt: how long the handshake took and through what."""
 
@@ -111,9 +136,10 @@ class Reached:
     connect_ms: float
     waited_s: float
     warm: bool = False  # the master's word: every node of the job starts warm
+    links: dict[str, Any] | None = field(default=None, repr=False)  # the master's link report
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "links"}
 
 
 # `tick(phase)` is the supervisor's: heartbeats, stop checks (it raises to abort), status updates.
@@ -129,8 +155,9 @@ def _reply(sock: socket.socket, **answer: Any) -> None:
 
 def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
                  *, unreachable_after: float = UNREACHABLE_AFTER_S,
-                 nothing_listens_after: float = NOTHING_LISTENS_AFTER_S) -> Reached:
-    """Connect to the master's preflight listener, introduce this node, wait for its answer.
+                 nothing_listens_after: float = NOTHING_LISTENS_AFTER_S, links: LinkProbe | None = None) -> Reached:
+    """Connect to the master's preflight listener, introduce this node, wait for its answer (and,
+    with `links`, measure this node's share of the pairs and wait for the master's report).
 
     Raises PreflightError naming the address and the cause when the master cannot be reached in
     time or refuses this node (another job on that port, other versions)."""
@@ -154,10 +181,13 @@ def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
             time.sleep(max(0.0, 0.2 - (time.monotonic() - attempt_started)))
     connect_ms = (time.monotonic() - attempt_started) * 1000
     local_address = sock.getsockname()[0]
+    report = None
     try:
-        sock.sendall((json.dumps({"protocol": PROTOCOL, **hello}) + "\n").encode())
+        sock.sendall((json.dumps({"protocol": PROTOCOL, **hello, **(links.hello() if links else {})}) + "\n").encode())
         sock.setblocking(False)
         answer = _read_line(sock, tick, "waiting for the master to be ready")
+        if answer is not None and answer.get("ok") and isinstance(answer.get("roster"), dict) and links is not None:
+            report = _exchange_figures(sock, answer, hello, links, tick)
     except OSError as exc:
         answer, closed = None, f" ({_cause(exc)})"
     else:
@@ -170,8 +200,46 @@ def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
     if not answer.get("ok"):
         raise PreflightError(str(answer.get("error") or f"the master at {target} refused this node"),
                              permanent=answer.get("permanent") is True)
+    if links is not None:
+        links.report = report
     return Reached(master=target, local_address=local_address, connect_ms=round(connect_ms, 1),
-                   waited_s=round(time.monotonic() - started, 2), warm=answer.get("warm") is True)
+                   waited_s=round(time.monotonic() - started, 2), warm=answer.get("warm") is True, links=report)
+
+
+def _exchange_figures(sock: socket.socket, answer: dict[str, Any], hello: dict[str, Any], links: LinkProbe,
+                      tick: Tick) -> dict[str, Any] | None:
+    """A node's side of the link measurement: probe its share of the pairs, send the figures, read
+    the master's report (None when the master sent none)."""
+    roster = {int(rank): node for rank, node in answer["roster"].items()}
+    figures = _ticking(lambda: link_probes.measure(roster, int(hello["node_rank"]), links.seconds), tick,
+                       "measuring the links to the other nodes")
+    sock.setblocking(True)
+    sock.settimeout(5.0)
+    sock.sendall((json.dumps({"figures": figures}) + "\n").encode())
+    sock.setblocking(False)
+    final = _read_line(sock, tick, "waiting for the master's link report", limit=MAX_REPORT_BYTES)
+    report = (final or {}).get("links")
+    return report if isinstance(report, dict) else None
+
+
+def _ticking(work: Callable[[], Any], tick: Tick, phase: str) -> Any:
+    """`work()` in a thread while this one keeps ticking (heartbeats, stop checks)."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name="preflight-links", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        tick(phase)
+        worker.join(timeout=0.1)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 def _connect(address: str, port: int, *, deadline: float, tick: Tick) -> socket.socket:
@@ -198,7 +266,7 @@ def _connect(address: str, port: int, *, deadline: float, tick: Tick) -> socket.
     return sock
 
 
-def _read_line(sock: socket.socket, tick: Tick, phase: str) -> dict[str, Any] | None:
+def _read_line(sock: socket.socket, tick: Tick, phase: str, *, limit: int = MAX_LINE_BYTES) -> dict[str, Any] | None:
     """One JSON line from a non-blocking socket, ticking meanwhile; None when the peer closed first."""
     buffer = b""
     with selectors.DefaultSelector() as selector:
@@ -211,7 +279,7 @@ def _read_line(sock: socket.socket, tick: Tick, phase: str) -> dict[str, Any] | 
             if not chunk:
                 return None
             buffer += chunk
-            if len(buffer) > MAX_LINE_BYTES:
+            if len(buffer) > limit:
                 raise PreflightError("preflight answer too long")
     line = buffer.split(b"\n", 1)[0]
     try:
@@ -243,7 +311,8 @@ class MasterListener:
 
     def serve(self, *, job_id: int, attempt: int, peers: set[int], versions: Versions,
               tick: Tick, volumes: list[dict[str, Any]] | None = None,
-              machine: str = "", warm: bool = False) -> dict[int, dict[str, Any]]:
+              machine: str = "", warm: bool = False, links: LinkProbe | None = None,
+              master_addr: str = "", machines: dict[int, str] | None = None) -> dict[int, dict[str, Any]]:
         """Answer peers once every node rank in `peers` has checked in; returns their hellos.
 
         A peer of another job or attempt is told so at once and ignored (it is not one of ours). A
@@ -251,7 +320,9 @@ class MasterListener:
         this machine's path of it (`volumes`, this node's launch's), is told why and the preflight
         fails here too: neither may start. The others are answered together once all are there, with
         whether the job starts warm: only when every node can (`warm` here, "warm" in each hello);
-        a warm rank and a cold torchrun do not rendezvous alike."""
+        a warm rank and a cold torchrun do not rendezvous alike. With `links` (and every peer
+        offering a probe port), the answer carries the roster, every node measures its share of the
+        pairs, and the master answers again with its report (`links.report`; links.py)."""
         waiting = set(peers)
         seen: dict[int, dict[str, Any]] = {}
         pending: dict[int, socket.socket] = {}
@@ -288,8 +359,19 @@ class MasterListener:
                         waiting.discard(rank)
                         seen[rank] = hello
                 decision = warm and all(hello.get("warm") is True for hello in seen.values())
-                for sock in pending.values():
-                    _reply(sock, ok=True, warm=decision)
+                roster = _roster(links, seen) if links is not None else None
+                if links is not None and roster is not None:
+                    links.one_stack = link_probes.pairs_apart(roster) == 0
+                if links is not None and roster is not None and not links.one_stack:
+                    for sock in pending.values():
+                        _reply(sock, ok=True, warm=decision, roster={str(rank): node for rank, node in roster.items()})
+                    links.report = _gather_links(pending, roster, links, tick, master_addr=master_addr,
+                                                 machines=machines or {})
+                    for sock in pending.values():
+                        _reply(sock, links=links.report)
+                else:
+                    for sock in pending.values():
+                        _reply(sock, ok=True, warm=decision)
             except PreflightError as exc:
                 for sock in pending.values():
                     _reply(sock, ok=False, error=f"the master's preflight failed: {exc}", permanent=exc.permanent)
@@ -347,3 +429,60 @@ class MasterListener:
             reply(ok=False, error=problem, permanent=True)
             raise PreflightError(problem, permanent=True)
         return rank if isinstance(rank, int) else None  # answered with the others (serve)
+
+
+def _roster(links: LinkProbe, seen: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]] | None:
+    """Every node's probe port, addresses and network stack, the master's first; None when a node
+    sent no probe port (nothing is measured then)."""
+    if not all(isinstance(hello.get("probe_port"), int) for hello in seen.values()):
+        return None
+    return {0: {"probe_port": links.port, "addresses": links.addresses, "stack": links.stack,
+                "hostname": socket.gethostname()},
+            **{rank: {"probe_port": hello["probe_port"], "addresses": list(hello.get("addresses") or []),
+                      "stack": str(hello.get("stack") or ""), "hostname": hello.get("hostname", "")}
+               for rank, hello in seen.items()}}
+
+
+def _gather_links(pending: dict[int, socket.socket], roster: dict[int, dict[str, Any]], links: LinkProbe,
+                  tick: Tick, *, master_addr: str, machines: dict[int, str]) -> dict[str, Any]:
+    """The master's side of the link measurement: its own share of the pairs, measured while every
+    node's figures arrive, then the report (links.choose). A node that sends nothing in time leaves
+    its pairs unmeasured, which only keeps their networks from being chosen."""
+    started = time.monotonic()
+    own: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: own.setdefault("figures", link_probes.measure(roster, 0, links.seconds)),
+                              name="preflight-links", daemon=True)
+    worker.start()
+    figures: list[dict[str, Any]] = []
+    waiting = dict(pending)
+    buffers = {sock: b"" for sock in waiting.values()}
+    deadline = started + links.seconds + FIGURES_GRACE_S
+    with selectors.DefaultSelector() as selector:
+        for rank, sock in waiting.items():
+            sock.setblocking(False)
+            selector.register(sock, selectors.EVENT_READ, rank)
+        while waiting and time.monotonic() < deadline:
+            tick("measuring the links between the nodes")
+            for key, _ in selector.select(timeout=0.1):
+                conn, rank = key.fileobj, key.data
+                assert isinstance(conn, socket.socket)
+                try:
+                    chunk = conn.recv(MAX_LINE_BYTES)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    chunk = b""
+                buffers[conn] += chunk
+                if chunk and b"\n" not in buffers[conn] and len(buffers[conn]) <= MAX_REPORT_BYTES:
+                    continue
+                selector.unregister(conn)
+                waiting.pop(rank, None)
+                with contextlib.suppress(ValueError, AttributeError):
+                    sent = json.loads(buffers[conn].split(b"\n", 1)[0]).get("figures")
+                    figures += [f for f in sent or [] if link_probes.well_formed(f, rank)]
+    while worker.is_alive():
+        tick("measuring the links between the nodes")
+        worker.join(timeout=0.1)
+    figures += own.get("figures", [])
+    return link_probes.choose(roster, figures, master_addr=master_addr, machines=machines,
+                              seconds=time.monotonic() - started)

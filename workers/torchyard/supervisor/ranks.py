@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 
 from .commands import Command
-from .proctree import is_alive, kill_processes, process_tree, sweep_job_processes
+from .proctree import children, is_alive, kill_processes, process_tree, sweep_job_processes
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
@@ -97,7 +97,7 @@ class RankProcesses:
                     found[rank_start + local_rank] = proc
             return found, ended
         try:
-            workers = psutil.Process(self.proc.pid).children()  # torchrun's own: not a rank's children
+            workers = children(psutil.Process(self.proc.pid))  # torchrun's own: not a rank's children
         except psutil.Error:
             return found, ended
         for proc in workers:
@@ -113,7 +113,7 @@ class RankProcesses:
         for rank in self._warm().values():
             with contextlib.suppress(psutil.Error):
                 if rank is not None and rank.is_running():
-                    tree += [proc for proc in [rank, *rank.children(recursive=True)] if proc not in tree]
+                    tree += [proc for proc in [rank, *children(rank, recursive=True)] if proc not in tree]
         return tree
 
     def workers_alive(self) -> bool:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import psutil
 
-from .proctree import tree_usage
+from .proctree import children, tree_usage
 
 # `stall_timeout: auto` (the default): a hang is declared after AUTO_FACTOR x the p95 of the job's
 # own step times (the time between two steps it reports) without a step, never under AUTO_MIN_S;
@@ -150,7 +150,7 @@ def blocked_in_kernel(proc: psutil.Process) -> bool:
     uninterruptible sleep, or stopped), none in a timed sleep; False when any runs, sleeps on a
     timer, or cannot be read."""
     try:
-        pids = [proc.pid, *(child.pid for child in proc.children(recursive=True))]
+        pids = [proc.pid, *(child.pid for child in children(proc, recursive=True))]
     except psutil.Error:
         return False
     for pid in pids:

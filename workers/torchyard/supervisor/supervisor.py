@@ -53,8 +53,9 @@ from .argv import (
 )
 from .commands import node_command, what_runs
 from .event_socket import EventSocket
+from .gpu_use import GpuUse, node_gpus
 from .linger import Lingered, LingerWatch, end_lingering
-from .network import interface_env
+from .network import ifname_env, interface_env, interface_towards
 from .node_preflight import run_preflight
 from .output_pump import OutputPump, secret_masker
 from .pace import PaceWatch
@@ -133,6 +134,7 @@ class NodeSupervisor:
         self._ranks_done_at: float | None = None  # when every rank of the node was seen gone, none failed
         self._next_done_look = 0.0
         self._sampler = TreeSampler()
+        self._gpus = GpuUse(node_gpus(launch.env))  # the node's GPUs' use, where NVML reads them
         self._listener: MasterListener | None = None  # node 0 holds the master port until torchrun takes it
         self._interface_env: dict[str, str] = {}
         self._preflight_since = 0.0
@@ -278,18 +280,33 @@ class NodeSupervisor:
         then node_preflight.py's agreement; raises PreflightError naming the cause."""
         launch = self.launch
         link_volumes(launch.volumes, self.workdir)  # relative mount_paths, in the final working directory
-        self._interface_env = interface_env(launch.master_addr, launch.backend, build_env(launch, self.run_dir, os.environ))
+        job_env = build_env(launch, self.run_dir, os.environ)
+        self._interface_env = interface_env(launch.master_addr, launch.backend, job_env)
         self._preflight_since = time.monotonic()
         agreement = run_preflight(launch, self.pump, python=self.python,
                                   interface=self._interface_env.get("GLOO_SOCKET_IFNAME", ""),
                                   listener=self._listener, warm=self._warm_pool is not None,
                                   tick=self._preflight_tick, since=self._preflight_since,
                                   known=warm_launch.pool_versions(self._warm_pool) if self._warm_pool else None)
+        if agreement.network and agreement.master_address and agreement.master_address != launch.master_addr:
+            self._pin(agreement.network, agreement.master_address, job_env)
         if not agreement.all_warm and self._warm_pool is not None:
             # A warm rank hosts the rendezvous store itself, a cold torchrun's agent does: a job's
             # nodes start alike.
             self._warm_pool = None
             self._cold_because = "another node of the job has no warm pool for its Python (a job's nodes start alike)"
+
+    def _pin(self, network: str, master_address: str, job_env: dict[str, str]) -> None:
+        """The ranks' rendezvous and process group go through the network the preflight chose: the
+        master's address on it, and this node's interface on it (unless the job named one itself)."""
+        found = interface_towards(master_address)
+        if found is None:
+            self.pump.supervisor_line(f"links: this node has no route to the master's address {master_address} "
+                                      f"on {network}: the ranks keep {self.launch.master_addr}")
+            return
+        self.launch = replace(self.launch, master_addr=master_address)
+        # Empty when the job names its interfaces itself (GLOO_SOCKET_IFNAME ...): its choice stands.
+        self._interface_env = ifname_env(found[0], self.launch.backend, job_env)
 
     def _preflight_tick(self, phase: str) -> None:
         """Heartbeats and stop checks while preflight waits; past a moment the node says what it waits
@@ -463,7 +480,11 @@ class NodeSupervisor:
             dropped_events=sum(self.publisher.dropped.values()),
             steps=self._stalls.snapshot(time.monotonic()),
         )
-        self.publisher.emit(protocol.RESOURCE, **self._sampler.sample(self._ranks.pid, *self._ranks.rank_pids()))
+        resource = self._sampler.sample(self._ranks.pid, *self._ranks.rank_pids())
+        gpus = self._gpus.sample()
+        if gpus:
+            resource["gpus"] = gpus
+        self.publisher.emit(protocol.RESOURCE, **resource)
 
     def _check_preemption(self) -> None:
         """A preemption request's grace (preemption.py): past it, stop the ranks like a stop request."""

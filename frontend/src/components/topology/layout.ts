@@ -161,6 +161,7 @@ function removedMachine(node: JobNode): Machine {
     quarantine_job: null,
     probation_until: null,
     health: {},
+    measured_links: {},
   }
 }
 

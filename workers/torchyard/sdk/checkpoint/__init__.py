@@ -18,8 +18,10 @@ import contextlib
 import copy
 import datetime
 import os
+import random
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from torchyard import protocol
@@ -50,6 +52,8 @@ __all__ = [
     "every_n_steps",
     "load_latest",
     "open_store",
+    "restore_rng",
+    "rng_state",
     "save",
     "settings",
     "wait",
@@ -139,8 +143,81 @@ def _write_own_file(store: Store, step_dir: str, name: str, state: Any) -> FileE
     return store.write_file(step_dir, name, produce)
 
 
+def rng_state() -> dict[str, Any]:
+    """This process's random number generators (torch's CPU generator, CUDA's once CUDA is in use,
+    Python's ``random``), to keep in a checkpoint's state under the key ``rng``: the manifest's
+    ``rng_state`` then says the checkpoint holds them. ``restore_rng(state["rng"])`` puts them back."""
+    import torch
+
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: Mapping[str, Any]) -> None:
+    """Put back the generators ``rng_state()`` saved (CUDA's only where CUDA is available)."""
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# Keys that hold random generator states (rng_state() is saved under the first).
+RNG_KEYS = ("rng", "rng_state")
+
+
+def _inside(value: Any, depth: int = 4) -> Iterator[Any]:
+    """`value` and what it holds, a few levels down: mappings, sequences, and the attributes of
+    torch.distributed.checkpoint's Stateful objects (an object with state_dict and load_state_dict)."""
+    yield value
+    if depth == 0 or isinstance(value, (str, bytes)):
+        return
+    if isinstance(value, Mapping):
+        children: Any = value.values()
+    elif isinstance(value, (list, tuple)):
+        children = value
+    elif callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
+        children = vars(value).values() if hasattr(value, "__dict__") else ()
+    else:
+        return
+    for child in children:
+        yield from _inside(child, depth - 1)
+
+
+def describe_state(state: Any, epoch: int | None = None) -> dict[str, Any]:
+    """What a manifest says of a checkpoint beside its files (DistroML's manifest lists them): the
+    epoch the script gave, the job's strategy, the process group's backend (None for a single
+    process), and whether the state holds an optimizer's state (a torch.optim state dict, or an
+    optimizer inside a Stateful) and random generator states (an entry named rng or rng_state)."""
+    optim = sys.modules.get("torch.optim")
+    optimizer_state = rng = False
+    for value in _inside(state):
+        if isinstance(value, Mapping):
+            optimizer_state = optimizer_state or ("state" in value and "param_groups" in value)
+            rng = rng or any(key in value for key in RNG_KEYS)
+        elif optim is not None and isinstance(value, optim.Optimizer):
+            optimizer_state = True
+    backend = None
+    if distributed.is_initialized():
+        import torch.distributed as dist
+
+        backend = str(dist.get_backend())
+    return {
+        "epoch": None if epoch is None else int(epoch),
+        "strategy": str(job_config()["distributed"].get("strategy") or "data_parallel"),
+        "backend": backend,
+        "optimizer_state": optimizer_state,
+        "rng_state": rng,
+    }
+
+
 def _build_manifest(
-    step: int, entries: list[FileEntry], sharded: bool, metadata: dict | None, timing: dict[str, Any]
+    step: int, entries: list[FileEntry], sharded: bool, metadata: dict | None, timing: dict[str, Any],
+    described: dict[str, Any],
 ) -> dict:
     import torch
 
@@ -150,6 +227,8 @@ def _build_manifest(
         "job_id": _job_id(),
         "attempt": context.attempt(),
         "step": step,
+        # epoch, strategy, backend, optimizer_state, rng_state (describe_state)
+        **described,
         "world_size": context.world_size(),
         "sharded": sharded,
         # How the files are read back: one torch.save file, or torch.distributed.checkpoint's layout.
@@ -217,12 +296,16 @@ def save(
     metadata: dict[str, Any] | None = None,
     keep: int | None = None,
     async_: bool = False,
+    epoch: int | None = None,
 ) -> bool | PendingSave:
     """Save a checkpoint of ``state`` at ``step``; every rank must call it. Returns True once committed.
 
     Replicated state (plain DDP: every rank holds the same weights) is written by rank 0 alone;
     with ``sharded=True`` every rank writes its own ``state``. ``metadata`` (JSON-able) goes into the
-    manifest. Keeps the newest ``keep`` checkpoints (default: the job's checkpointing.keep, else 3).
+    manifest, and so do ``epoch`` (the script's: None when it counts none), the job's strategy, the
+    process group's backend, and whether ``state`` holds optimizer state and random generator
+    states (``optimizer_state``, ``rng_state``: see describe_state; keep ``rng_state()`` under
+    ``rng``). Keeps the newest ``keep`` checkpoints (default: the job's checkpointing.keep, else 3).
     On any failure it warns, leaves no committed manifest and returns False: training can go on and
     the next save tries again. A committed checkpoint of the same step (left by an earlier attempt
     that got further) is replaced.
@@ -239,8 +322,11 @@ def save(
     started = time.perf_counter()
     step = int(step)
     background.wait(why=f"checkpoint at step {step}")
+    # Read from the live state on the caller's thread, before a staged copy stands for it.
+    described = describe_state(state, epoch)
     if not async_:
-        return _save(state, step, sharded, metadata, keep, group=None, started=started, background_started=None)
+        return _save(state, step, sharded, metadata, keep, described, group=None, started=started,
+                     background_started=None)
 
     group = background.checkpoint_group() if _group_active() else None
     # Replicated state is written by rank 0 alone: the other ranks have nothing to copy.
@@ -255,7 +341,7 @@ def save(
 
     def work(background_started: float) -> bool:
         return _save(
-            staged, step, sharded, metadata, keep, group=group, started=started,
+            staged, step, sharded, metadata, keep, described, group=group, started=started,
             background_started=background_started, blocking=blocking, failed=staging_error,
         )  # fmt: skip
 
@@ -276,6 +362,7 @@ def _save(
     sharded: bool,
     metadata: dict | None,
     keep: int | None,
+    described: dict[str, Any],
     *,
     group: Any,
     started: float,
@@ -332,7 +419,8 @@ def _save(
                     "blocking_seconds": round(max(b or 0.0 for _, _, b in results), 3),
                     "background_seconds": round(now - background_started, 3),
                 }
-            committed = _commit(store, step_dir, step, written, sharded, metadata, timing)  # type: ignore[arg-type]
+            committed = _commit(store, step_dir, step, written, sharded, metadata, timing,  # type: ignore[arg-type]
+                                described)
         if not committed:
             with contextlib.suppress(Exception):
                 store.discard(step_dir)  # type: ignore[union-attr]
@@ -386,9 +474,10 @@ def _commit(
     sharded: bool,
     metadata: dict | None,
     timing: dict[str, Any],
+    described: dict[str, Any],
 ) -> bool:
     try:
-        manifest = _build_manifest(step, entries, sharded, metadata, timing)
+        manifest = _build_manifest(step, entries, sharded, metadata, timing, described)
         store.commit(step_dir, manifest)
     except Exception as exc:  # noqa: BLE001
         _warn(f"checkpoint at step {step} not committed: {exc!r}")

@@ -8,6 +8,7 @@ import '../job-page.css'
 import { ArtifactsPanel } from './ArtifactsPanel'
 import { CheckpointsPanel } from './CheckpointsPanel'
 import { HealthPanel } from './HealthPanel'
+import { LinksPanel } from './LinksPanel'
 import { StacksPanel } from './StacksPanel'
 import { StragglersPanel } from './StragglersPanel'
 import { JobHeader } from './JobHeader'
@@ -65,6 +66,7 @@ function JobDetail({ jobId }: { jobId: number }) {
       <JobTopology job={job.data} />
       <HealthPanel job={job.data} preflight={events.preflight} stalls={events.stalls} />
       <StragglersPanel job={job.data} events={events.stragglers} />
+      <LinksPanel job={job.data} />
       <StacksPanel job={job.data} stacks={events.stacks} />
       <MetricsPanel jobId={jobId} metrics={events.metrics} states={events.states} />
       <LogViewer jobId={jobId} logs={events.logs} olderBefore={events.olderBefore} />

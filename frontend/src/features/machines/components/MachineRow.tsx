@@ -14,6 +14,7 @@ import {
   gpuSummary,
   hostAndPort,
   hostSummary,
+  interfaceLines,
   parseVolumesText,
   roundTripText,
   usageSummary,
@@ -42,6 +43,7 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
   const [editingVolumes, setEditingVolumes] = useState(false)
   const removeButton = useRef<HTMLButtonElement>(null)
   const labels = Object.entries(m.labels)
+  const interfaces = interfaceLines(m)
   const error = ping.error ?? drain.error ?? release.error
 
   const onPing = () =>
@@ -99,6 +101,15 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
             <div className="muted" title="torchyard agent --gpus: only these GPUs are scheduled, as declared">
               {gpuDeclaration(m)}
             </div>
+          )}
+          {interfaces.length > 0 && (
+            <ul className="interfaces" aria-label="Interfaces">
+              {interfaces.map((line) => (
+                <li key={line.name} className={line.measured ? undefined : 'muted'}>
+                  {line.text}
+                </li>
+              ))}
+            </ul>
           )}
           {(m.capabilities.gpu_warnings ?? []).length > 0 && (
             <ul className="gpu-warnings" aria-label="GPU warnings">

@@ -90,6 +90,30 @@ describe('machines', () => {
     expect(within(row('alpha')).queryByText(/declared by its agent/)).not.toBeInTheDocument()
   })
 
+  it('shows each interface with its link speed and what the latest job preflight measured on it', async () => {
+    const measured = gpuMachine({
+      capabilities: {
+        ...gpuMachine().capabilities,
+        interfaces: [
+          { interface: 'eth0', address: '10.0.0.12', network: '10.0.0.0/24', speed_mbit: 1000 },
+          { interface: 'ib0', address: '10.9.0.12', network: '10.9.0.0/24', speed_mbit: 100000 },
+        ],
+      },
+      measured_links: { ib0: { mb_per_s: 11800, latency_ms: 0.021, pairs: 3, job: 12, measured_at: 1_764_000_000 } },
+    })
+    mockFetch({ ...csrfRoute(), ...staff, 'GET /api/machines': () => json([machine(), measured]) })
+    renderWithProviders(<MachinesPanel />)
+    const beta = await screen.findByRole('row', { name: 'beta' })
+    const lines = within(within(beta).getByRole('list', { name: 'Interfaces' })).getAllByRole('listitem')
+    expect(lines.map((li) => li.textContent)).toEqual([
+      'eth0 10.0.0.12 · 1 Gb/s link',
+      'ib0 10.9.0.12 · 100 Gb/s link · measured 11,800 MB/s, 0.02 ms (job #12)',
+    ])
+    expect(lines[0]).toHaveClass('muted')
+    expect(lines[1]).not.toHaveClass('muted')
+    expect(within(row('alpha')).queryByRole('list', { name: 'Interfaces' })).not.toBeInTheDocument()
+  })
+
   it('shows each machine: status, capabilities, CPU / memory / per-GPU bars, heartbeat and labels; the stream keeps them live', async () => {
     mockFetch({ ...csrfRoute(), ...staff, 'GET /api/machines': () => json([machine(), gpuMachine()]) })
     const { client } = renderWithProviders(<MachinesPanel />)
@@ -194,8 +218,8 @@ describe('machines', () => {
   it("shows each machine's volumes, how full and whether they exist, and staff declare them", async () => {
     let alpha = machine({
       volumes: [
-        { name: 'gone', path: '/mnt/gone', source: 'agent', exists: false, total_bytes: null, free_bytes: null },
-        { name: 'shared-data', path: '/mnt/nfs', source: 'agent', exists: true, total_bytes: 100 * 1024 ** 3, free_bytes: 60 * 1024 ** 3 },
+        { name: 'gone', path: '/mnt/gone', source: 'agent', exists: false, total_bytes: null, free_bytes: null, storage_class: null },
+        { name: 'shared-data', path: '/mnt/nfs', source: 'agent', exists: true, total_bytes: 100 * 1024 ** 3, free_bytes: 60 * 1024 ** 3, storage_class: null },
       ],
     })
     const requests = mockFetch({
@@ -213,6 +237,7 @@ describe('machines', () => {
             exists: null,
             total_bytes: null,
             free_bytes: null,
+            storage_class: null,
           })),
         })
         return json(alpha)

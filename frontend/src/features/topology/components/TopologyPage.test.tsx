@@ -19,7 +19,7 @@ const gamma = machine({
   usage: [{ project: 'nlp', gpus: 2, processes: 4 }],
   capabilities: { cpu_count: 8, gpu_count: 2, gpus: [0, 1].map((index) => ({ index, name: 'L4', memory_mb: 23034 })) },
   current_load: { cpu_usage: 50, memory_usage: 30, gpu_usage: [87, 3] },
-  volumes: [{ name: 'shared-data', path: '/mnt/nfs', exists: true, total_bytes: 2 * 1024 ** 4, free_bytes: 1024 ** 4, source: 'agent' }],
+  volumes: [{ name: 'shared-data', path: '/mnt/nfs', exists: true, total_bytes: 2 * 1024 ** 4, free_bytes: 1024 ** 4, source: 'agent', storage_class: null }],
 })
 
 /** The flow node React Flow drew for an id: its box in flow coordinates. */
