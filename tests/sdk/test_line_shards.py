@@ -193,6 +193,42 @@ def test_char_gpt_trains_on_line_shards_and_its_checkpoint_keeps_the_line_positi
     assert step == 6 and position["step"] == 6 * 8 and position["epoch"] == 6 * 8 // 21
 
 
+def test_in_lockstep_the_demo_worker_still_processes_every_line_once(tmp_path):
+    """--lockstep (an all-reduce a step, the old way) over shares of unequal length: all ranks
+    stop together and every line is processed once."""
+    data, ids = tmp_path / "data", tmp_path / "ids"
+    subprocess.run([sys.executable, str(WORKER), "--make-dataset", str(data), "--shards", "3", "--lines", "6"],
+                   check=True, capture_output=True)
+    env = {**os.environ, "PYTHONPATH": str(WORKERS), "DATASET_DIR": str(data), "CHECKPOINT_EVERY": "4",
+           "SLEEP_SEC": "0", "TORCHYARD_CHECKPOINT_URL": str(tmp_path / "checkpoints")}
+    done = subprocess.run(torchrun_argv(WORKER, "--record-ids", str(ids), "--lockstep"), env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "lockstep" in done.stdout and "rank 1: done after 12 steps, 6 lines" in done.stdout, done.stdout
+    assert sorted(ids_recorded(ids)) == sorted(f"shard-{s:03d}.txt:{i}" for s in range(3) for i in range(6))
+
+
+def test_a_rank_given_no_master_runs_alone_on_its_share_with_its_own_checkpoints(tmp_path):
+    """`JOB_ID=test RANK=1 WORLD_SIZE=4 python worker.py`, as the coordinator's guide runs one
+    worker: no group to wait for; rank 1's shards of 4 (1 and 5 of 8); checkpoints under
+    CHECKPOINT_DIR/JOB_ID/rank-1; run again, it resumes there and has nothing left to do."""
+    data, ids = tmp_path / "data", tmp_path / "ids"
+    subprocess.run([sys.executable, str(WORKER), "--make-dataset", str(data), "--shards", "8", "--lines", "3"],
+                   check=True, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "TORCHYARD_", "LOCAL_"))}
+    env.update({"PYTHONPATH": str(WORKERS), "JOB_ID": "test", "RANK": "1", "WORLD_SIZE": "4", "DATASET_DIR": str(data),
+                "CHECKPOINT_DIR": str(tmp_path / "ckpt"), "CHECKPOINT_EVERY": "2", "SLEEP_SEC": "0"})
+    first = subprocess.run([sys.executable, str(WORKER), "--record-ids", str(ids)], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert "rank 1 of 4 (alone: no MASTER_ADDR)" in first.stdout and "done after 6 steps, 6 lines" in first.stdout
+    assert sorted(ids_recorded(ids)) == sorted(f"shard-{s:03d}.txt:{i}" for s in (1, 5) for i in range(3))
+    assert sorted(p.name for p in (tmp_path / "ckpt" / "test" / "rank-1").glob("step-*")), "no checkpoint there"
+    again = subprocess.run([sys.executable, str(WORKER)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                           timeout=60)
+    assert again.returncode == 0 and "resumed from checkpoint at step 6" in again.stdout, again.stdout + again.stderr
+
+
 def test_the_demo_worker_reads_s3_shards_with_the_seeds_settings(s3_server, tmp_path):
     bucket, client = s3_server.create_bucket(), s3_server.client()
     subprocess.run([sys.executable, str(WORKER), "--make-dataset", str(tmp_path / "data"), "--shards", "3",
@@ -201,13 +237,17 @@ def test_the_demo_worker_reads_s3_shards_with_the_seeds_settings(s3_server, tmp_
         client.put_object(Bucket=bucket, Key=f"data/shards/{path.name}", Body=path.read_bytes())
     # Only the seed's names: the worker hands them to the SDK's S3 client itself.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
-    env.update({"PYTHONPATH": str(WORKERS), "TORCHYARD_CHECKPOINT_URL": str(tmp_path / "checkpoints"),
-                "TORCHYARD_SHARD_CACHE": str(tmp_path / "cache"), "USE_S3": "true", "S3_ENDPOINT": s3_server.endpoint,
-                "S3_BUCKET": bucket, "S3_ACCESS_KEY": S3_KEY, "S3_SECRET_KEY": S3_SECRET,
-                "DATASET_DIR": "./data/shards", "SLEEP_SEC": "0", "CHECKPOINT_EVERY": "5"})
+    env.pop("TORCHYARD_CHECKPOINT_URL", None)
+    env.update({"PYTHONPATH": str(WORKERS), "TORCHYARD_SHARD_CACHE": str(tmp_path / "cache"), "USE_S3": "true",
+                "S3_ENDPOINT": s3_server.endpoint, "S3_BUCKET": bucket, "S3_ACCESS_KEY": S3_KEY,
+                "S3_SECRET_KEY": S3_SECRET, "DATASET_DIR": "./data/shards", "SLEEP_SEC": "0", "CHECKPOINT_EVERY": "5",
+                "CHECKPOINT_DIR": "./checkpoints", "JOB_ID": "my-job"})
     done = subprocess.run([sys.executable, str(WORKER), "--record-ids", str(tmp_path / "ids")], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"3 shards in s3://{bucket}/data/shards" in done.stdout
     assert sorted(ids_recorded(tmp_path / "ids")) == sorted(f"shard-{s:03d}.txt:{i}" for s in range(3) for i in range(4))
     assert len(list((tmp_path / "cache").rglob("shard-*.txt"))) == 3
+    # Its checkpoints too: CHECKPOINT_DIR a prefix of the bucket, a folder per JOB_ID.
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="checkpoints/my-job/")["Contents"]]
+    assert any(k.endswith("manifest.json") for k in keys), keys

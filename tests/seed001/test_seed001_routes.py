@@ -50,6 +50,15 @@ def test_world_size_starts_the_demo_worker_with_the_seed_settings(api, two_machi
     assert spec["env"] == {"CHECKPOINT_EVERY": "3", "SLEEP_SEC": "0.25", "DATASET_DIR": "/data/shards"}
     assert spec["checkpointing"]["enabled"] and spec["checkpointing"]["every_n_steps"] == 3
     assert spec["fault_tolerance"]["heartbeat_timeout"] == 20 and spec["fault_tolerance"]["max_restarts"] == 7
+    assert spec["fault_tolerance"]["restart_delay"] == 0.5  # the coordinator's 500 ms, then doubling
+
+
+def test_the_servers_job_id_and_world_size_are_the_bodys_defaults(api, two_machines, settings):
+    settings.SEED001_DEFAULTS = {"job_id": "my-job", "world_size": 3}
+    job = api.post("/jobs", {}, format="json").json()
+    assert job["name"] == "my-job" and job["spec"]["resources"]["workers"] == 3, job
+    job = api.post("/jobs", {"world_size": 2, "job_id": "other"}, format="json").json()
+    assert job["name"] == "other" and job["spec"]["resources"]["workers"] == 2, job
 
 
 def error(kind: str, field: str | None, value=None, msg: str | None = None) -> dict:

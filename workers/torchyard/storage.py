@@ -12,11 +12,18 @@ from typing import Any
 
 
 def s3_client() -> Any:
-    """A boto3 S3 client for S3_ENDPOINT_URL / AWS_ENDPOINT_URL (path-style), credentials from AWS_*."""
+    """A boto3 S3 client for S3_ENDPOINT_URL / AWS_ENDPOINT_URL (path-style), credentials from AWS_*.
+
+    The Rust coordinator's names work too (S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY), for
+    checkpoints as for its shards, where the standard ones are not set."""
     import boto3
     from botocore.config import Config
 
-    endpoint = os.environ.get("S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL") or None
+    env = os.environ.get
+    endpoint = env("S3_ENDPOINT_URL") or env("AWS_ENDPOINT_URL") or env("S3_ENDPOINT") or None
+    keys = {}
+    if not env("AWS_ACCESS_KEY_ID") and env("S3_ACCESS_KEY"):
+        keys = {"aws_access_key_id": env("S3_ACCESS_KEY"), "aws_secret_access_key": env("S3_SECRET_KEY")}
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     config = Config(
         signature_version="s3v4",
@@ -28,4 +35,4 @@ def s3_client() -> Any:
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    return boto3.client("s3", endpoint_url=endpoint, region_name=region, config=config)
+    return boto3.client("s3", endpoint_url=endpoint, region_name=region, config=config, **keys)

@@ -34,6 +34,8 @@ def storage_at(url: str) -> Storage:
             bucket_name=netloc,
             location=posixpath.normpath(path).strip("/") if path.strip("/") else "",
             endpoint_url=settings.S3_ENDPOINT_URL or None,
+            access_key=settings.S3_ACCESS_KEY or None,
+            secret_key=settings.S3_SECRET_KEY or None,
             addressing_style="path",
             signature_version="s3v4",
             querystring_auth=False,

@@ -111,6 +111,8 @@ class Checkpointing(StoredValue):
 class FaultTolerance(StoredValue):
     max_restarts: int = 3
     heartbeat_timeout: float = 10.0
+    restart_delay: float = shown(0.0, help_text="seconds before the first restart, doubling for each next one (at "
+                                                "most 60 s); 0: the first at once, then 2 s, 4 s, 8 s ...")
     stall_timeout: float | str | None = shown(STALL_AUTO, field=StallTimeoutField)
     on_stall: str = shown("report", choices=["report", "recover"])
     exit_grace: float = shown(30.0, help_text="seconds a rank may stay alive, idle, once its work is done, before it is ended")

@@ -706,17 +706,26 @@ def jobs_interrupt(*, reason: str) -> list[int]:
     return interrupted
 
 
-def recovery_delay(restarts: int) -> float:
-    """Backoff before the restart numbered `restarts` (seed 001's exponential backoff): the first
-    restart goes at once (a single failure says nothing about the next try), then 2 s, 4 s, 8 s ...
-    capped at 60 s."""
-    return 0.0 if restarts <= 1 else float(min(60, 2 ** (restarts - 1)))
+MAX_RESTART_DELAY = 60.0
+
+
+def recovery_delay(restarts: int, first: float = 0.0) -> float:
+    """Backoff before the restart numbered `restarts` (1 is the first): `first` seconds (the job's
+    fault_tolerance.restart_delay), doubling for each next restart, at most 60 s. With `first` 0 the
+    first restart goes at once (a single failure says nothing about the next try), then 2 s, 4 s ..."""
+    if restarts <= 1:
+        return min(first, MAX_RESTART_DELAY)
+    return min(MAX_RESTART_DELAY, (first or 1.0) * 2.0 ** (restarts - 1))
+
+
+def _restart_delay(job: Job) -> float:
+    return recovery_delay(job.restarts, JobSpec.from_json(job.spec).fault_tolerance.restart_delay)
 
 
 def _recover_when_quiet(job: Job) -> None:
     """Relaunch once no node of the failed attempt runs any more (each report re-checks)."""
     if job.status == J.RECOVERING and not _live_nodes(job):
-        delay = recovery_delay(job.restarts)
+        delay = _restart_delay(job)
         transaction.on_commit(lambda: celery_app.send_task(
             "torchyard_server.jobs.tasks.recover_job", args=(job.pk,), queue=protocol.CONTROL_QUEUE, countdown=delay))
 
@@ -812,7 +821,7 @@ def _recover_stalled() -> None:
     """A recovery whose delayed task was lost (broker restart) is picked up here."""
     now = timezone.now()
     for job in Job.objects.filter(status=J.RECOVERING):
-        if job.updated_at < now - timedelta(seconds=recovery_delay(job.restarts) + 10) and not _live_nodes(job):
+        if job.updated_at < now - timedelta(seconds=_restart_delay(job) + 10) and not _live_nodes(job):
             job_recover(job_id=job.pk)
 
 

@@ -322,6 +322,11 @@ class CheckpointingSerializer(StrictFields, serializers.Serializer):
 class FaultToleranceSerializer(StrictFields, serializers.Serializer):
     max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=3)
     heartbeat_timeout = serializers.FloatField(min_value=2, max_value=3600, default=10)
+    restart_delay = serializers.FloatField(
+        min_value=0, max_value=60, default=0.0,
+        help_text="seconds before the first restart, doubling for each next one up to 60 s (the Rust coordinator's "
+                  "schedule is 0.5: 500 ms, then 1 s, 2 s ...); 0: the first restart at once (a single failure says "
+                  "nothing about the next try), then 2 s, 4 s, 8 s ...")
     stall_timeout = StallTimeoutField(required=False, default=STALL_AUTO)
     on_stall = serializers.ChoiceField(
         choices=["report", "recover"], default="report",

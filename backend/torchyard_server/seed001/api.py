@@ -1,6 +1,8 @@
-"""`POST /jobs` as seed 001 takes it: `{"world_size": N}` (and its coordinator's settings, lower
-case) starts a job of its demo worker (examples/seed001_worker.py) on N processes, which the
-planner spreads over the machines that fit (a JobSpec's `resources.workers`).
+"""`POST /jobs` as the Rust coordinator's API takes it: `{"world_size": N}` (and its coordinator's
+settings, lower case; the server's JOB_ID, WORLD_SIZE, CHECKPOINT_EVERY ... are the defaults) starts a
+job of its demo worker (examples/seed001_worker.py) on N processes, which the planner spreads over
+the machines that fit (a JobSpec's `resources.workers`), restarted after 500 ms and then an
+exponential backoff, as the coordinator restarts its workers.
 
 The seed's API is FastAPI's: a body it cannot take answers 422 with FastAPI's error shape,
 `{"detail": [{"type", "loc", "msg", "input"}]}`, an unknown field included (`extra_forbidden`),
@@ -26,7 +28,8 @@ from ..jobs.services import job_submit
 from ..jobs.spec import JobSpecSerializer
 
 WORKER = "examples/seed001_worker.py"
-DEFAULT_CHECKPOINT_EVERY = 5  # the seed's CHECKPOINT_EVERY
+DEFAULT_CHECKPOINT_EVERY = 5  # the coordinator's CHECKPOINT_EVERY
+RESTART_DELAY = 0.5  # the coordinator's first wait before a restart, then doubling
 # Credentials as on every route; then, in embedded mode, the server's own OS user over loopback.
 AUTHENTICATION = [*api_settings.DEFAULT_AUTHENTICATION_CLASSES, LocalPeerAuthentication]
 
@@ -71,7 +74,8 @@ def job_spec(body: dict[str, Any]) -> dict[str, Any]:
         env["SLEEP_SEC"] = repr(float(values["sleep_sec"]))
     if values.get("dataset_dir"):
         env["DATASET_DIR"] = str(values["dataset_dir"])
-    fault_tolerance = {key: values[key] for key in ("heartbeat_timeout", "max_restarts") if key in values}
+    fault_tolerance = {"restart_delay": RESTART_DELAY,
+                       **{key: values[key] for key in ("heartbeat_timeout", "max_restarts") if key in values}}
     spec: dict[str, Any] = {
         "name": values.get("job_id") or "seed001",
         "entrypoint": WORKER,
@@ -130,6 +134,8 @@ class Seed001JobsView(JobListView):
         if not isinstance(data, dict):
             return unprocessable([_error("model_attributes_type", [], "Input should be a valid dictionary or object "
                                          "to extract fields from", data)])
+        if "world_size" not in data and "world_size" in settings.SEED001_DEFAULTS:  # the server's WORLD_SIZE
+            data = {**data, "world_size": settings.SEED001_DEFAULTS["world_size"]}
         known = Seed001JobIn().fields
         extra = [_error("extra_forbidden", [key], "Extra inputs are not permitted", value)
                  for key, value in data.items() if key not in known]

@@ -10,7 +10,7 @@ import dj_database_url
 from cryptography.fernet import Fernet
 from torchyard.tls import secure_redis_url
 
-from .env import ConfigError, env_bool, env_float, env_int, env_list, env_str
+from .env import ConfigError, coordinator_store_url, env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent  # backend/torchyard_server
 REPO_ROOT = BASE_DIR.parent.parent
@@ -150,9 +150,15 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # --- Torchyard ----------------------------------------------------------------------------------
-# Where checkpoints live: a directory (embedded) or s3://bucket/prefix.
-STORAGE_URL = env_str("TORCHYARD_STORAGE_URL", (DATA_DIR / "checkpoints").as_uri())
-S3_ENDPOINT_URL = env_str("S3_ENDPOINT_URL") or env_str("AWS_ENDPOINT_URL")
+# Where checkpoints live: a directory (embedded) or s3://bucket/prefix. Unset, the Rust
+# coordinator's settings name it: USE_S3=true with S3_BUCKET (CHECKPOINT_DIR a prefix in it), else
+# CHECKPOINT_DIR; else the data directory's checkpoints/.
+STORAGE_URL = env_str("TORCHYARD_STORAGE_URL") or coordinator_store_url(DATA_DIR / "checkpoints")
+# S3 for the store (and bundles): the standard names, else the Rust coordinator's (S3_ENDPOINT,
+# S3_ACCESS_KEY, S3_SECRET_KEY); unset credentials are boto3's own chain.
+S3_ENDPOINT_URL = env_str("S3_ENDPOINT_URL") or env_str("AWS_ENDPOINT_URL") or env_str("S3_ENDPOINT")
+S3_ACCESS_KEY = "" if env_str("AWS_ACCESS_KEY_ID") else env_str("S3_ACCESS_KEY")
+S3_SECRET_KEY = "" if env_str("AWS_ACCESS_KEY_ID") else env_str("S3_SECRET_KEY")
 # The Redis URL handed to agents that join with --server (their view of Redis may differ).
 AGENT_REDIS_URL = env_str("TORCHYARD_AGENT_REDIS_URL", REDIS_URL)
 # The authority (PEM) that signs the certificate of the Redis (and S3 store) agents reach over TLS,
@@ -186,11 +192,12 @@ STOP_TIMEOUT = env_float("TORCHYARD_STOP_TIMEOUT", 30.0)
 # Seconds a job resumed after a preemption runs before the queue may preempt it again (jobs/queue.py):
 # each resume makes progress instead of thrashing. 0: no minimum.
 PREEMPTION_MIN_RUN = env_float("TORCHYARD_PREEMPTION_MIN_RUN", 120.0)
-# Seed 001's coordinator settings, under its own names: the defaults of a `POST /jobs` body
-# (jobs/seed001.py; a body's own fields win). Unset, the JobSpec's defaults.
+# The Rust coordinator's settings, under its own names: the defaults of a `POST /jobs` body
+# (seed001/api.py; a body's own fields win). Unset, the JobSpec's defaults.
 SEED001_DEFAULTS: dict[str, int | float | str] = {
     name.lower(): read(name)
-    for name, read in (("CHECKPOINT_EVERY", lambda n: env_int(n, 0)), ("SLEEP_SEC", lambda n: env_float(n, 0.0)),
+    for name, read in (("JOB_ID", env_str), ("WORLD_SIZE", lambda n: env_int(n, 0)),
+                       ("CHECKPOINT_EVERY", lambda n: env_int(n, 0)), ("SLEEP_SEC", lambda n: env_float(n, 0.0)),
                        ("DATASET_DIR", env_str), ("HEARTBEAT_TIMEOUT", lambda n: env_float(n, 0.0)),
                        ("MAX_RESTARTS", lambda n: env_int(n, 0)))
     if env_str(name).strip()

@@ -59,3 +59,16 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None or raw.strip() == "":
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def coordinator_store_url(default_dir: Path) -> str:
+    """The store the Rust coordinator's settings name: with USE_S3=true, S3_BUCKET (CHECKPOINT_DIR,
+    when given, a prefix in it); else CHECKPOINT_DIR (a directory); else ``default_dir``."""
+    checkpoint_dir = env_str("CHECKPOINT_DIR").strip()
+    if env_bool("USE_S3"):
+        bucket = env_str("S3_BUCKET").strip()
+        if not bucket:
+            raise ConfigError("USE_S3=true needs S3_BUCKET (the bucket checkpoints go to)")
+        prefix = checkpoint_dir.strip("/").removeprefix("./").strip("/")
+        return f"s3://{bucket}/{prefix}".rstrip("/")
+    return (Path(checkpoint_dir).resolve() if checkpoint_dir else default_dir).as_uri()

@@ -2116,6 +2116,12 @@ export interface components {
              */
             heartbeat_timeout?: number;
             /**
+             * Format: double
+             * @description seconds before the first restart, doubling for each next one up to 60 s (the Rust coordinator's schedule is 0.5: 500 ms, then 1 s, 2 s ...); 0: the first restart at once (a single failure says nothing about the next try), then 2 s, 4 s, 8 s ...
+             * @default 0
+             */
+            restart_delay?: number;
+            /**
              * @description seconds a rank's step may stand still before the job is hung, or "auto" (the default): 2x the job's p95 step time, at least 15 s, from the steps its ranks report (60 s until 8 are timed, and for ranks that report none)
              * @default auto
              */
@@ -2392,6 +2398,11 @@ export interface components {
             max_restarts: number;
             /** Format: double */
             heartbeat_timeout: number;
+            /**
+             * Format: double
+             * @description seconds before the first restart, doubling for each next one (at most 60 s); 0: the first at once, then 2 s, 4 s, 8 s ...
+             */
+            restart_delay: number;
             /** @description seconds a rank's step may stand still before the job is hung, or "auto" (the default): 2x the job's p95 step time, at least 15 s, from the steps its ranks report (60 s until 8 are timed, and for ranks that report none) */
             stall_timeout: (number | "auto") | null;
             on_stall: components["schemas"]["OnStallEnum"];

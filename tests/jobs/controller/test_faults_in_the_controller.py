@@ -56,6 +56,8 @@ def test_a_node_report_and_a_lost_node_take_their_locks_in_one_order(owner):
 
 def test_the_first_restart_goes_at_once_and_later_ones_back_off():
     assert [recovery_delay(n) for n in (0, 1, 2, 3, 4, 8)] == [0.0, 0.0, 2.0, 4.0, 8.0, 60.0]
+    # The Rust coordinator's schedule: 500 ms, then doubling.
+    assert [recovery_delay(n, 0.5) for n in (1, 2, 3, 4, 9)] == [0.5, 1.0, 2.0, 4.0, 60.0]
 
 
 def test_a_machine_whose_node_was_lost_is_not_planned_on_until_it_heartbeats(owner):

@@ -1,7 +1,10 @@
-"""Seed 001's demo worker: each rank reads its round-robin share of line shards, one line per step, and checkpoints its exact position, so a recovered job goes on at the next line.
+"""The Rust coordinator's demo worker: each rank reads its round-robin share of line shards, one line per step, and checkpoints its exact position, so a recovered job goes on at the next line.
 
-What `POST /jobs {"world_size": N}` runs. Settings are the seed's environment variables (a flag
-given on the command line wins):
+What `POST /jobs {"world_size": N}` runs. Ranks step apart, as the coordinator's workers do: each
+goes through its own lines at its own pace and meets the others only to commit a checkpoint (every
+rank runs as many steps as the longest share, so all commit the same steps); `--lockstep` makes
+them step together (one all-reduce a step). Settings are the coordinator's environment variables
+(a flag given on the command line wins):
 
     DATASET_DIR        the shard files: a directory on every machine, or s3://bucket/prefix
                        (unset or empty: synthetic shards, as the seed's make_dataset.py writes them,
@@ -10,6 +13,13 @@ given on the command line wins):
     SLEEP_SEC          pause per step, seconds (default 0.5)
     USE_S3=true        read DATASET_DIR from the bucket S3_BUCKET (a prefix in it), through
                        S3_ENDPOINT with S3_ACCESS_KEY / S3_SECRET_KEY (else the AWS_* variables)
+    CHECKPOINT_DIR     where checkpoints go when it runs outside Torchyard (default ./checkpoints;
+                       with USE_S3, that prefix of S3_BUCKET), in a folder named by JOB_ID; in a
+                       Torchyard job, the job's checkpoint store (the server's CHECKPOINT_DIR)
+    JOB_ID, RANK, WORLD_SIZE
+                       outside Torchyard: with no MASTER_ADDR to meet the others at, this process
+                       runs alone as RANK of WORLD_SIZE (its share of the shards, its own
+                       checkpoints), as `JOB_ID=test RANK=0 WORLD_SIZE=4 python worker.py` does
 
 Also: ``python seed001_worker.py --make-dataset DIR [--shards 8] [--lines 50]`` writes synthetic
 shards (the seed's ``python demo/make_dataset.py``). ``--record-ids DIR`` writes the id of every
@@ -29,10 +39,10 @@ import time
 from pathlib import Path
 
 try:
-    from torchyard import sdk
+    from torchyard import protocol, sdk
 except ImportError:  # a source checkout run as a plain file: workers/ holds the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from torchyard import sdk
+    from torchyard import protocol, sdk
 
 SYNTHETIC_DIR = "seed001-data"
 DEFAULT_SHARDS, DEFAULT_LINES = 8, 50
@@ -44,6 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=None, help="default: CHECKPOINT_EVERY")
     parser.add_argument("--sleep-sec", type=float, default=None, help="default: SLEEP_SEC, else 0.5")
     parser.add_argument("--log-every", type=int, default=10, help="steps between log lines")
+    parser.add_argument("--lockstep", action="store_true", help="ranks step together (an all-reduce a step)")
     parser.add_argument("--record-ids", default=None, help="write the processed line ids under this directory")
     parser.add_argument("--make-dataset", metavar="DIR", default=None, help="write synthetic shards to DIR and exit")
     parser.add_argument("--shards", type=int, default=DEFAULT_SHARDS, help="with --make-dataset")
@@ -85,18 +96,40 @@ def dataset_source(args: argparse.Namespace) -> str:
     """Where the shards are: --dataset-dir, DATASET_DIR (with the seed's USE_S3 settings), or
     synthetic shards in the working directory."""
     source = args.dataset_dir or os.environ.get("DATASET_DIR", "").strip()
-    if os.environ.get("USE_S3", "").strip().lower() in ("1", "true", "yes"):
-        # The seed's S3 settings, as the SDK's S3 client (the checkpoints' one) reads them.
-        for seed_name, sdk_name in (("S3_ENDPOINT", "S3_ENDPOINT_URL"), ("S3_ACCESS_KEY", "AWS_ACCESS_KEY_ID"),
-                                    ("S3_SECRET_KEY", "AWS_SECRET_ACCESS_KEY")):
-            if os.environ.get(seed_name) and not os.environ.get(sdk_name):
-                os.environ[sdk_name] = os.environ[seed_name]
-        bucket = os.environ.get("S3_BUCKET", "").strip()
-        if not source.startswith("s3://"):
-            if not bucket:
-                raise SystemExit("USE_S3=true needs S3_BUCKET (or DATASET_DIR=s3://bucket/prefix)")
-            source = f"s3://{bucket}/{source.strip('/').removeprefix('./')}".rstrip("/")
+    if use_s3() and not source.startswith("s3://"):
+        source = in_bucket(source, "DATASET_DIR")
     return source or str(make_dataset(Path.cwd() / SYNTHETIC_DIR))
+
+
+def use_s3() -> bool:
+    return os.environ.get("USE_S3", "").strip().lower() in ("1", "true", "yes")
+
+
+def in_bucket(path: str, what: str) -> str:
+    """``path`` as a prefix of S3_BUCKET (the SDK's S3 client reads the coordinator's S3_* names)."""
+    bucket = os.environ.get("S3_BUCKET", "").strip()
+    if not bucket:
+        raise SystemExit(f"USE_S3=true needs S3_BUCKET (or {what}=s3://bucket/prefix)")
+    return f"s3://{bucket}/{path.strip('/').removeprefix('./')}".rstrip("/")
+
+
+def standalone() -> bool:
+    """A rank of several with no master to meet them at: it runs alone (see the module docstring)."""
+    return sdk.world_size() > 1 and not os.environ.get("MASTER_ADDR", "").strip()
+
+
+def own_checkpoints(rank: int | None) -> None:
+    """Outside a Torchyard job, checkpoints go where the coordinator put them: CHECKPOINT_DIR (or
+    that prefix of S3_BUCKET with USE_S3), a folder per JOB_ID, and one per rank run alone."""
+    if os.environ.get(protocol.ENV_CHECKPOINT_URL, "").strip():
+        return  # Torchyard's job store
+    root = os.environ.get("CHECKPOINT_DIR", "").strip() or "./checkpoints"
+    if use_s3() and not root.startswith("s3://"):
+        root = in_bucket(root, "CHECKPOINT_DIR")
+    url = f"{root.rstrip('/')}/{os.environ.get('JOB_ID', '').strip() or 'job'}"
+    if rank is not None:
+        url += f"/rank-{rank}"
+    os.environ[protocol.ENV_CHECKPOINT_URL] = url
 
 
 def count_lines(lines: sdk.data.LineShards) -> int:
@@ -142,12 +175,21 @@ def main(argv: list[str] | None = None) -> int:
     every = sdk.checkpoint.every_n_steps(every) if every is not None else (sdk.checkpoint.every_n_steps() or 5)
     sleep = args.sleep_sec if args.sleep_sec is not None else _env_number("SLEEP_SEC", float, 0.5)
 
-    sdk.init_process_group()
     rank, world = sdk.rank(), sdk.world_size()
-    lines = sdk.data.line_shards(dataset_source(args))
-    print(f"rank {rank} of {world}: {len(lines.shards)} shards in {lines.source}; mine: "
-          f"{[lines.shards[i] for i in lines.mine]} (checkpoint every {every}, sleep {sleep}s)", flush=True)
-    sdk.set_total_steps(max(1, all_ranks(count_lines(lines), "max")))
+    alone = standalone()
+    own_checkpoints(rank if alone else None)
+    if alone:
+        # The SDK then sees one process: its checkpoints and collectives are this rank's alone.
+        os.environ["RANK"], os.environ["WORLD_SIZE"] = "0", "1"
+    sdk.init_process_group()
+    lines = sdk.data.line_shards(dataset_source(args), rank=rank, world_size=world)
+    print(f"rank {rank} of {world}{' (alone: no MASTER_ADDR)' if alone else ''}: {len(lines.shards)} shards in "
+          f"{lines.source}; mine: {[lines.shards[i] for i in lines.mine]} (checkpoint every {every}, sleep {sleep}s, "
+          f"{'lockstep' if args.lockstep else 'apart'})", flush=True)
+    # Every rank runs as many steps as the longest share: a rank out of lines keeps counting
+    # (without sleeping) so that all of them reach each checkpoint's step.
+    total = max(1, all_ranks(count_lines(lines), "max"))
+    sdk.set_total_steps(total)
 
     step = 0
     resumed = sdk.checkpoint.load_latest()
@@ -161,15 +203,17 @@ def main(argv: list[str] | None = None) -> int:
     window_start, window_lines = time.perf_counter(), 0
     while True:
         line = next(stream, None)
-        # Ranks step together; one with no line left waits for the others, and all stop at once.
-        if all_ranks(int(line is not None), "sum") == 0:
+        if args.lockstep:  # one with no line left waits for the others, and all stop at once
+            if all_ranks(int(line is not None), "sum") == 0:
+                break
+        elif step >= total:
             break
         step += 1
         if line is not None and lines.last_id is not None:
             ids.append(lines.last_id)
             window_lines += 1
-        if sleep > 0:
-            time.sleep(sleep)
+            if sleep > 0:
+                time.sleep(sleep)
         if step % args.log_every == 0:
             elapsed = time.perf_counter() - window_start
             rate = window_lines / elapsed if elapsed > 0 else 0.0
