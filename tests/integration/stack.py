@@ -292,16 +292,19 @@ class Stack:
                     child.kill()
 
 
-def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = "127.0.0.1") -> Stack:
-    """`torchyard-server run` with its web process on `host` (the bridge address when the agents
-    live in network namespaces) and `agents` local agents; ready once they are online."""
+def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = "127.0.0.1",
+                args: tuple[str, ...] = ()) -> Stack:
+    """`torchyard-server run [args]` with its web process on `host` (the bridge address when the
+    agents live in network namespaces) and `agents` local agents; ready once they are online."""
     started_at = time.monotonic()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         port = probe.getsockname()[1]
     data_dir = tmp / "data"
     log_path = tmp / "stack.log"
-    full_env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "TORCHYARD_STORAGE_URL")}
+    # The store and the Rust coordinator's settings that would name it or a POST /jobs default.
+    full_env = {k: v for k, v in os.environ.items() if k not in (
+        "DATABASE_URL", "REDIS_URL", "TORCHYARD_STORAGE_URL", "CHECKPOINT_DIR", "USE_S3", "JOB_ID", "WORLD_SIZE")}
     full_env.update({
         "HOST": host,
         "PORT": str(port),
@@ -320,7 +323,7 @@ def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = 
         **env,
     })
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([SERVER, "run"], cwd=str(ROOT), env=full_env, stdout=log,
+        process = subprocess.Popen([SERVER, "run", *args], cwd=str(ROOT), env=full_env, stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     stack = Stack(base=f"http://{host}:{port}", data_dir=data_dir, log_path=log_path, process=process)
     try:
@@ -332,7 +335,8 @@ def start_stack(tmp: Path, *, env: dict[str, str], agents: int = 2, host: str = 
     return stack
 
 
-def start_pg_stack(tmp: Path, *, agents: int = 2, redis_offset: int = redis_databases.OWN_PG_STACK) -> Stack:
+def start_pg_stack(tmp: Path, *, agents: int = 2, redis_offset: int = redis_databases.OWN_PG_STACK,
+                   args: tuple[str, ...] = ()) -> Stack:
     """The production-shaped stack: PostgreSQL (a new database) and the machine's Redis (its database
     REDIS_URL's + `redis_offset`, this pytest-xdist worker's, emptied first: tests/redis_databases.py),
     `agents` local agents.
@@ -343,7 +347,7 @@ def start_pg_stack(tmp: Path, *, agents: int = 2, redis_offset: int = redis_data
                                                 redis_databases.stack_offset(redis_offset))
     redis.Redis.from_url(redis_url).flushdb()
     try:
-        stack = start_stack(tmp, agents=agents,
+        stack = start_stack(tmp, agents=agents, args=args,
                             env={"DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{name}", "REDIS_URL": redis_url})
     except BaseException:
         drop_database(name)

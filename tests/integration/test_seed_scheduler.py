@@ -43,7 +43,7 @@ def cluster(tmp_path_factory):
     scheduler's workers do: rtx-box with two RTX 3090s, a100-box with one A100 of 80 GB, which also
     gives its address as that worker's default, localhost:0 (it only ever plans here, never runs)."""
     tmp = tmp_path_factory.mktemp("seed4")
-    stack = start_pg_stack(tmp, agents=0)
+    stack = start_pg_stack(tmp, agents=0, args=("--policy", "balanced"))  # as its server: --policy=balanced
     agents = []
     try:
         for machine, flags in (("rtx-box", ["--gpus", "0,1", "--models", "RTX3090,RTX3090", "--memories", "24576,24576"]),
@@ -103,6 +103,11 @@ def test_simple_balanced_and_an_installed_policy_choose_among_the_declared_machi
     assert chosen("balanced") == ("rtx-box", [0])
     assert chosen("reverse-name") == ("rtx-box", [1])  # tests/plugins: last name first, the highest GPU
     assert chosen("balanced", min_gpu_memory=40_000) == ("a100-box", [0])
+    # A job that names no policy gets the server's: this stack runs `torchyard-server run --policy balanced`.
+    unnamed = cluster.api("POST", "/api/jobs/plan", json={
+        "name": "p", "entrypoint": "examples/mlp_ddp.py",
+        "resources": {"nodes": 1, "procs_per_node": 1, "gpus_per_node": 1, "min_gpu_memory": 8192}}).json()
+    assert unnamed["nodes"][0]["machine_name"] == "rtx-box", unnamed
     refused = cluster.api("POST", "/api/jobs/plan", json={"name": "p", "entrypoint": "examples/mlp_ddp.py",
                                                           "placement": {"policy": "nope"}})
     assert refused.status_code == 400 and "choose one of: pack, spread, simple, balanced" in refused.text
