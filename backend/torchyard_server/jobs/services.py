@@ -593,7 +593,7 @@ def node_report_state(*, event: dict[str, Any]) -> None:
                 membership_send(job_id=job.pk, attempt=node.attempt)
             if isinstance(event.get("ray"), dict):
                 # framework ray: the node's Ray ports (the head's dashboard port: GET /api/jobs/{id}/ray/).
-                JobNode.objects.filter(pk=node.pk).update(progress={**(node.progress or {}), "ray": event["ray"]})
+                node_merge_progress(node.pk, {"ray": event["ray"]})
             if job.attempt == node.attempt and job.status == J.DISPATCHING and not job.nodes.filter(
                 attempt=node.attempt).exclude(status=N.RUNNING).exists():
                 transition_job(job, J.RUNNING, f"all {job.world_size} ranks running")
@@ -758,11 +758,22 @@ def job_record_progress(*, job_id: int, metrics: list[dict[str, Any]]) -> None:
             _fold_progress(job, metrics)
     # Each node's own latest report, outside the job's lock: taking node rows while holding it
     # could deadlock with a transition that takes them in the other order.
-    for m in metrics:
-        if m.get("node"):
-            JobNode.objects.filter(pk=m["node"]).update(
-                progress={k: m.get(k) for k in ("step", "loss", "throughput") if m.get(k) is not None}
-            )
+    latest = {m["node"]: m for m in metrics if m.get("node")}
+    for node_id, m in latest.items():
+        node_merge_progress(node_id, {k: m[k] for k in ("step", "loss", "throughput") if m.get(k) is not None})
+
+
+def node_merge_progress(node_id: int, values: dict[str, Any]) -> None:
+    """The one writer of a node's progress: `values` merged into what it holds, under its row lock.
+    Two things write there, the node's `running` report (a Ray node's ports under "ray") and the
+    metric fold (step, loss, throughput); replacing the whole dict lost the other's part."""
+    if not values:
+        return
+    with transaction.atomic():
+        held = list(JobNode.objects.select_for_update().filter(pk=node_id).values_list("progress", flat=True))
+        if held:
+            JobNode.objects.filter(pk=node_id).update(
+                progress={**(held[0] if isinstance(held[0], dict) else {}), **values})
 
 
 def _fold_progress(job: Job, metrics: list[dict[str, Any]]) -> None:

@@ -7,7 +7,7 @@ import pytest
 from factories import make_node
 from torchyard import protocol
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.services import node_report_state
+from torchyard_server.jobs.services import job_record_progress, node_report_state
 
 PORTS = {"node_manager": 20001, "object_manager": 20002, "dashboard_agent_listen": 20003,
          "dashboard_agent_grpc": 20004, "metrics_export": 20005, "runtime_env_agent": 20006,
@@ -70,3 +70,21 @@ def test_a_nodes_bad_ray_report_never_breaks_the_job_page(api, owner, stored, sh
     job, _ = make_job(owner, nodes=1)
     JobNode.objects.filter(job=job).update(progress={"step": 1, "ray": stored})
     assert progress_of(api, job)[0]["ray"] == shown
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_ray_head_that_reports_metrics_keeps_its_dashboard_port(api, owner):
+    """A node's progress has two writers, its `running` report (the Ray ports) and the metric fold
+    (step, loss, throughput); each merges into what the other wrote. The fold used to replace the
+    whole dict: once the driver called sdk.report, the job's Ray dashboard answered 404."""
+    job, (head, _) = make_job(owner)
+    node_report_state(event={"node": head.pk, "status": protocol.NODE_RUNNING, "pid": 5, "ray": HEAD})
+    job_record_progress(job_id=job.pk, metrics=[
+        {"node": head.pk, "rank": 0, "attempt": 0, "step": 3, "loss": 2.5},
+        {"node": head.pk, "rank": 0, "attempt": 0, "step": 4, "loss": 2.25, "throughput": 9.0},
+    ])
+    assert JobNode.objects.get(pk=head.pk).progress == {"ray": HEAD, "step": 4, "loss": 2.25, "throughput": 9.0}
+    assert progress_of(api, job)[0]["ray"]["dashboard_port"] == 20007
+    # And the other way round: a report after metrics keeps them.
+    node_report_state(event={"node": head.pk, "status": protocol.NODE_RUNNING, "pid": 5, "ray": HEAD})
+    assert JobNode.objects.get(pk=head.pk).progress["step"] == 4
