@@ -57,6 +57,8 @@ READS: dict[str, dict[str, str]] = {
     # The Rust coordinator's demo worker takes its settings from the environment (DATASET_DIR, ...).
     "examples/seed001_worker.py": {},
 }
+# Each recipe's batch_size when the job gives none (the recipes' DEFAULTS read it from here).
+DEFAULT_BATCH = {"examples/mlp_ddp.py": 64, "examples/mlp_fsdp.py": 64, "examples/char_gpt.py": 32}
 # Each recipe's optimizer when the job names none.
 DEFAULT_OPTIMIZER = {"examples/mlp_ddp.py": "adam", "examples/mlp_fsdp.py": "adam", "examples/char_gpt.py": "adamw"}
 
@@ -164,3 +166,15 @@ def synthetic_epoch(hp: Mapping[str, Any]) -> int | None:
     if hp.get("dataset_size") is not None:
         return int(hp["dataset_size"])
     return SYNTHETIC_EPOCH if hp.get("epochs") is not None else None
+
+
+def elastic_batch(recipe: str | None, world_sizes: Sequence[int]) -> int | None:
+    """The global batch_size a recipe's elastic job under keep_global_batch runs with when the job
+    gives none: the recipe's default, rounded up to a multiple of every world size of the range, so
+    that each size the job may shrink or grow to divides it (the MLP's 64 over 2 or 3 processes:
+    66). None for a script that is not a built-in recipe, or a default every size already divides."""
+    default = DEFAULT_BATCH.get(recipe or "")
+    if default is None or not world_sizes or all(default % w == 0 for w in world_sizes):
+        return None
+    step = math.lcm(*world_sizes)
+    return -(-default // step) * step

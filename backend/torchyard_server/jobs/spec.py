@@ -197,18 +197,42 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
                 f"this server keeps checkpoints in {settings.STORAGE_URL} (TORCHYARD_STORAGE_URL); "
                 f"use store 'default' or ask for a {store} store there."]}})
         world_size = resources.get("workers") or resources["nodes"] * resources["procs_per_node"]
-        try:
-            if "min_nodes" not in resources:
+        if "min_nodes" not in resources:
+            try:
                 adjust_hyperparameters(attrs["hyperparameters"], attrs["scaling"], world_size)
-            # An elastic job may run at any node count of its range: each must take the hyperparameters.
-            for nodes in range(resources.get("min_nodes", 1), resources["nodes"] + 1 if "min_nodes" in resources else 1):
-                try:
-                    adjust_hyperparameters(attrs["hyperparameters"], attrs["scaling"], nodes * resources["procs_per_node"])
-                except ValueError as exc:
-                    raise ValueError(f"with {nodes} nodes of the range: {exc}") from exc
-        except ValueError as exc:
-            raise serializers.ValidationError({"hyperparameters": [str(exc)]}) from exc
+            except ValueError as exc:
+                raise serializers.ValidationError({"hyperparameters": [str(exc)]}) from exc
+            return attrs
+        self._check_elastic_range(attrs, resources)
         return attrs
+
+    @staticmethod
+    def _check_elastic_range(attrs: dict[str, Any], resources: dict[str, Any]) -> None:
+        """An elastic job may run at any node count of its range: each must take the hyperparameters.
+        A built-in recipe given no batch_size under keep_global_batch gets its default rounded up to
+        a multiple every size of the range divides (recipe_params.elastic_batch), so it runs elastic
+        as it is; a batch_size the job gives is its own, and a size that cannot take it is refused
+        naming the sizes that can."""
+        counts = range(resources["min_nodes"], resources["nodes"] + 1)
+        procs = resources["procs_per_node"]
+        hyperparameters = attrs["hyperparameters"]
+        if (attrs["scaling"].get("mode") or "none") == "keep_global_batch" and "batch_size" not in hyperparameters:
+            batch = recipe_params.elastic_batch(attrs.get("entrypoint"), [n * procs for n in counts])
+            if batch is not None:
+                attrs["hyperparameters"] = hyperparameters = {**hyperparameters, "batch_size": batch}
+        failures = {}
+        for nodes in counts:
+            try:
+                adjust_hyperparameters(hyperparameters, attrs["scaling"], nodes * procs)
+            except ValueError as exc:
+                failures[nodes] = str(exc)
+        if failures:
+            nodes, reason = next(iter(failures.items()))
+            holding = [str(n) for n in counts if n not in failures]
+            sizes = (f"the range's sizes that take it: {', '.join(holding)} node(s)" if holding
+                     else "no size of the range takes it")
+            raise serializers.ValidationError({"hyperparameters": [
+                f"with {nodes} nodes of the range {counts.start}:{counts.stop - 1}: {reason}; {sizes}"]})
 
 
     def _validate_dataset(self, attrs: dict[str, Any]) -> None:

@@ -67,7 +67,33 @@ def test_every_world_size_of_the_range_must_take_the_hyperparameters(api, two_ma
     # keep_global_batch: 8 divides over 2 processes, not over 3.
     response = api.post("/api/jobs", elastic(hyperparameters={"batch_size": 8}), format="json")
     assert response.status_code == 400
-    assert "with 3 nodes of the range" in response.json()["hyperparameters"][0]
+    assert response.json()["hyperparameters"] == [
+        "with 3 nodes of the range 2:3: keep_global_batch: batch_size 8 does not divide evenly over 3 processes; "
+        "choose a multiple of 3 (e.g. 6 or 9); the range's sizes that take it: 2 node(s)"]
+    none = api.post("/api/jobs", elastic(hyperparameters={"batch_size": 7}), format="json")
+    assert none.status_code == 400 and none.json()["hyperparameters"][0].endswith("no size of the range takes it")
+
+
+@pytest.mark.parametrize(("entrypoint", "nodes", "procs", "batch"), [
+    ("examples/mlp_ddp.py", "2:3", 1, 66),  # 64 is the MLP's default: 2 divides it, 3 does not
+    ("examples/mlp_fsdp.py", "2:4", 2, 72),  # 4, 6 and 8 processes
+    ("examples/char_gpt.py", "1:3", 1, 36),
+    ("examples/mlp_ddp.py", "1:2", 2, None),  # 2 and 4 processes: 64 as it is
+])
+def test_a_built_in_recipe_given_no_batch_runs_elastic_as_it_is(api, two_machines, entrypoint, nodes, procs, batch):
+    """Its default batch rounded up to a multiple of every size of the range: before, the MLP's
+    `2:3` with its default 64 was accepted and crash-looped on 3 nodes until its restarts were spent
+    ("batch_size 64 does not divide evenly over 3 processes")."""
+    spec = {"name": "e", "entrypoint": entrypoint, "resources": {"nodes": nodes, "procs_per_node": procs},
+            "scaling": {"mode": "keep_global_batch"}}
+    response = api.post("/api/jobs", spec, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["spec"]["hyperparameters"] == ({"batch_size": batch} if batch else {})
+    low, high = (int(n) for n in nodes.split(":"))
+    assert all((batch or 64) % (count * procs) == 0 for count in range(low, high + 1))
+    # Other scaling modes do not divide the batch: nothing to round.
+    scaled = api.post("/api/jobs", {**spec, "scaling": {"mode": "scale_global_batch"}}, format="json").json()
+    assert scaled["spec"]["hyperparameters"] == {}
 
 
 @pytest.mark.parametrize("interval", ["soon", None, -1, [300]])

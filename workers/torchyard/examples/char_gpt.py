@@ -47,7 +47,7 @@ CORPUS_MODULES = (
 CHUNK_CHARS = 4096
 RECIPE = "examples/char_gpt.py"
 DEFAULTS = {
-    "batch_size": 32,
+    "batch_size": recipe_params.DEFAULT_BATCH[RECIPE],
     "lr": 2e-3,
     "min_lr": 2e-4,
     "warmup_steps": 30,

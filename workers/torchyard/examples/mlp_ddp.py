@@ -42,7 +42,7 @@ from torch import nn
 from torchyard import recipe_optimizer, recipe_params
 
 RECIPE = "examples/mlp_ddp.py"
-DEFAULTS = {"batch_size": 64, "lr": 0.01, "hidden": 128, "input_dim": 32}
+DEFAULTS = {"batch_size": recipe_params.DEFAULT_BATCH[RECIPE], "lr": 0.01, "hidden": 128, "input_dim": 32}
 TEACHER_SEED = 1234
 DATASETS = ("synthetic", "digits")
 # The digits the model never trains on (the file's last 297), for the evaluation loss and accuracy.
