@@ -168,3 +168,29 @@ def test_a_body_past_the_limit_is_refused_while_it_is_read_and_nothing_is_kept(o
     with pytest.raises(BundleError, match="larger than the limit"):
         bundle_store(sha256=hashlib.sha256(body).hexdigest(), stream=io.BytesIO(body), owner=owner)
     assert not list((store / "bundles").glob("*")) and not Bundle.objects.exists()
+
+
+def test_a_functions_payload_is_judged_by_its_size_not_its_compression_ratio(api, store, settings):
+    """A function called with a big array of ones pickles to bytes that compress thousands of times:
+    as a function's payload that is no bomb, and only the size limit applies; as code it still is."""
+    ones = archive({"function.pkl": b"\x01" * (40 << 20), "function.json": b"{}"})
+    assert len(ones) < (40 << 20) // 1000  # far past the 200:1 a project may compress
+    as_code = put(api, ones)
+    assert as_code.status_code == 400 and "implausible compression ratio" in as_code.json()["bundle"][0]
+    sha256 = hashlib.sha256(ones).hexdigest()
+    stored = api.put(f"/api/bundles/{sha256}?kind=function", ones, content_type="application/octet-stream")
+    assert stored.status_code == 201, stored.json()
+    assert (store / "bundles" / f"{sha256}.tar.zst").exists() or any(store.rglob(f"{sha256}.tar.zst"))
+    # The size limit still holds, and a payload holds the payload's files only.
+    settings.BUNDLE_MAX_BYTES = 30 << 20
+    bigger = archive({"function.pkl": b"\x01" * (41 << 20), "function.json": b"{}"})
+    too_big = api.put(f"/api/bundles/{hashlib.sha256(bigger).hexdigest()}?kind=function", bigger,
+                      content_type="application/octet-stream")
+    assert too_big.status_code == 400 and "unpacks to more than" in too_big.json()["bundle"][0], too_big.json()
+    other = archive({"function.pkl": b"x", "function.json": b"{}", "train.py": b"print()"})
+    refused = api.put(f"/api/bundles/{hashlib.sha256(other).hexdigest()}?kind=function", other,
+                      content_type="application/octet-stream")
+    assert refused.status_code == 400
+    assert refused.json()["bundle"] == ["a function's payload holds function.pkl and function.json only"]
+    unknown = api.put(f"/api/bundles/{sha256}?kind=data", ones, content_type="application/octet-stream")
+    assert unknown.status_code == 400 and unknown.json()["kind"] == ["'data': one of code, function."]

@@ -56,6 +56,10 @@ def big():
     return b"x" * 20000
 
 
+def length(data):
+    return [len(data), data.count(1)]
+
+
 def flaky():
     import os
     import time
@@ -88,6 +92,8 @@ if __name__ == "__main__":
             print("''' + RESULTS + '''" + json.dumps({"stopped": str(exc)}), flush=True)
     elif case == "recover":
         print("''' + RESULTS + '''" + json.dumps(ty.fn(flaky).distribute(workers=2, max_restarts=1)()), flush=True)
+    elif case == "ones":  # an argument that compresses thousands of times: no bomb
+        print("''' + RESULTS + '''" + json.dumps(ty.fn(length).distribute(workers=1)(b"\\x01" * (40 << 20))), flush=True)
     elif case == "too-big":
         try:
             ty.fn(big, result_max_bytes=1000).distribute(workers=1)()
@@ -240,6 +246,14 @@ def test_a_result_over_the_limit_fails_its_rank_saying_where_to_write_it(pg_stac
     error = _results(completed)
     assert error["type"] == "ResultTooLarge"
     assert "over the 1.0 kB limit" in error["text"] and "$TORCHYARD_OUTPUT_DIR" in error["text"]
+
+
+def test_a_40_mb_argument_of_ones_is_sent_and_unpacked_whatever_it_compresses_to(pg_stack, user_dir):
+    """Its payload compresses far past the 200:1 a project's bundle may: a function's payload is
+    judged by its size against the limit (it was refused as "an implausible compression ratio")."""
+    completed = _python(pg_stack, user_dir, "train_fn.py", "ones")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert _results(completed) == [[40 << 20, 40 << 20]]
 
 
 def test_an_unpicklable_function_and_another_python_are_refused_before_anything_is_sent(pg_stack, user_dir):

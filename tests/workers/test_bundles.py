@@ -283,6 +283,18 @@ def test_a_bomb_stops_at_the_first_implausible_megabytes_whatever_its_headers_cl
     assert not (tmp_path / "out").exists()
 
 
+def test_a_functions_payload_unpacks_whatever_its_ratio_within_the_size_limit(tmp_path):
+    # A function's pickled array of zeros: judged by its size (bundles.PAYLOAD_RATIO), the node
+    # unpacks it; past the size limit it is still refused.
+    body = tar_bytes([(member("function.pkl"), b"\0" * (40 << 20)), (member("function.json"), b"{}")])
+    info = bundles.unpack_stream(io.BytesIO(body), tmp_path / "out", max_ratio=bundles.PAYLOAD_RATIO)
+    assert info.unpacked_size == (40 << 20) + 2 and (tmp_path / "out" / "function.pkl").stat().st_size == 40 << 20
+    with pytest.raises(BundleError, match="unpacks to more than"):
+        bundles.unpack_stream(io.BytesIO(body), tmp_path / "again", max_ratio=bundles.PAYLOAD_RATIO,
+                              max_unpacked_bytes=20 << 20)
+    assert not (tmp_path / "again").exists()
+
+
 def test_files_of_many_directories_unpack_whole_and_a_hard_link_finds_its_target(tmp_path):
     # Every file whole whichever directory it is in, and a hard link to a file of another directory.
     contents = {f"d{i % 7}/f{i}.py": os.urandom(1000 + i) for i in range(60)}

@@ -48,6 +48,9 @@ IGNORE_FILES = (".gitignore", ".torchyardignore")
 MAX_MEMBERS = 100_000
 # A real project compresses 2-10x; a bomb compresses 1000x. Small bundles are never refused for it.
 MAX_RATIO = 200
+# A function's payload (its pickled arguments) is judged by its unpacked size against the limit
+# alone: a compressible argument (an array of ones) is no bomb, and the limit bounds what it costs.
+PAYLOAD_RATIO = None
 RATIO_CHECKED_ABOVE = 32 << 20
 DEFAULT_MAX_BYTES = 200 * 1024 * 1024
 _CHUNK = 1 << 20
@@ -500,7 +503,7 @@ class _Decoder:
     whatever its headers claim, and it never runs more than _QUEUED_CHUNKS ahead. Its failures
     reach the caller in order."""
 
-    def __init__(self, raw: _RawSource, *, max_ratio: float) -> None:
+    def __init__(self, raw: _RawSource, *, max_ratio: float | None) -> None:
         self.raw = raw
         self.max_ratio = max_ratio
         self.total = 0
@@ -522,7 +525,8 @@ class _Decoder:
                 if not chunk:
                     break
                 self.total += len(chunk)
-                if self.total > RATIO_CHECKED_ABOVE and self.total > self.max_ratio * max(self.raw.count, 1):
+                if (self.max_ratio is not None and self.total > RATIO_CHECKED_ABOVE
+                        and self.total > self.max_ratio * max(self.raw.count, 1)):
                     raise BundleError(
                         f"unpacks to more than {size_text(self.total)} from {size_text(self.raw.count)}: an "
                         f"implausible compression ratio (over {self.max_ratio:g}:1)"
@@ -843,7 +847,7 @@ class _Checker:
 
 
 @contextlib.contextmanager
-def _reading(fileobj: Readable, max_ratio: float, *, hashing: bool,
+def _reading(fileobj: Readable, max_ratio: float | None, *, hashing: bool,
              progress: Callable[[], None] | None = None) -> Iterator[_TarBytes]:
     """The archive's tar bytes; a failure to read the source itself comes out as it was raised."""
     decoder = _Decoder(_RawSource(fileobj, hashing=hashing), max_ratio=max_ratio)
@@ -856,8 +860,9 @@ def _reading(fileobj: Readable, max_ratio: float, *, hashing: bool,
 
 
 def inspect_archive(fileobj: Readable, *, max_unpacked_bytes: int = DEFAULT_MAX_BYTES,
-                    max_ratio: float = MAX_RATIO, hashing: bool = False) -> BundleInfo:
+                    max_ratio: float | None = MAX_RATIO, hashing: bool = False) -> BundleInfo:
     """Read an archive to its end without writing anything; BundleError on the first refused member.
+    `max_ratio` None: no ratio check (a function's payload: see PAYLOAD_RATIO), the size limit only.
     The result carries the size of the bytes read and, with `hashing`, their sha256 (the server
     hashes the upload as it spools it, so it does not ask for it again)."""
     with _reading(fileobj, max_ratio, hashing=hashing) as data:
@@ -878,7 +883,7 @@ def unpack(archive: Path, target: Path, *, max_unpacked_bytes: int = DEFAULT_MAX
 
 def unpack_stream(fileobj: Readable, target: Path, *, sha256: str | None = None,
                   max_unpacked_bytes: int = DEFAULT_MAX_BYTES, read_only: bool = False,
-                  progress: Callable[[], None] | None = None) -> BundleInfo:
+                  progress: Callable[[], None] | None = None, max_ratio: float | None = MAX_RATIO) -> BundleInfo:
     """Unpack an archive as its bytes arrive (a download, say) into `target` (created; must not exist),
     member by member, checking every rule; with `sha256`, the bytes must hash to it, checked once
     the last byte is read: BundleHashMismatch otherwise. On any failure nothing is left of `target`,
@@ -893,7 +898,7 @@ def unpack_stream(fileobj: Readable, target: Path, *, sha256: str | None = None,
     target = Path(target)
     target.mkdir(parents=True)
     try:
-        with _reading(fileobj, MAX_RATIO, hashing=True, progress=progress) as data:
+        with _reading(fileobj, max_ratio, hashing=True, progress=progress) as data:
             checker = _Checker(max_unpacked_bytes=max_unpacked_bytes)
             writer = _TreeWriter(str(target), read_only=read_only)
             for member in _members(data):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import re
 
 from django.conf import settings
-from drf_spectacular.utils import OpenApiTypes, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiTypes, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
@@ -13,7 +13,7 @@ from torchyard.bundles import BundleError, size_text
 from ..rest.openapi import ValidationErrorOut
 from .models import Bundle
 from .serializers import BundleDetailOut, BundleLimitsOut, BundleOut
-from .services import bundle_for_user, bundle_store
+from .services import KINDS, bundle_for_user, bundle_store
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -48,9 +48,16 @@ class BundleDetailView(APIView):
             raise NotFound("no such bundle for this user.")
         return Response(BundleDetailOut(bundle).data)
 
-    @extend_schema(request={"application/octet-stream": OpenApiTypes.BINARY}, responses={201: BundleDetailOut, 200: BundleDetailOut})
+    @extend_schema(
+        request={"application/octet-stream": OpenApiTypes.BINARY}, responses={201: BundleDetailOut, 200: BundleDetailOut},
+        parameters=[OpenApiParameter("kind", str, enum=list(KINDS), description=(
+            "code (default): a project; function: a function's payload (function.pkl and function.json only), "
+            "judged by its unpacked size against the limit, not by its compression ratio"))])
     def put(self, request, sha256: str):
         sha256 = self._sha(sha256)
+        kind = request.query_params.get("kind") or "code"
+        if kind not in KINDS:
+            raise ValidationError({"kind": [f"{kind!r}: one of {', '.join(KINDS)}."]})
         length = int(request.META.get("CONTENT_LENGTH") or 0)
         if length > settings.BUNDLE_MAX_BYTES:
             raise ValidationError({"bundle": [
@@ -58,7 +65,7 @@ class BundleDetailView(APIView):
         if not length:
             raise ValidationError({"bundle": ["the request body (the archive) is empty."]})
         try:
-            bundle, created = bundle_store(sha256=sha256, stream=request.stream, owner=request.user)
+            bundle, created = bundle_store(sha256=sha256, stream=request.stream, owner=request.user, kind=kind)
         except BundleError as exc:
             raise ValidationError({"bundle": [str(exc)]}) from None
         return Response(BundleDetailOut(bundle).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)

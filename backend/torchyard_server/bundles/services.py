@@ -15,13 +15,25 @@ from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import FileSystemStorage, Storage
 from django.db import transaction
-from torchyard.bundles import BundleError, BundleInfo, BundleReadError, inspect_archive, size_text
+from torchyard.bundles import (
+    MAX_RATIO,
+    PAYLOAD_RATIO,
+    BundleError,
+    BundleInfo,
+    BundleReadError,
+    inspect_archive,
+    size_text,
+)
+from torchyard.function_results import META_FILE, PAYLOAD_FILE
 
 from ..audit import services as audit
 from ..core.stores import storage_at, store_url
 from .models import Bundle
 
 CHUNK = 1 << 20
+# What an upload is: a project's code, or a function's payload (its pickled call).
+KINDS = ("code", "function")
+PAYLOAD_FILES = (PAYLOAD_FILE, META_FILE)
 
 
 def bundles_url() -> str:
@@ -76,7 +88,8 @@ class _Spooling:
         return self.digest.hexdigest()
 
 
-def _spool_and_inspect(stream: IO[bytes], sha256: str, directory: str | None) -> tuple[Path, BundleInfo, int]:
+def _spool_and_inspect(stream: IO[bytes], sha256: str, directory: str | None,
+                       max_ratio: float | None) -> tuple[Path, BundleInfo, int]:
     """Copy the request body to a temporary file while it is hashed and checked member by member, in
     one pass; BundleError (the hash's before the members': a body that is not the one named is
     refused as such) and nothing left of the file unless the upload is sound."""
@@ -85,7 +98,7 @@ def _spool_and_inspect(stream: IO[bytes], sha256: str, directory: str | None) ->
         with os.fdopen(fd, "wb") as out:
             spool = _Spooling(stream, out, settings.BUNDLE_MAX_BYTES)
             try:
-                info = inspect_archive(spool, max_unpacked_bytes=settings.BUNDLE_MAX_BYTES)
+                info = inspect_archive(spool, max_unpacked_bytes=settings.BUNDLE_MAX_BYTES, max_ratio=max_ratio)
             except BundleReadError as exc:
                 if isinstance(exc.__cause__, BundleError):  # the limit, raised while the reader read
                     raise exc.__cause__ from None
@@ -106,15 +119,22 @@ def _mismatch(digest: str, sha256: str) -> BundleError:
     return BundleError(f"the upload hashes to {digest}, not to the {sha256} it was sent as")
 
 
-def bundle_store(*, sha256: str, stream: IO[bytes], owner) -> tuple[Bundle, bool]:
-    """Check and keep an upload claimed to hash to `sha256`; (bundle, created). Raises BundleError."""
+def bundle_store(*, sha256: str, stream: IO[bytes], owner, kind: str = "code") -> tuple[Bundle, bool]:
+    """Check and keep an upload claimed to hash to `sha256`; (bundle, created). Raises BundleError.
+    A `function` bundle (a function's payload) is judged by its unpacked size alone and must hold
+    the payload's two files and nothing else."""
     storage = bundle_storage()
     local_dir = None
     if isinstance(storage, FileSystemStorage):
         # Spool beside the final place so keeping it is a rename, not a second copy.
         local_dir = storage.location
         os.makedirs(local_dir, exist_ok=True)
-    path, info, size = _spool_and_inspect(stream, sha256, local_dir)
+    path, info, size = _spool_and_inspect(stream, sha256, local_dir,
+                                          PAYLOAD_RATIO if kind == "function" else MAX_RATIO)
+    if kind == "function" and (sorted(f["path"] for f in info.files) != sorted(PAYLOAD_FILES)
+                               or info.symlinks or info.directories):
+        path.unlink()
+        raise BundleError(f"a function's payload holds {' and '.join(PAYLOAD_FILES)} only")
     try:
         name = f"{sha256}.tar.zst"
         if not storage.exists(name):

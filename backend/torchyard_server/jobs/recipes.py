@@ -10,7 +10,6 @@ from pathlib import Path
 import torchyard
 
 RECIPES_DIR = Path(torchyard.__file__).resolve().parent / "examples"
-# What a function's payload bundle must hold (workers/torchyard/function_results.py).
 # DistroML's `model` names, mapped to the built-in recipe that trains them.
 MODEL_RECIPES = {"mlp": "examples/mlp_ddp.py", "char_gpt": "examples/char_gpt.py", "transformer": "examples/char_gpt.py"}
 # DistroML's `dataset` names (torchyard.sdk.datasets), each with the built-in recipes that train on

@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 from torchyard import recipe_params
+from torchyard.function_results import PAYLOAD_FILE
 from torchyard.sdk.choices import DATASETS
 from torchyard.sdk.scaling import adjust_hyperparameters
 
@@ -39,8 +40,6 @@ from .spec_sections import (
     validate_env_names,
 )
 
-# What a function's payload bundle must hold (workers/torchyard/function_results.py).
-FUNCTION_PAYLOAD_FILE = "function.pkl"
 MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
@@ -353,8 +352,8 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
         if payload is None:
             raise serializers.ValidationError({"function": {"payload": [
                 "no such bundle for this user; upload the function's payload first."]}})
-        if not payload.has_file(FUNCTION_PAYLOAD_FILE):
+        if not payload.has_file(PAYLOAD_FILE):
             raise serializers.ValidationError({"function": {"payload": [
-                f"bundle {function['payload'][:12]} holds no {FUNCTION_PAYLOAD_FILE}."]}})
+                f"bundle {function['payload'][:12]} holds no {PAYLOAD_FILE}."]}})
         attrs["code"] = {"bundle": project.sha256, "size": project.size}
         attrs["function"] = {**function, "size": payload.size}

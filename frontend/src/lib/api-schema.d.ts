@@ -5358,7 +5358,10 @@ export interface operations {
     };
     bundles_update: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description code (default): a project; function: a function's payload (function.pkl and function.json only), judged by its unpacked size against the limit, not by its compression ratio */
+                kind?: "code" | "function";
+            };
             header?: never;
             path: {
                 sha256: string;

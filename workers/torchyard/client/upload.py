@@ -42,7 +42,8 @@ def _pack(directory: Path, dest: Path, max_bytes: int, console: Console) -> Pack
 
 
 def push_bundle(api: ApiClient, packed: PackedBundle, console: Console, *, what: str = "code") -> None:
-    """Upload a packed bundle unless the server already holds it (`what` names it in the messages)."""
+    """Upload a packed bundle unless the server already holds it (`what` names it in the messages
+    and is the upload's kind: code, or a function's payload)."""
     short = f"{packed.sha256[:8]}…"
     path = f"/api/bundles/{packed.sha256}"
     if api.exists(path):
@@ -54,7 +55,7 @@ def push_bundle(api: ApiClient, packed: PackedBundle, console: Console, *, what:
     # A progress bar is for people: a pipe gets the one summary line below instead.
     with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
         task = progress.add_task("upload", total=packed.size)
-        api.put_file(path, packed.path, lambda sent: progress.advance(task, sent))
+        api.put_file(f"{path}?kind={what}", packed.path, lambda sent: progress.advance(task, sent))
     elapsed = max(time.monotonic() - started, 1e-6)
     say(console, f"uploaded {what} bundle {short}: {size_text(packed.size)} in {elapsed:.1f}s "
                  f"({size_text(int(packed.size / elapsed))}/s)")

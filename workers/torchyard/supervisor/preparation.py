@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torchyard import bundles
 from torchyard.protocol import NodeLaunch
 
 from . import functions, prepare
@@ -63,7 +64,8 @@ class Preparation:
                                          wait=self.tick, say=say)
         prepared = Prepared(workdir, self.python)
         if launch.function:
-            payload = prepare.BundleSource(launch.function["payload"], launch.server_url, launch.machine_token)
+            payload = prepare.BundleSource(launch.function["payload"], launch.server_url, launch.machine_token,
+                                           max_ratio=bundles.PAYLOAD_RATIO)
             prepared.function_env = functions.function_env(
                 launch, self.run_dir, prepare.cached_bundle(payload, cache, wait=self.tick, say=say))
         requirements = prepare.requirements_for(workdir, launch.pip)

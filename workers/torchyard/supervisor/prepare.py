@@ -112,6 +112,8 @@ class BundleSource:
     code: dict[str, Any]
     server_url: str = ""
     machine_token: str = ""
+    # A function's payload is judged by its size alone (bundles.PAYLOAD_RATIO).
+    max_ratio: float | None = bundles.MAX_RATIO
 
     @classmethod
     def of(cls, launch: NodeLaunch) -> BundleSource:
@@ -205,7 +207,8 @@ def _fetch_into(source: BundleSource, target: Path, *, read_only: bool,
     with open_bundle(source) as (body, where):
         received = _Received(body)
         try:
-            info = bundles.unpack_stream(received, target, sha256=sha256, read_only=read_only, progress=wait)
+            info = bundles.unpack_stream(received, target, sha256=sha256, read_only=read_only, progress=wait,
+                                         max_ratio=source.max_ratio)
             return info, where, (received.ended or time.monotonic()) - received.started
         except bundles.BundleHashMismatch:
             raise PrepareError(f"bundle {sha256[:12]} failed verification: its bytes do not hash to it") from None
