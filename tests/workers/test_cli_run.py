@@ -39,7 +39,7 @@ class FakeApi:
         if path == "/api/bundles/limits" and method == "GET":
             return 200, {"max_bytes": self.max_bytes}
         if path.startswith("/api/bundles/"):
-            sha = path.rsplit("/", 1)[1]
+            sha = path.partition("?")[0].rsplit("/", 1)[1]  # a PUT says its kind: ?kind=code
             if method == "HEAD":
                 return (200, None) if sha in self.bundles else (404, None)
             if method == "PUT":
@@ -190,7 +190,7 @@ def test_run_packs_uploads_once_and_submits_the_spec(fake_api, project, monkeypa
     assert code == 0, out
     (sha,) = api.bundles
     put = next(r for r in api.requests if r[0] == "PUT")
-    assert put[1] == f"/api/bundles/{sha}"
+    assert put[1] == f"/api/bundles/{sha}?kind=code"
     assert put[2]["Content-Type"] == "application/octet-stream" and put[2]["Authorization"] == "Token tok"
     assert int(put[2]["Content-Length"]) == len(put[3])
     assert "uploaded code bundle" in out and "torchyard logs 1 --follow" in out

@@ -10,7 +10,7 @@
     torchyard priority JOB low|normal|high|N        (run and submit take --priority and --time-limit too)
     torchyard login [--username U] | token create NAME [--expires-days N] | token list | token revoke ID
     torchyard plugin push DIR [--name NAME] | plugin list | plugin rm NAME   (TransformerLab-style plugins)
-    torchyard validate [--json] [--keep] [--timeout 300]   (the installation checked end to end, seed 001's validate.py)
+    torchyard validate [--json] [--keep] [--timeout 300]   (the installation checked end to end, the Rust coordinator's validate.py)
     torchyard agent --server http://HOST:8000 --token TOKEN [--addr HOST]
 
 `run` and `submit` pack the project directory, upload it unless the server already has it, submit
@@ -577,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     plugin_push = api_command(
         "push", cmd_plugin_push, "upload a plugin directory and register it", parent=plugin_sub,
         description="Read DIR's torchyard-plugin.json (or TransformerLab's index.json), upload DIR as a bundle "
-                    "(nothing when the server has it) and register the plugin: the seed's routes then take it as "
+                    "(nothing when the server has it) and register the plugin: TransformerLab's routes then take it as "
                     "plugin_name. A directory without a manifest needs --name; its entrypoint is main.py.")
     plugin_push.add_argument("dir", metavar="DIR", help="the plugin's directory")
     plugin_push.add_argument("--name", help="the plugin's name (instead of the manifest's)")

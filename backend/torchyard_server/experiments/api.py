@@ -11,7 +11,7 @@ from .serializers import CompareIn, CompareOut, RunDetailOut, RunRowOut
 
 
 class RunListView(APIView):
-    """Runs (attempts of jobs) of the projects the user may see, newest first (seed 003's experiments),
+    """Runs (attempts of jobs) of the projects the user may see, newest first (DistroML's experiments),
     each with the final and best value of every metric it reported."""
 
     @extend_schema(responses=RunRowOut(many=True), parameters=[

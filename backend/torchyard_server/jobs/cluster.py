@@ -186,7 +186,7 @@ class ResourcesOut(serializers.Serializer):
 
 
 class ClusterWorkersView(APIView):
-    """Every machine (seed 003's workers) with its agent's health, what it has and what live nodes
+    """Every machine (DistroML's workers) with its agent's health, what it has and what live nodes
     hold there."""
 
     @extend_schema(responses=WorkerOut(many=True))

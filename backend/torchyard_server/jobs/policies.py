@@ -92,7 +92,7 @@ class Simple(PlacementPolicy):
     the smallest GPUs that are big enough. A CPU job goes where the fewest GPUs are free (the GPU
     machines stay for GPU jobs), then where the fewest cores are left."""
 
-    description = "seed 004's least resource waste: fewest free GPUs (of at least min_gpu_memory) left after "\
+    description = "the Go scheduler's least resource waste: fewest free GPUs (of at least min_gpu_memory) left after "\
                   "placing, then least GPU memory beyond the asked; the smallest GPUs that are big enough"
 
     def key(self, machine: Candidate, need: Need) -> Sequence[Any]:
@@ -112,7 +112,7 @@ class Balanced(PlacementPolicy):
     go to the fewest tasks, then the most free GPUs. A machine without GPUs counts its cores as
     its slots, so CPU jobs are balanced the same way."""
 
-    description = "seed 004's balanced load: fewest active tasks and most free GPUs, scored "\
+    description = "the Go scheduler's balanced load: fewest active tasks and most free GPUs, scored "\
                   "(tasks - free GPUs) / GPUs"
 
     def key(self, machine: Candidate, need: Need) -> Sequence[Any]:

@@ -198,8 +198,8 @@ class PlacementSerializer(StrictFields, serializers.Serializer):
     policy = serializers.CharField(
         max_length=100, default=placement_policies.default_policy,
         help_text="the server's default policy (pack unless TORCHYARD_PLACEMENT_POLICY says otherwise); pack: least waste, the machines a node fits most tightly; spread: the least loaded first; "
-                  "simple (seed 004): fewest free GPUs of at least min_gpu_memory left after placing, then least "
-                  "GPU memory beyond the asked; balanced (seed 004): fewest active tasks and most free GPUs; or a policy "
+                  "simple (the Go scheduler's): fewest free GPUs of at least min_gpu_memory left after placing, then least "
+                  "GPU memory beyond the asked; balanced (the Go scheduler's): fewest active tasks and most free GPUs; or a policy "
                   "installed by the entry point group torchyard.placement_policies")
     machines = serializers.ListField(child=serializers.CharField(max_length=100), default=list, max_length=256,
                                      help_text="manual placement: these machines, in this order (the first is the master)")

@@ -73,7 +73,7 @@ def _status(job: Job, *, machine_id: int | None = None, seed_job_id: str | None 
 
 
 class NetworkMachineView(MachineDetailView):
-    """The canonical machine view; the seed's DELETE answers with a message instead of a 204."""
+    """The canonical machine view; TransformerLab's DELETE answers with a message instead of a 204."""
 
     @extend_schema(parameters=[FORCE], responses={200: MessageOut, 409: ErrorOut})
     def delete(self, request, machine_id: int):
@@ -154,7 +154,7 @@ class NetworkHealthCheckView(APIView):
 
 
 class NetworkCapabilitiesView(APIView):
-    """Capabilities of the machine the server runs on (the seed's "this machine")."""
+    """Capabilities of the machine the server runs on (TransformerLab's "this machine")."""
 
     @extend_schema(responses=CapabilitiesOut)
     def get(self, request):
@@ -258,7 +258,7 @@ class SuggestMachinesView(APIView):
 
 
 class DispatchToMachineView(APIView):
-    """The whole job on one machine (the seed's remote job dispatch): a JobSpec, pinned there as one
+    """The whole job on one machine (TransformerLab's remote job dispatch): a JobSpec, pinned there as one
     node with every process of the job (templates.services.on_one_machine)."""
 
     @extend_schema(request=JobSpecSerializer, responses={201: DistributedJobStatusOut})
@@ -304,7 +304,7 @@ class MachineStopJobView(APIView):
 
 
 class ExecuteJobView(APIView):
-    """`/api/network/execute_job`: run a job now (what the seed's coordinator asked of a machine).
+    """`/api/network/execute_job`: run a job now (what TransformerLab's coordinator machine asked of a machine).
     Here the control plane places it, on the machine `target_machine` names when given (the whole
     job there, as dispatch_job), else where the planner chooses."""
 
@@ -322,7 +322,7 @@ class ExecuteJobView(APIView):
 
 
 class LocalJobStatusView(APIView):
-    """`/api/network/local_job_status/{job_id}`: what the seed's coordinator polled, the job's status."""
+    """`/api/network/local_job_status/{job_id}`: what TransformerLab's coordinator machine polled, the job's status."""
 
     @extend_schema(responses=DistributedJobStatusOut)
     def get(self, request, job_id: int):
@@ -341,7 +341,7 @@ class PrepareDependenciesIn(serializers.Serializer):
 
 
 class PrepareDependenciesView(APIView):
-    """Seed 000's "prepare dependencies": warm the chosen machines' caches (the bundle, the
+    """TransformerLab's "prepare dependencies": warm the chosen machines' caches (the bundle, the
     environment of its requirements and `pip`) before a job needs them. Asynchronous: each
     machine's heartbeat lists what its cache holds (`capabilities.cache`)."""
 

@@ -21,7 +21,7 @@ class ResourceRequirements(serializers.Serializer):
 
 
 class DistributedTrainingConfig(serializers.Serializer):
-    """The seed's DistributedTrainingConfig; `plugin_name` is a registered plugin (`GET /api/plugins`)
+    """TransformerLab's DistributedTrainingConfig; `plugin_name` is a registered plugin (`GET /api/plugins`)
     or a built-in recipe (`mlp_ddp` or its path)."""
 
     plugin_name = serializers.CharField(max_length=200, help_text="a plugin of GET /api/plugins (registered or built-in)")

@@ -107,7 +107,7 @@ class DistributedJobStatusOut(serializers.Serializer):
 
 
 class ExecuteJobIn(serializers.Serializer):
-    """The seed's remote execution: a job, as a JobSpec, to run now."""
+    """TransformerLab's remote execution: a job, as a JobSpec, to run now."""
 
     job_data = JobSpecSerializer(help_text="the JobSpec (DESIGN.md section 4)")
     job_id = serializers.CharField(max_length=100, required=False, allow_null=True, help_text=(

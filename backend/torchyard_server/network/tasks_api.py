@@ -33,16 +33,16 @@ from .serializers import DistributedJobStatusOut, MessageOut
 
 
 class TaskIn(DistributedTrainingConfig):
-    """A task: a name and the seed's DistributedTrainingConfig, or a whole JobSpec in `spec`."""
+    """A task: a name and TransformerLab's DistributedTrainingConfig, or a whole JobSpec in `spec`."""
 
     name = serializers.CharField(max_length=200, required=False, help_text="default: the plugin's or the spec's name")
     type = serializers.ChoiceField(choices=["TRAIN"], default="TRAIN", help_text="TransformerLab's task type; training only")
     plugin_name = serializers.CharField(max_length=200, required=False)
-    spec = JobSpecSerializer(required=False, help_text="Torchyard's: a whole JobSpec instead of the seed's fields")
+    spec = JobSpecSerializer(required=False, help_text="Torchyard's: a whole JobSpec instead of TransformerLab's fields")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("plugin_name" in attrs) == ("spec" in attrs):
-            raise serializers.ValidationError({"plugin_name": ["give either plugin_name (the seed's fields) or spec."]})
+            raise serializers.ValidationError({"plugin_name": ["give either plugin_name (TransformerLab's fields) or spec."]})
         return super().validate(attrs)
 
 
@@ -54,7 +54,7 @@ class TaskRequirementsOut(serializers.Serializer):
 
 
 class TaskOut(serializers.Serializer):
-    """A saved task: the seed's DistributedTrainingConfig of its JobSpec, and the JobSpec itself."""
+    """A saved task: TransformerLab's DistributedTrainingConfig of its JobSpec, and the JobSpec itself."""
 
     id = serializers.IntegerField()
     name = serializers.CharField()

@@ -60,7 +60,7 @@ class PluginIn(serializers.Serializer):
 
 
 class PluginOut(serializers.Serializer):
-    name = serializers.CharField(help_text="what the seed's routes take as plugin_name")
+    name = serializers.CharField(help_text="what TransformerLab's routes take as plugin_name")
     version = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
     entrypoint = serializers.CharField(help_text="its script: a path in its bundle, or a built-in recipe")

@@ -11,7 +11,7 @@ MAX_GPUS_PER_MACHINE = 64
 
 
 class DistributedPreferencesIn(serializers.Serializer):
-    """Seed 000's DistributedPreferences, replaced as a whole by each save."""
+    """TransformerLab's DistributedPreferences, replaced as a whole by each save."""
 
     preferred_machines = serializers.ListField(
         child=serializers.IntegerField(min_value=1), max_length=MAX_MACHINES, default=list,

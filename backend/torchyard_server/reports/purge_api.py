@@ -63,7 +63,7 @@ class JobPurgeOut(serializers.Serializer):
 
 class JobPurgeView(APIView):
     """Delete finished jobs older than an age with their nodes, events, checkpoints and artifacts,
-    files in the store included (seed 001's `POST /jobs/purge`). Staff, or a project's admin for
+    files in the store included (the Rust coordinator's `POST /jobs/purge`). Staff, or a project's admin for
     that project's jobs; `dry_run` answers the same without deleting anything."""
 
     @extend_schema(request=JobPurgeIn, responses={200: JobPurgeOut, 404: OpenApiResponse(

@@ -7,7 +7,7 @@ from ..jobs.serializers import JobNodeOut
 
 
 class JobReportOut(serializers.Serializer):
-    """GET /api/jobs/{id}/summary (seed 001's job summary): progress, and how each node is doing."""
+    """GET /api/jobs/{id}/summary (the Rust coordinator's job summary): progress, and how each node is doing."""
 
     id = serializers.IntegerField()
     name = serializers.CharField()

@@ -62,7 +62,7 @@ def job_summaries(jobs: list[Job]) -> list[dict[str, Any]]:
 
 
 class JobSummaryView(APIView):
-    """Steps, throughput and ETA, and how each node is doing (seed 001's job summary)."""
+    """Steps, throughput and ETA, and how each node is doing (the Rust coordinator's job summary)."""
 
     @extend_schema(responses=JobReportOut)
     def get(self, request, job_id: int):
@@ -71,7 +71,7 @@ class JobSummaryView(APIView):
 
 
 class JobSummariesView(APIView):
-    """The summary of every job the user may see, newest first (seed 001's `GET /jobs/summaries`)."""
+    """The summary of every job the user may see, newest first (the Rust coordinator's `GET /jobs/summaries`)."""
 
     @extend_schema(responses=JobReportOut(many=True), parameters=[
         OpenApiParameter("status", str, description="Only jobs in these states, comma-separated."),

@@ -432,8 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     parser.add_argument("--agents", type=int, default=int(os.environ.get("TORCHYARD_LOCAL_AGENTS", "2")))
     parser.add_argument("--data-dir", default=os.environ.get("TORCHYARD_DATA_DIR", "var"))
-    parser.add_argument("--policy", help="the placement policy of a job that names none (default pack; seed 004's "
-                        "server's --policy): TORCHYARD_PLACEMENT_POLICY for every process of the stack")
+    parser.add_argument("--policy", help="the placement policy of a job that names none (default pack; the Go "
+                        "scheduler's server's --policy): TORCHYARD_PLACEMENT_POLICY for every process of the stack")
     args = parser.parse_args(argv)
     if args.policy:
         os.environ["TORCHYARD_PLACEMENT_POLICY"] = args.policy

@@ -284,7 +284,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * @description Every machine (seed 003's workers) with its agent's health, what it has and what live nodes
+         * @description Every machine (DistroML's workers) with its agent's health, what it has and what live nodes
          *     hold there.
          */
         get: operations["cluster_workers_list"];
@@ -304,7 +304,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * @description Runs (attempts of jobs) of the projects the user may see, newest first (seed 003's experiments),
+         * @description Runs (attempts of jobs) of the projects the user may see, newest first (DistroML's experiments),
          *     each with the final and best value of every metric it reported.
          */
         get: operations["experiments_list"];
@@ -660,7 +660,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description Steps, throughput and ETA, and how each node is doing (seed 001's job summary). */
+        /** @description Steps, throughput and ETA, and how each node is doing (the Rust coordinator's job summary). */
         get: operations["jobs_summary_retrieve"];
         put?: never;
         post?: never;
@@ -698,7 +698,7 @@ export interface paths {
         put?: never;
         /**
          * @description Delete finished jobs older than an age with their nodes, events, checkpoints and artifacts,
-         *     files in the store included (seed 001's `POST /jobs/purge`). Staff, or a project's admin for
+         *     files in the store included (the Rust coordinator's `POST /jobs/purge`). Staff, or a project's admin for
          *     that project's jobs; `dry_run` answers the same without deleting anything.
          */
         post: operations["jobs_purge_create"];
@@ -715,7 +715,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The summary of every job the user may see, newest first (seed 001's `GET /jobs/summaries`). */
+        /** @description The summary of every job the user may see, newest first (the Rust coordinator's `GET /jobs/summaries`). */
         get: operations["jobs_summaries_list"];
         put?: never;
         post?: never;
@@ -785,7 +785,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description Capabilities of the machine the server runs on (the seed's "this machine"). */
+        /** @description Capabilities of the machine the server runs on (TransformerLab's "this machine"). */
         get: operations["network_capabilities_retrieve"];
         put?: never;
         post?: never;
@@ -967,7 +967,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * @description `/api/network/execute_job`: run a job now (what the seed's coordinator asked of a machine).
+         * @description `/api/network/execute_job`: run a job now (what TransformerLab's coordinator machine asked of a machine).
          *     Here the control plane places it, on the machine `target_machine` names when given (the whole
          *     job there, as dispatch_job), else where the planner chooses.
          */
@@ -1038,7 +1038,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description `/api/network/local_job_status/{job_id}`: what the seed's coordinator polled, the job's status. */
+        /** @description `/api/network/local_job_status/{job_id}`: what TransformerLab's coordinator machine polled, the job's status. */
         get: operations["network_local_job_status_retrieve"];
         put?: never;
         post?: never;
@@ -1071,7 +1071,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The canonical machine view; the seed's DELETE answers with a message instead of a 204. */
+        /** @description The canonical machine view; TransformerLab's DELETE answers with a message instead of a 204. */
         get: operations["network_machines_retrieve"];
         put?: never;
         post?: never;
@@ -1079,7 +1079,7 @@ export interface paths {
         delete: operations["network_machines_destroy"];
         options?: never;
         head?: never;
-        /** @description The canonical machine view; the seed's DELETE answers with a message instead of a 204. */
+        /** @description The canonical machine view; TransformerLab's DELETE answers with a message instead of a 204. */
         patch: operations["network_machines_partial_update"];
         trace?: never;
     };
@@ -1093,7 +1093,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * @description The whole job on one machine (the seed's remote job dispatch): a JobSpec, pinned there as one
+         * @description The whole job on one machine (TransformerLab's remote job dispatch): a JobSpec, pinned there as one
          *     node with every process of the job (templates.services.on_one_machine).
          */
         post: operations["network_machines_dispatch_job_create"];
@@ -1182,7 +1182,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * @description Seed 000's "prepare dependencies": warm the chosen machines' caches (the bundle, the
+         * @description TransformerLab's "prepare dependencies": warm the chosen machines' caches (the bundle, the
          *     environment of its requirements and `pip`) before a job needs them. Asynchronous: each
          *     machine's heartbeat lists what its cache holds (`capabilities.cache`).
          */
@@ -1990,7 +1990,7 @@ export interface components {
                 [key: string]: unknown;
             };
         };
-        /** @description Seed 000's DistributedPreferences, replaced as a whole by each save. */
+        /** @description TransformerLab's DistributedPreferences, replaced as a whole by each save. */
         DistributedPreferencesIn: {
             /** @description Machine ids, in order (the first would host the master): where manual selection starts. */
             preferred_machines?: number[];
@@ -2016,7 +2016,7 @@ export interface components {
             updated_at: string | null;
         };
         /**
-         * @description The seed's DistributedTrainingConfig; `plugin_name` is a registered plugin (`GET /api/plugins`)
+         * @description TransformerLab's DistributedTrainingConfig; `plugin_name` is a registered plugin (`GET /api/plugins`)
          *     or a built-in recipe (`mlp_ddp` or its path).
          */
         DistributedTrainingConfig: {
@@ -2098,7 +2098,7 @@ export interface components {
          * @enum {string}
          */
         EventTypeEnum: "state" | "log" | "metric" | "resource" | "checkpoint" | "artifact" | "result" | "preflight" | "stalled" | "stacks" | "pace" | "straggler";
-        /** @description The seed's remote execution: a job, as a JobSpec, to run now. */
+        /** @description TransformerLab's remote execution: a job, as a JobSpec, to run now. */
         ExecuteJobIn: {
             /** @description the JobSpec (DESIGN.md section 4) */
             job_data: components["schemas"]["JobSpec"];
@@ -2605,7 +2605,7 @@ export interface components {
             /** @description Jobs that matched beyond `limit`: purge again. */
             remaining: number;
         };
-        /** @description GET /api/jobs/{id}/summary (seed 001's job summary): progress, and how each node is doing. */
+        /** @description GET /api/jobs/{id}/summary (the Rust coordinator's job summary): progress, and how each node is doing. */
         JobReportOut: {
             id: number;
             name: string;
@@ -3464,7 +3464,7 @@ export interface components {
             last_heartbeat: string | null;
         };
         Placement: {
-            /** @description the server's default policy (pack unless TORCHYARD_PLACEMENT_POLICY says otherwise); pack: least waste, the machines a node fits most tightly; spread: the least loaded first; simple (seed 004): fewest free GPUs of at least min_gpu_memory left after placing, then least GPU memory beyond the asked; balanced (seed 004): fewest active tasks and most free GPUs; or a policy installed by the entry point group torchyard.placement_policies */
+            /** @description the server's default policy (pack unless TORCHYARD_PLACEMENT_POLICY says otherwise); pack: least waste, the machines a node fits most tightly; spread: the least loaded first; simple (the Go scheduler's): fewest free GPUs of at least min_gpu_memory left after placing, then least GPU memory beyond the asked; balanced (the Go scheduler's): fewest active tasks and most free GPUs; or a policy installed by the entry point group torchyard.placement_policies */
             policy?: string;
             /** @description manual placement: these machines, in this order (the first is the master) */
             machines?: string[];
@@ -3604,7 +3604,7 @@ export interface components {
             project?: string;
         };
         PluginOut: {
-            /** @description what the seed's routes take as plugin_name */
+            /** @description what TransformerLab's routes take as plugin_name */
             name: string;
             version: string;
             description: string;
@@ -4140,7 +4140,7 @@ export interface components {
             /** @description every machine that fits, in the planner's order */
             machines: components["schemas"]["MachineOut"][];
         };
-        /** @description A task: a name and the seed's DistributedTrainingConfig, or a whole JobSpec in `spec`. */
+        /** @description A task: a name and TransformerLab's DistributedTrainingConfig, or a whole JobSpec in `spec`. */
         TaskIn: {
             plugin_name?: string;
             /** @description the hyperparameters */
@@ -4167,10 +4167,10 @@ export interface components {
              * @default TRAIN
              */
             type?: components["schemas"]["TaskTypeEnum"];
-            /** @description Torchyard's: a whole JobSpec instead of the seed's fields */
+            /** @description Torchyard's: a whole JobSpec instead of TransformerLab's fields */
             spec?: components["schemas"]["JobSpec"];
         };
-        /** @description A saved task: the seed's DistributedTrainingConfig of its JobSpec, and the JobSpec itself. */
+        /** @description A saved task: TransformerLab's DistributedTrainingConfig of its JobSpec, and the JobSpec itself. */
         TaskOut: {
             id: number;
             name: string;

@@ -160,7 +160,7 @@ def test_the_plan_route_places_by_each_policy_name_and_refuses_an_unknown_one(ap
 def test_the_policies_route_lists_the_built_in_and_the_installed_ones(api, anonymous):
     listed = {p["name"]: p for p in api.get("/api/placement-policies").json()}
     assert list(listed)[:4] == ["pack", "spread", "simple", "balanced"]
-    assert listed["balanced"]["built_in"] and listed["balanced"]["description"].startswith("seed 004's balanced")
+    assert listed["balanced"]["built_in"] and listed["balanced"]["description"].startswith("the Go scheduler's balanced")
     assert listed["reverse-name"] == {"name": "reverse-name", "built_in": False,
                                       "description": "the tests' policy: machines by name, last first, none labelled avoid"}
     assert anonymous.get("/api/placement-policies").status_code == 401

@@ -40,7 +40,7 @@ describe('the New job form as a JobSpec', () => {
     expect(buildSpec(withCode, null)).toMatchObject({
       entrypoint: 'main.py',
       code: { bundle: 'ef'.repeat(32) },
-      // Through the plugin harness under accelerate, as the seed's routes run a plugin.
+      // Through the plugin harness under accelerate, as TransformerLab's routes run a plugin.
       distributed: { launcher: 'accelerate' },
       args: ['--fp16'],
     })

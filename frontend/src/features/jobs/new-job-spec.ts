@@ -21,9 +21,9 @@ export interface NewJobFormState {
   config: string
   /** `--steps N`, which the built-in recipes take; a plugin with a bundle reads its config instead. */
   steps: string
-  /** Seed 000's "Distributed training" toggle: off, the job runs on one machine. */
+  /** TransformerLab's "Distributed training" toggle: off, the job runs on one machine. */
   distributed: boolean
-  /** Off: the one machine picked by name (seed 000's remote job dispatch), '' for any. */
+  /** Off: the one machine picked by name (TransformerLab's remote job dispatch), '' for any. */
   machine: string
   nodes: string
   procs_per_node: string
@@ -49,7 +49,7 @@ type Launcher = NonNullable<NonNullable<JobSpecInput['distributed']>['launcher']
 
 /**
  * How an uploaded plugin runs: `accelerate launch` on each node, its entrypoint through the plugin
- * harness (an `accelerator` in its __main__), as the seed's routes run it (plugins/services.py).
+ * harness (an `accelerator` in its __main__), as TransformerLab's routes run it (plugins/services.py).
  */
 export const PLUGIN_LAUNCHER: Launcher = 'accelerate'
 
@@ -148,7 +148,7 @@ export function freeGpus(machine: Machine): number {
 }
 
 /**
- * The form with the user's saved distributed defaults in place (seed 000's DistributedPreferences):
+ * The form with the user's saved distributed defaults in place (TransformerLab's DistributedPreferences):
  * more than one machine turns distributed training on; one machine, picked by hand, is the
  * single-machine choice.
  */

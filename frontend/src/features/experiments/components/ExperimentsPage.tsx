@@ -8,7 +8,7 @@ import { CompareView } from './CompareView'
 import { RunsTable } from './RunsTable'
 
 /**
- * Seed 003's experiments: every run (an attempt of a job) the user can see; they tick several and
+ * DistroML's experiments: every run (an attempt of a job) the user can see; they tick several and
  * Compare puts them in the URL (`/experiments?runs=7.1,9.0`), so a comparison is a link to share.
  */
 export function ExperimentsPage() {

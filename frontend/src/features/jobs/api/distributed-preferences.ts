@@ -4,7 +4,7 @@ import type { components } from '../../../lib/api-schema'
 import { machinesQueryOptions } from '../../machines/api/get-machines'
 import { preferencesOf, preferredNamesOf, type NewJobFormState } from '../new-job-spec'
 
-/** Seed 000's DistributedPreferences as the server keeps them for the signed-in user. */
+/** TransformerLab's DistributedPreferences as the server keeps them for the signed-in user. */
 export type DistributedPreferences = components['schemas']['DistributedPreferencesOut']
 export type DistributedPreferencesInput = components['schemas']['DistributedPreferencesIn']
 

@@ -8,12 +8,12 @@ import { getJob } from './get-job'
 /** What Launch submits: the planned spec, and the one machine it goes to when one was picked. */
 export interface Launch {
   spec: JobSpecInput
-  /** Seed 000's remote job dispatch: the whole job on this machine. Null: where the planner chooses. */
+  /** TransformerLab's remote job dispatch: the whole job on this machine. Null: where the planner chooses. */
   machineId: number | null
 }
 
 /**
- * POST /api/network/machines/{id}/dispatch_job (the seed's "run an entire job on a single remote
+ * POST /api/network/machines/{id}/dispatch_job (TransformerLab's "run an entire job on a single remote
  * machine"), then the job it became, as POST /api/jobs would have answered it.
  */
 export async function dispatchJobToMachine(spec: JobSpecInput, machineId: number): Promise<JobDetail> {

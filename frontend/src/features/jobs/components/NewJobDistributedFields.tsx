@@ -53,7 +53,7 @@ function MachinePicker({ form, errors, onChange }: Props) {
 }
 
 /**
- * Seed 000's remote job dispatch: the whole job on one machine picked here, or on whichever the
+ * TransformerLab's remote job dispatch: the whole job on one machine picked here, or on whichever the
  * planner picks. A picked machine that stopped reporting stays listed, so the choice is not lost.
  */
 function SingleMachinePicker({ form, errors, onChange }: Props) {
@@ -81,7 +81,7 @@ function SingleMachinePicker({ form, errors, onChange }: Props) {
 }
 
 /**
- * Where the job runs. Without distributed training: one machine, picked or any. With it (seed 000's
+ * Where the job runs. Without distributed training: one machine, picked or any. With it (TransformerLab's
  * toggle): how many machines, what each needs, and which ones.
  */
 export function NewJobDistributedFields({ form, errors, onChange }: Props) {
@@ -129,8 +129,8 @@ export function NewJobDistributedFields({ form, errors, onChange }: Props) {
           >
             <option value="pack">pack (fewest, fullest machines)</option>
             <option value="spread">spread (least loaded first)</option>
-            <option value="simple">simple (seed 004: least GPU waste)</option>
-            <option value="balanced">balanced (seed 004: fewest tasks, most free GPUs)</option>
+            <option value="simple">simple (from the Go scheduler: least GPU waste)</option>
+            <option value="balanced">balanced (from the Go scheduler: fewest tasks, most free GPUs)</option>
           </select>
         </Field>
       )}

@@ -36,7 +36,7 @@ interface NewJobFormProps {
 /**
  * The New job form: Plan shows where every rank would go (POST /api/jobs/plan, nothing launched);
  * Launch submits exactly the spec that was planned, to the one machine picked when distributed
- * training is off and a machine is (seed 000's remote dispatch). A request that got no answer or a
+ * training is off and a machine is (TransformerLab's remote dispatch). A request that got no answer or a
  * server error offers Retry; the form keeps everything typed whatever happens.
  */
 export function NewJobForm({ onCreated, onCancel }: NewJobFormProps) {

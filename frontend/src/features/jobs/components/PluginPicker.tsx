@@ -13,7 +13,7 @@ const labelOf = (plugin: Plugin) =>
   [plugin.name, plugin.version && `v${plugin.version}`, plugin.builtin && '(built-in)'].filter(Boolean).join(' ')
 
 /**
- * The plugins a job may run (seed 000: uploaded ones and the built-in recipes). Picking one fills
+ * The plugins a job may run (TransformerLab's: uploaded ones and the built-in recipes). Picking one fills
  * the entrypoint and its default config; until the list arrives (NewJobForm then picks the default
  * recipe) the entrypoint the form holds stands alone.
  */

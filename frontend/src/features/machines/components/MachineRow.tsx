@@ -63,7 +63,7 @@ export function MachineRow({ machine: m, canManage, roundTrip, checking, onRound
           <div className="strong" title={m.name}>
             {m.name}
           </div>
-          {/* The address the other nodes reach it at, and the port seed 000's machine list records beside it
+          {/* The address the other nodes reach it at, and the port TransformerLab's machine list records beside it
               (the agent dials out and listens on no port of its own). */}
           <div className="mono muted" title={hostAndPort(m)}>
             {hostAndPort(m)}

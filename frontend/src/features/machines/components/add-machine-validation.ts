@@ -10,7 +10,7 @@ export interface AddMachineInput {
   labels: string
 }
 
-/** MachineIn's default port, which seed 000's machine list records beside the host. */
+/** MachineIn's default port, which TransformerLab's machine list records beside the host. */
 export const DEFAULT_PORT = 8001
 
 export type AddMachineErrors = Partial<Record<keyof AddMachineInput, string[]>>
