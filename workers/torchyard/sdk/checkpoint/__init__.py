@@ -388,16 +388,21 @@ def _save(
             prepared = True
         except Exception as exc:  # noqa: BLE001 - a store problem must not end training
             prepared = f"cannot prepare {step_dir} in {checkpoint_url()}: {exc!r}"
-    prepared = _from_rank0(prepared, group)
-    if prepared is not True:
-        if me == 0:
-            _warn(f"checkpoint at step {step} not saved: {prepared}")
-        return False
-
-    if failed is None:
-        entries, error = _write_data(store, step_dir, state, sharded, group)
-    else:
+    if sharded:
+        # Every rank writes its part: each must know first that the store took the step.
+        prepared = _from_rank0(prepared, group)
+        if prepared is not True:
+            if me == 0:
+                _warn(f"checkpoint at step {step} not saved: {prepared}")
+            return False
+    # Replicated state is rank 0's to write: the others wait for no verdict (a collective fewer on
+    # every save), and a store that could not prepare is rank 0's error in the exchange below.
+    if failed is not None:
         entries, error = [], failed  # still take part in every collective below, or the others hang
+    elif prepared is not True and me == 0:
+        entries, error = [], str(prepared)
+    else:
+        entries, error = _write_data(store, step_dir, state, sharded, group)
     _pause_after_write_for_tests()
     # Every rank reaches this exchange, whatever happened to it: it is the barrier before the commit.
     results = _gather((entries, error, blocking), group)
