@@ -7,6 +7,16 @@ from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.jobs.spec import JobSpecSerializer
 from torchyard_server.machines.services import machine_create, machine_record_heartbeat
 
+# DistroML's JobSpec (its section 8.3), as written.
+DISTROML_JOBSPEC = {
+    "name": "mnist-ddp-demo", "framework": "pytorch", "model": "mlp", "dataset": "synthetic",
+    "resources": {"workers": 4, "gpus_per_worker": 0},
+    "distributed": {"strategy": "data_parallel", "backend": "gloo"},
+    "hyperparameters": {"batch_size": 64, "lr": 0.001, "epochs": 2},
+    "checkpointing": {"enabled": True, "every_n_steps": 200, "store": "local"},
+    "compression": {"enabled": False},
+}
+
 
 def bring_online(name: str, *, gpus: list[dict] | None = None, cpu_count: int = 4):
     """Register a machine and apply one heartbeat, as its agent's first report would."""

@@ -1,6 +1,7 @@
 """POST /api/jobs and POST /api/jobs/plan: bad input gets a 400 with field errors, never a 500."""
 
 import pytest
+from factories import DISTROML_JOBSPEC
 from torchyard import recipe_params
 from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job
@@ -99,14 +100,7 @@ def test_args_are_kept_verbatim_as_an_argv_list(api, two_machines):
 
 
 def test_the_distroml_jobspec_is_accepted_as_written(api, two_machines):
-    distroml = {
-        "name": "mnist-ddp-demo", "framework": "pytorch", "model": "mlp", "dataset": "synthetic",
-        "resources": {"workers": 4, "gpus_per_worker": 0},
-        "distributed": {"strategy": "data_parallel", "backend": "gloo"},
-        "hyperparameters": {"batch_size": 64, "lr": 0.001, "epochs": 2},
-        "checkpointing": {"enabled": True, "every_n_steps": 200, "store": "local"},
-        "compression": {"enabled": False},
-    }
+    distroml = DISTROML_JOBSPEC
     plan = api.post("/api/jobs/plan", distroml, format="json")
     assert plan.status_code == 200, plan.json()
     assert plan.json()["world_size"] == 4

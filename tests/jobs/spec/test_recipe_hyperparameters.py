@@ -5,20 +5,14 @@ read, or cannot take, is a 400 at `hyperparameters.<name>` saying why. A job's o
 from __future__ import annotations
 
 import pytest
+from factories import DISTROML_JOBSPEC
 from torchyard_server.bundles.models import Bundle
 from torchyard_server.jobs.models import Job
 
 pytestmark = pytest.mark.django_db
 
 SHA = "e" * 64
-DISTROML = {  # DistroML's JobSpec (its section 8.3), as written
-    "name": "mnist-ddp-demo", "framework": "pytorch", "model": "mlp", "dataset": "synthetic",
-    "resources": {"workers": 4, "gpus_per_worker": 0},
-    "distributed": {"strategy": "data_parallel", "backend": "gloo"},
-    "hyperparameters": {"batch_size": 64, "lr": 0.001, "epochs": 2},
-    "checkpointing": {"enabled": True, "every_n_steps": 200, "store": "local"},
-    "compression": {"enabled": False},
-}
+DISTROML = DISTROML_JOBSPEC
 
 
 def submit(api, hyperparameters: dict, **fields):
