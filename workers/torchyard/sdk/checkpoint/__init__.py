@@ -397,6 +397,8 @@ def _save(
             return False
     # Replicated state is rank 0's to write: the others wait for no verdict (a collective fewer on
     # every save), and a store that could not prepare is rank 0's error in the exchange below.
+    entries: list[FileEntry]
+    error: str | None
     if failed is not None:
         entries, error = [], failed  # still take part in every collective below, or the others hang
     elif prepared is not True and me == 0:
