@@ -217,7 +217,7 @@ def _skipped(machines: list[Candidate], reasons: dict[int, str]) -> list[dict[st
 
 def order_machines(machines: list[Candidate], policy: str, need: Need | None = None) -> list[Candidate]:
     """The machines in the order of placement policy `policy` (jobs/policies.py: pack, spread,
-    simple, balanced or an installed one). Suspect machines after all the others, whichever."""
+    simple, balanced or an installed one). A suspect machine is not schedulable: why_not skips it."""
     return policies.ordered(policy, machines, need or Need(procs=1))[0]
 
 
