@@ -26,6 +26,7 @@ def test_the_seed_routes_answer_json_and_a_browser_page_load_gets_the_dashboard(
             response = api.get(path, HTTP_ACCEPT=accept)
             assert response.status_code == 200 and response["Content-Type"] == "application/json", (path, accept)
     assert api.get("/jobs").json()[0]["id"] == job_id
+    assert api.get(f"/jobs/{job_id}").json()["name"] == "demo-worker"  # no job_id, no JOB_ID on the server
     assert api.get(f"/jobs/{job_id}/summary").json()["status"] == "queued"
     for path in ("/jobs", f"/jobs/{job_id}"):
         page = api.get(path, HTTP_ACCEPT=BROWSER)

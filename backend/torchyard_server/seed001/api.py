@@ -30,6 +30,7 @@ from ..jobs.spec import JobSpecSerializer
 WORKER = "examples/seed001_worker.py"
 DEFAULT_CHECKPOINT_EVERY = 5  # the coordinator's CHECKPOINT_EVERY
 RESTART_DELAY = 0.5  # the coordinator's first wait before a restart, then doubling
+DEFAULT_NAME = "demo-worker"  # a body without job_id, on a server without JOB_ID: the job runs the demo worker
 # Credentials as on every route; then, in embedded mode, the server's own OS user over loopback.
 AUTHENTICATION = [*api_settings.DEFAULT_AUTHENTICATION_CLASSES, LocalPeerAuthentication]
 
@@ -77,7 +78,7 @@ def job_spec(body: dict[str, Any]) -> dict[str, Any]:
     fault_tolerance = {"restart_delay": RESTART_DELAY,
                        **{key: values[key] for key in ("heartbeat_timeout", "max_restarts") if key in values}}
     spec: dict[str, Any] = {
-        "name": values.get("job_id") or "seed001",
+        "name": values.get("job_id") or DEFAULT_NAME,
         "entrypoint": WORKER,
         "resources": {"workers": values["world_size"]},
         "checkpointing": {"enabled": every > 0, **({"every_n_steps": every} if every > 0 else {})},
