@@ -80,13 +80,18 @@ def _entries(log: Path, kind: str) -> list[list[str]]:
     return [line.split()[1:] for line in log.read_text().splitlines() if line.startswith(kind + " ")]
 
 
-def run_round(work: Path, shards_dir: Path, world: int, every: int) -> tuple[float, list[float]]:
-    """(steps a second of the slowest worker, from its first step to its last; every checkpoint
-    write's seconds) of one run to its end."""
+def _start(work: Path, shards_dir: Path, world: int, every: int) -> tuple[Path, list[Path], list[subprocess.Popen]]:
+    """Every worker of a new run: (its checkpoint folder, each worker's log, each worker)."""
     ckpt = work / f"plain-{time.monotonic_ns()}"
     ckpt.mkdir(parents=True)
     logs = [ckpt / f"rank-{r}.log" for r in range(world)]
-    procs = [_spawn(r, world, shards_dir, ckpt, every, logs[r]) for r in range(world)]
+    return ckpt, logs, [_spawn(r, world, shards_dir, ckpt, every, logs[r]) for r in range(world)]
+
+
+def run_round(work: Path, shards_dir: Path, world: int, every: int) -> tuple[float, list[float]]:
+    """(steps a second of the slowest worker, from its first step to its last; every checkpoint
+    write's seconds) of one run to its end."""
+    _, logs, procs = _start(work, shards_dir, world, every)
     assert all(p.wait(timeout=600) == 0 for p in procs)
     rates, writes = [], []
     for log in logs:
@@ -99,10 +104,7 @@ def run_round(work: Path, shards_dir: Path, world: int, every: int) -> tuple[flo
 
 def restart_round(work: Path, shards_dir: Path, world: int, every: int) -> float:
     """kill -9 of the last worker -> its replacement's first step (after the 500 ms backoff), in seconds."""
-    ckpt = work / f"plain-restart-{time.monotonic_ns()}"
-    ckpt.mkdir(parents=True)
-    logs = [ckpt / f"rank-{r}.log" for r in range(world)]
-    procs = [_spawn(r, world, shards_dir, ckpt, every, logs[r]) for r in range(world)]
+    ckpt, logs, procs = _start(work, shards_dir, world, every)
     victim = world - 1
     try:
         deadline = time.monotonic() + 60

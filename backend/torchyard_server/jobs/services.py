@@ -831,7 +831,8 @@ def jobs_supervise() -> None:
 def _recover_stalled() -> None:
     """A recovery whose delayed task was lost (broker restart) is picked up here."""
     now = timezone.now()
-    for job in Job.objects.filter(status=J.RECOVERING):
+    # Quiet for 10 s first: the job's spec (its restart_delay) is read only for those.
+    for job in Job.objects.filter(status=J.RECOVERING, updated_at__lt=now - timedelta(seconds=10)):
         if job.updated_at < now - timedelta(seconds=_restart_delay(job) + 10) and not _live_nodes(job):
             job_recover(job_id=job.pk)
 

@@ -215,7 +215,7 @@ def dispatch_rank(*, request, body: dict[str, Any], given: dict[str, Any]) -> tu
         # One dispatch of this user at a time: two ranks arriving together must not both miss the other.
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()
         RankDispatch.objects.filter(owner=user, job=None, created_at__lt=timezone.now() - RANK_DISPATCH_WINDOW).delete()
-        rows = list(RankDispatch.objects.filter(owner=user, key=key).select_related("machine"))
+        rows = gathering_rows(user=user, key=key)
         submitted = next((r.job_id for r in rows if r.job_id), None)
         if submitted is not None:
             same = any(r.rank == rank and r.machine_id == machine.pk for r in rows)
@@ -235,7 +235,7 @@ def dispatch_rank(*, request, body: dict[str, Any], given: dict[str, Any]) -> tu
             raise serializers.ValidationError(errors)
         RankDispatch.objects.update_or_create(owner=user, key=key, rank=rank, defaults={
             "world_size": world_size, "machine": machine, "config": config, "master_addr": addr})
-        rows = list(RankDispatch.objects.filter(owner=user, key=key).select_related("machine").order_by("rank"))
+        rows = gathering_rows(user=user, key=key)
         if len(rows) < world_size:
             return gathering_status(key, rows), status.HTTP_202_ACCEPTED
         # Every rank is in: the job, each node on its rank's machine. Refused (PlanError) when those

@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torchyard import recipe_optimizer, recipe_params
+from torchyard.examples.mlp_ddp import refused
 
 CORPUS_MODULES = (
     "textwrap", "argparse", "dataclasses", "functools", "contextlib", "string", "shlex",
@@ -218,17 +219,9 @@ def learning_rate(step: int, total: int, hp: dict) -> float:
     return float(hp["min_lr"]) + 0.5 * (peak - float(hp["min_lr"])) * (1 + math.cos(math.pi * progress))
 
 
-def refused(argv: list[str] | None) -> bool:
-    """Print why the job's hyperparameters cannot run here, if they cannot (see mlp_ddp.refused)."""
-    lines = recipe_params.refusals(RECIPE, sdk.job_config()["hyperparameters"], sys.argv[1:] if argv is None else argv)
-    for line in lines:
-        print(f"rank {sdk.rank()}: {line}", file=sys.stderr, flush=True)
-    return bool(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if refused(argv):
+    if refused(RECIPE, argv):
         return 2
     # Several processes (other ranks, other nodes of the job) often share one machine's cores, and
     # torch's OpenMP threads slow down several-fold when oversubscribed: one thread unless told.
@@ -249,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         data.vocab_size, int(hp["block_size"]), int(hp["n_layer"]), int(hp["n_head"]), int(hp["n_embd"]),
         float(hp["dropout"]),
     ).to(device)  # fmt: skip
-    optimizer = recipe_optimizer.build_optimizer(model.parameters(), hp, default="adamw", weight_decay=0.01)
+    optimizer = recipe_optimizer.build_optimizer(model.parameters(), hp, default=recipe_params.DEFAULT_OPTIMIZER[RECIPE],
+                                               weight_decay=0.01)
     global_batch = int(hp["batch_size"]) * world
     args.steps = recipe_params.steps(hp, args.steps, getattr(data, "epoch_windows", None), global_batch)
     every = sdk.checkpoint.every_n_steps(args.checkpoint_every)

@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     args.steps = recipe_params.steps(hp, args.steps, epoch_size, sampler.global_batch_size)
     torch.manual_seed(args.seed)  # identical initial weights everywhere (DDP also broadcasts rank 0's)
     model = MLP(input_dim, int(hp["hidden"]), data.outputs).to(device)
-    optimizer = recipe_optimizer.build_optimizer(model.parameters(), hp, default="adam")
+    optimizer = recipe_optimizer.build_optimizer(model.parameters(), hp, default=recipe_params.DEFAULT_OPTIMIZER[RECIPE])
     every = sdk.checkpoint.every_n_steps(args.checkpoint_every)
 
     start = 0

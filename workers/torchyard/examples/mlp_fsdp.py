@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     model = MLP(int(hp["input_dim"]), int(hp["hidden"])).to(device)
     if distributed:
         shard_model(model, device)
-    optimizer = recipe_optimizer.build_optimizer(model.parameters(), hp, default="adam")
+    optimizer = recipe_optimizer.build_optimizer(model.parameters(), hp, default=recipe_params.DEFAULT_OPTIMIZER[RECIPE])
     # Endless batches, each (rank, step) its own; with an epoch declared (dataset_size, or epochs
     # asked for), samples by global position over that many, which every epoch sees again.
     epoch_size = recipe_params.synthetic_epoch(hp)

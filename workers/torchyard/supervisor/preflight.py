@@ -147,10 +147,18 @@ Tick = Callable[[str], None]
 
 
 def _reply(sock: socket.socket, **answer: Any) -> None:
+    _send(sock, _line(answer))
+
+
+def _line(answer: dict[str, Any]) -> bytes:
+    return (json.dumps(answer) + "\n").encode()
+
+
+def _send(sock: socket.socket, line: bytes) -> None:
     with contextlib.suppress(OSError):
         sock.setblocking(True)
         sock.settimeout(2.0)
-        sock.sendall((json.dumps(answer) + "\n").encode())
+        sock.sendall(line)
 
 
 def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
@@ -363,15 +371,19 @@ class MasterListener:
                 if links is not None and roster is not None:
                     links.one_stack = link_probes.pairs_apart(roster) == 0
                 if links is not None and roster is not None and not links.one_stack:
+                    # One line for every peer, encoded once (the links report grows with the square of the nodes).
+                    go = _line({"ok": True, "warm": decision, "roster": {str(rank): node for rank, node in roster.items()}})
                     for sock in pending.values():
-                        _reply(sock, ok=True, warm=decision, roster={str(rank): node for rank, node in roster.items()})
+                        _send(sock, go)
                     links.report = _gather_links(pending, roster, links, tick, master_addr=master_addr,
                                                  machines=machines or {})
+                    report = _line({"links": links.report})
                     for sock in pending.values():
-                        _reply(sock, links=links.report)
+                        _send(sock, report)
                 else:
+                    go = _line({"ok": True, "warm": decision})
                     for sock in pending.values():
-                        _reply(sock, ok=True, warm=decision)
+                        _send(sock, go)
             except PreflightError as exc:
                 for sock in pending.values():
                     _reply(sock, ok=False, error=f"the master's preflight failed: {exc}", permanent=exc.permanent)
@@ -436,8 +448,7 @@ def _roster(links: LinkProbe, seen: dict[int, dict[str, Any]]) -> dict[int, dict
     sent no probe port (nothing is measured then)."""
     if not all(isinstance(hello.get("probe_port"), int) for hello in seen.values()):
         return None
-    return {0: {"probe_port": links.port, "addresses": links.addresses, "stack": links.stack,
-                "hostname": socket.gethostname()},
+    return {0: {**links.hello(), "hostname": socket.gethostname()},
             **{rank: {"probe_port": hello["probe_port"], "addresses": list(hello.get("addresses") or []),
                       "stack": str(hello.get("stack") or ""), "hostname": hello.get("hostname", "")}
                for rank, hello in seen.items()}}

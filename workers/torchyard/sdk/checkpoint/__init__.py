@@ -322,8 +322,9 @@ def save(
     started = time.perf_counter()
     step = int(step)
     background.wait(why=f"checkpoint at step {step}")
-    # Read from the live state on the caller's thread, before a staged copy stands for it.
-    described = describe_state(state, epoch)
+    # Read from the live state on the caller's thread, before a staged copy stands for it; only rank
+    # 0 writes the manifest it goes into.
+    described = describe_state(state, epoch) if context.rank() == 0 else {}
     if not async_:
         return _save(state, step, sharded, metadata, keep, described, group=None, started=started,
                      background_started=None)
