@@ -3,8 +3,8 @@ reports go through, and jobs and nodes with valid specs for tests that start pas
 
 from __future__ import annotations
 
+from torchyard_server.jobs.intake.serializer import JobSpecSerializer
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.spec import JobSpecSerializer
 from torchyard_server.machines.services import machine_create, machine_record_heartbeat
 
 # DistroML's JobSpec (its section 8.3), as written.

@@ -8,8 +8,11 @@ from .audit import api as audit
 from .bundles import api as bundles
 from .checkpoints import api as checkpoints
 from .experiments import api as experiments
-from .jobs import agent_api, cluster, policies_api, queue_api, ray_proxy
-from .jobs import api as jobs
+from .jobs.api import agent as agent_api
+from .jobs.api import cluster, ray_proxy
+from .jobs.api import policies as policies_api
+from .jobs.api import queue as queue_api
+from .jobs.api import views as jobs
 from .live import sse
 from .machines import api as machines
 from .network import urls as network_urls

@@ -21,8 +21,8 @@ from torchyard_server.accounts.services import api_token_create
 from torchyard_server.artifacts.services import artifacts_record, function_result_record
 from torchyard_server.bundles.models import Bundle
 from torchyard_server.checkpoints.models import CheckpointManifest
+from torchyard_server.jobs.intake.serializer import JobSpecSerializer
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.spec import JobSpecSerializer
 from torchyard_server.machines.services import machine_create, machine_delete
 from torchyard_server.plugins.models import Plugin
 from torchyard_server.projects.models import Membership, Project

@@ -37,10 +37,10 @@ from torchyard import protocol
 from torchyard_server.artifacts.models import Artifact
 from torchyard_server.bundles.models import Bundle
 from torchyard_server.checkpoints.models import CheckpointManifest
-from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.control.dispatch import job_preview_plan
+from torchyard_server.jobs.intake.serializer import JobSpecSerializer
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.services import job_preview_plan
-from torchyard_server.jobs.spec import JobSpecSerializer
+from torchyard_server.jobs.spec.jobspec import JobSpec
 from torchyard_server.machines.models import Machine
 from torchyard_server.streaming.models import JobEvent
 

@@ -115,8 +115,8 @@ def seed_job(stack: Stack, name: str, nodes: int, lines: int) -> int:
     """A finished job of `nodes` one-rank nodes with `lines` log lines and STEPS metrics per rank,
     stored as ingest stores them; its id."""
     from django.contrib.auth import get_user_model
+    from torchyard_server.jobs.intake.serializer import JobSpecSerializer
     from torchyard_server.jobs.models import Job, JobNode
-    from torchyard_server.jobs.spec import JobSpecSerializer
     from torchyard_server.projects.models import Project
     from torchyard_server.streaming.bulk import StoredEvent, insert_events
 

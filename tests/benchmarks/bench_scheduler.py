@@ -1,4 +1,4 @@
-"""Benchmark `scheduler`: the queue (jobs/queue.py) on 20 simulated machines.
+"""Benchmark `scheduler`: the queue (jobs/placement/queue.py) on 20 simulated machines.
 
 A real stack (`torchyard-server run`, no local agents, a PostgreSQL database and a Redis server of
 its own), 20 machines registered through the API and kept online by the simulated agents of
@@ -160,7 +160,7 @@ def time_evaluations(database_url: str, passes: int) -> tuple[list[float], int, 
     import django
 
     django.setup()
-    from torchyard_server.jobs.queue import queue_preview
+    from torchyard_server.jobs.placement.queue import queue_preview
 
     took, decided, starting = [], 0, 0
     for _ in range(passes):

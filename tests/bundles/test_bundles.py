@@ -132,7 +132,7 @@ def test_a_machine_fetches_a_bundle_only_for_a_job_placed_on_it(api, anonymous, 
 
 
 def test_a_signed_grant_lets_one_machine_warm_its_cache_with_one_bundle(api, anonymous):
-    from torchyard_server.jobs.agent_api import bundle_grant
+    from torchyard_server.jobs.control.grants import bundle_grant
     from torchyard_server.machines.services import machine_create
 
     body = archive({"train.py": b"print(1)\n"})

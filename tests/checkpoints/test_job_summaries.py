@@ -10,9 +10,10 @@ from clients import signed_in
 from django.utils import timezone
 from factories import make_job
 from torchyard_server.checkpoints.models import CheckpointManifest
-from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.control.metrics import job_record_progress
+from torchyard_server.jobs.control.submit import _initial_progress
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.services import _initial_progress, job_record_progress
+from torchyard_server.jobs.spec.jobspec import JobSpec
 from torchyard_server.projects.models import Membership, Project
 
 pytestmark = pytest.mark.django_db

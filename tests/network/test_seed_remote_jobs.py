@@ -16,8 +16,8 @@ import redis
 from clients import signed_in
 from django.conf import settings as django_settings
 from torchyard import protocol
+from torchyard_server.jobs.control.queue_pass import job_schedule
 from torchyard_server.jobs.models import Job
-from torchyard_server.jobs.services import job_schedule
 from torchyard_server.machines.models import Machine
 from torchyard_server.machines.services import machine_create
 from torchyard_server.network.models import RankDispatch

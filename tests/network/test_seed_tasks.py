@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from clients import signed_in
 from rest_framework.test import APIClient
-from torchyard_server.jobs import secretbox
 from torchyard_server.jobs.models import Job
+from torchyard_server.jobs.spec import secretbox
 from torchyard_server.projects.models import Membership, Project
 from torchyard_server.templates.models import JobTemplate
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 from clients import signed_in
+from torchyard_server.jobs.control.queue_pass import job_schedule
 from torchyard_server.jobs.models import Job
-from torchyard_server.jobs.services import job_schedule
 from torchyard_server.machines.models import Machine
 from torchyard_server.network.models import RankDispatch
 from torchyard_server.templates.models import JobTemplate

@@ -12,9 +12,9 @@ from clients import signed_in
 from factories import bring_online
 from prometheus_client.parser import text_string_to_metric_families
 from torchyard import protocol
+from torchyard_server.jobs.control.queue_pass import queue_schedule
+from torchyard_server.jobs.control.reports import node_report_state
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.queue import queue_schedule
-from torchyard_server.jobs.services import node_report_state
 from torchyard_server.projects.models import Membership, Project
 from torchyard_server.usage.models import NodeUsage
 

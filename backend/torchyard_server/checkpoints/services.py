@@ -6,9 +6,9 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ..jobs.jobspec import JobSpec
+from ..jobs.control.resize import job_grow_at_checkpoint, job_replace_stragglers_at_checkpoint
 from ..jobs.models import Job
-from ..jobs.services import job_grow_at_checkpoint, job_replace_stragglers_at_checkpoint
+from ..jobs.spec.jobspec import JobSpec
 from .models import CheckpointManifest
 
 

@@ -15,7 +15,7 @@ from ..artifacts.models import Artifact
 from ..checkpoints.models import CheckpointManifest
 from ..jobs.models import Job, JobNode
 from ..jobs.selectors import job_list, jobs_visible_to
-from ..jobs.spec_secrets import public_spec
+from ..jobs.spec.secrets import public_spec
 from ..jobs.states import NODE_LIVE
 from ..streaming.metrics import (
     bucketed,

@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from ..artifacts.serializers import ArtifactOut
 from ..checkpoints.serializers import CheckpointOut
-from ..jobs.serializers import JobNodeOut
+from ..jobs.api.serializers import JobNodeOut
 from ..streaming.serializers import MetricBucketOut, MetricSummaryOut
 from .runs import RUN_ID
 

@@ -10,7 +10,7 @@ class JobsConfig(AppConfig):
         from ..machines.registries import machine_removals, usage_lookups
         from ..projects.registries import held_lookups, project_change_listeners
         from . import hooks
-        from .policies import default_policy_check
+        from .placement.policies import default_policy_check
         from .registries import event_appliers
 
         machine_removals.register(hooks.LiveNodesOnRemovedMachine())

@@ -12,14 +12,16 @@ from torchyard import protocol
 from ..machines.models import Machine
 from ..machines.registries import MachineRemoval, UsageLookup
 from ..projects.registries import HeldLookup, ProjectChangeListener
-from .links import job_record_links
+from .control.links import job_record_links
+from .control.metrics import job_record_progress
+from .control.reports import node_report_state
+from .control.stalls import job_record_stall
+from .control.stragglers import job_record_pace
+from .control.supervision import nodes_on_removed_machine
+from .placement.quotas import held_by_project
 from .queue_poke import queue_poke_on_commit
-from .quotas import held_by_project
 from .registries import AppliedEvent, EventApplier
 from .selectors import usage_by_machine
-from .services import job_record_progress, node_report_state, nodes_on_removed_machine
-from .stalls import job_record_stall
-from .stragglers import job_record_pace
 
 
 class LiveNodesOnRemovedMachine(MachineRemoval):

@@ -15,7 +15,7 @@ class Job(models.Model):
         DISPATCHING = "dispatching"
         RUNNING = "running"
         RECOVERING = "recovering"
-        # Lossless preemption (jobs/queue.py): asked to checkpoint and yield its GPUs to a job of
+        # Lossless preemption (jobs/placement/queue.py): asked to checkpoint and yield its GPUs to a job of
         # higher priority (or to a project reclaiming its quota); then waiting in the queue again.
         PREEMPTING = "preempting"
         PREEMPTED = "preempted"
@@ -45,7 +45,7 @@ class Job(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
     project = models.ForeignKey("projects.Project", on_delete=models.PROTECT, related_name="jobs",
                                 default=default_project_pk)
-    # The queue (jobs/queue.py): higher first, then by submission (created_at). The spec's priority
+    # The queue (jobs/placement/queue.py): higher first, then by submission (created_at). The spec's priority
     # at submission; changed by PATCH /api/jobs/{id} since (audited).
     priority = models.IntegerField(default=0, db_index=True)
     # When the job last entered `queued` (submitted, or sent back by a recovery that found no room).

@@ -1,4 +1,4 @@
-"""Asking for a queue pass (jobs/queue.py) when something may let a queued job start: a submission,
+"""Asking for a queue pass (jobs/placement/queue.py) when something may let a queued job start: a submission,
 a job's end, a recovery sent back to the queue. Many asks before a pass starts make one pass: the
 first sets a Redis key and sends the task, the pass deletes the key as it starts, so an ask that
 comes while a pass runs sends the next one (it may not have seen what that ask was about). The

@@ -31,7 +31,7 @@ class CheckpointTimes(Instance):
         raise NotImplementedError
 
 
-# How much work a preemption would lose (jobs/queue.py). Without an answer every job counts as never
+# How much work a preemption would lose (jobs/placement/queue.py). Without an answer every job counts as never
 # having checkpointed.
 checkpoint_times: Registry[CheckpointTimes] = Registry("checkpoint times", single=True)
 
@@ -43,7 +43,7 @@ def last_checkpoint_times(job_ids: list[int]) -> dict[int, float]:
 
 class QueueListener(Instance):
     def queue_changed(self, entries: list[dict[str, Any]]) -> None:
-        """The queue as it now stands (jobs/queue.py queue_entries), after a pass, on commit."""
+        """The queue as it now stands (jobs/placement/queue.py queue_entries), after a pass, on commit."""
         raise NotImplementedError
 
 

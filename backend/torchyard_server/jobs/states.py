@@ -33,7 +33,7 @@ JOB_TRANSITIONS: dict[str, set[str]] = {
 }
 JOB_LIVE = frozenset(s for s, targets in JOB_TRANSITIONS.items() if targets)
 JOB_FINAL = frozenset({J.COMPLETED, J.FAILED, J.STOPPED})
-# What waits in the queue (jobs/queue.py): a pass treats both alike, in one order.
+# What waits in the queue (jobs/placement/queue.py): a pass treats both alike, in one order.
 JOB_WAITING = frozenset({J.QUEUED, J.PREEMPTED})
 # A job holds its hot spares (its plan's) from its dispatch until it ends or waits queued again.
 SPARES_HELD = frozenset({J.DISPATCHING, J.RUNNING, J.RECOVERING, J.PREEMPTING})

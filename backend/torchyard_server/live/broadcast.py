@@ -18,8 +18,8 @@ from typing import Any
 from django.db.models import Max
 from torchyard import protocol
 
+from ..jobs.api.serializers import job_summary_data
 from ..jobs.models import Job
-from ..jobs.serializers import job_summary_data
 from ..streaming.bulk import StoredEvent
 from ..streaming.models import JobEvent
 from ..streaming.registries import BatchListener

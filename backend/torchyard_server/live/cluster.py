@@ -69,7 +69,7 @@ class JobUpdates:
 
 
 class QueueUpdates:
-    """One client's queue: the latest of the queue passes' snapshots (jobs/queue.py), sent
+    """One client's queue: the latest of the queue passes' snapshots (jobs/placement/queue.py), sent
     JOB_UPDATES_EVERY after the first came, only the jobs of projects the client may see (with their
     place in the whole queue)."""
 

@@ -23,8 +23,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from torchyard import stream_contract as wire
 from torchyard.stream_contract import CLOSE_NOT_FOUND, CLOSE_RESUME, CLOSE_UNAUTHENTICATED
 
+from ..jobs.api.serializers import job_detail_data, job_summary_data
 from ..jobs.selectors import job_list, jobs_visible_to
-from ..jobs.serializers import job_detail_data, job_summary_data
 from ..machines.selectors import machine_list_json
 from ..projects.permissions import projects_visible_to
 from ..streaming import jsontext

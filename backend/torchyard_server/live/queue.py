@@ -1,4 +1,4 @@
-"""The queue on the cluster stream: after each queue pass (jobs/queue.py, through
+"""The queue on the cluster stream: after each queue pass (jobs/placement/queue.py, through
 jobs.registries.queue_changed) the queue as it now stands goes to the cluster group, when it
 differs from the last one sent and a dashboard listens. Each client's consumer keeps the latest and
 sends it as one `queue` message (cluster.QueueUpdates), only its projects' jobs."""

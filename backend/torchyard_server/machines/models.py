@@ -26,7 +26,7 @@ class Machine(models.Model):
     # back draining, not online.
     drained = models.BooleanField(default=False, help_text="No new nodes are placed here.")
     # The control plane's verdict, kept apart from the status like `drained`: a quarantined machine
-    # that drops offline comes back quarantined (jobs/stalls.py quarantines the culprit's machine).
+    # that drops offline comes back quarantined (jobs/control/stalls.py quarantines the culprit's machine).
     quarantined_at = models.DateTimeField(null=True, blank=True, help_text=(
         "Since when nothing is placed here: a hang's verdict named one of its ranks (null: not quarantined)."))
     quarantine_reason = models.CharField(max_length=500, blank=True, help_text="Why it is quarantined.")

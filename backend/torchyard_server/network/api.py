@@ -23,14 +23,17 @@ from ..artifacts.api import artifact_response
 from ..artifacts.serializers import ArtifactOut
 from ..bundles.services import bundle_for_user, bundles_url
 from ..celery import app as celery_app
-from ..jobs.agent_api import bundle_grant
-from ..jobs.jobspec import JobSpec
+from ..jobs.control.dispatch import job_preview_plan
+from ..jobs.control.grants import bundle_grant
+from ..jobs.control.stop import job_stop
+from ..jobs.control.submit import job_submit
+from ..jobs.intake.sections import RuntimeSerializer
+from ..jobs.intake.serializer import JobSpecSerializer
 from ..jobs.models import Job
-from ..jobs.planner import order_machines
-from ..jobs.selectors import job_visible_or_404, machine_candidates
-from ..jobs.services import job_preview_plan, job_stop, job_submit
-from ..jobs.spec import JobSpecSerializer
-from ..jobs.spec_sections import RuntimeSerializer
+from ..jobs.placement.candidates import machine_candidates
+from ..jobs.placement.planner import order_machines
+from ..jobs.selectors import job_visible_or_404
+from ..jobs.spec.jobspec import JobSpec
 from ..machines.api import MachineDetailView, force_requested
 from ..machines.models import Machine
 from ..machines.selectors import machine_list

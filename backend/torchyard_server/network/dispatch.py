@@ -20,10 +20,10 @@ from django.db.models import Q
 from django.utils import timezone
 from rest_framework import serializers, status
 
-from ..jobs.jobspec import JobSpec
+from ..jobs.control.submit import job_submit
 from ..jobs.models import Job
 from ..jobs.selectors import job_visible_or_404
-from ..jobs.services import job_submit
+from ..jobs.spec.jobspec import JobSpec
 from ..machines.models import Machine
 from ..templates.services import template_job_record
 from .models import RankDispatch

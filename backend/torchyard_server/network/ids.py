@@ -18,9 +18,9 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 
+from ..jobs.control.stop import job_stop
 from ..jobs.models import Job
 from ..jobs.selectors import job_visible_or_404
-from ..jobs.services import job_stop
 from ..projects.permissions import require_job_control
 from ..templates.models import JobTemplate
 from ..templates.selectors import template_latest_job, template_visible_or_404

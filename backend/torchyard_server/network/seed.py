@@ -7,9 +7,9 @@ from typing import Any
 
 from rest_framework import serializers
 
-from ..jobs.jobspec import JobSpec
+from ..jobs.intake.serializer import JobSpecSerializer
 from ..jobs.models import Job
-from ..jobs.spec import JobSpecSerializer
+from ..jobs.spec.jobspec import JobSpec
 from ..plugins.services import plugin_job_parts, plugin_of_spec
 
 

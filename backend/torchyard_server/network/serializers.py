@@ -5,9 +5,9 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from ..artifacts.serializers import ArtifactOut
+from ..jobs.api.serializers import PlanOut
+from ..jobs.intake.serializer import JobSpecSerializer
 from ..jobs.models import Job, JobNode
-from ..jobs.serializers import PlanOut
-from ..jobs.spec import JobSpecSerializer
 from ..machines.models import Machine
 from ..machines.serializers import MachineOut
 

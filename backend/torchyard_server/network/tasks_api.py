@@ -19,9 +19,9 @@ from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ..jobs.intake.serializer import JobSpecSerializer
 from ..jobs.models import Job
-from ..jobs.spec import JobSpecSerializer
-from ..jobs.spec_secrets import public_spec
+from ..jobs.spec.secrets import public_spec
 from ..machines.models import Machine
 from ..projects.permissions import can_control_job, require_submit
 from ..rest.openapi import ValidationErrorOut

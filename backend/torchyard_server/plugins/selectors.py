@@ -9,7 +9,7 @@ from typing import Any
 import torchyard
 from django.db.models import QuerySet
 
-from ..jobs.recipes import recipe_catalog
+from ..jobs.spec.recipes import recipe_catalog
 from ..projects.permissions import scope_to_user
 from .models import Plugin
 

@@ -6,8 +6,8 @@ from rest_framework import serializers
 from torchyard.plugin_manifest import NAME, NAME_RULE, check_entrypoint
 
 from ..bundles.services import bundle_for_user
-from ..jobs.recipes import builtin_recipes
-from ..jobs.spec_sections import refuse_nul_characters
+from ..jobs.intake.sections import refuse_nul_characters
+from ..jobs.spec.recipes import builtin_recipes
 from ..projects.models import DEFAULT_PROJECT
 from ..projects.permissions import projects_visible_to, require_submit
 from ..projects.selectors import project_by_name

@@ -10,8 +10,8 @@ from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
 from ..audit import services as audit
-from ..jobs.jobspec import JobSpec
-from ..jobs.recipes import builtin_recipes
+from ..jobs.spec.jobspec import JobSpec
+from ..jobs.spec.recipes import builtin_recipes
 from ..projects.permissions import can_control_job
 from .models import Plugin
 from .selectors import builtin_name, plugins_visible_to

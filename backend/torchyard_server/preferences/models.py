@@ -10,7 +10,7 @@ class DistributedPreferences(models.Model):
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                                 related_name="distributed_preferences")
-    # The limits are JobSpec's (jobs.spec_sections.ResourcesSerializer), so a saved default always makes a valid spec.
+    # The limits are JobSpec's (jobs.intake.sections.ResourcesSerializer), so a saved default always makes a valid spec.
     default_num_machines = models.PositiveSmallIntegerField(default=2)
     default_procs_per_machine = models.PositiveSmallIntegerField(default=1)
     default_gpus_per_machine = models.PositiveSmallIntegerField(default=0)

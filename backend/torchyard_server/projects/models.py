@@ -15,7 +15,7 @@ class Project(models.Model):
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
-    # Sharing the cluster (DESIGN.md section 14; jobs/queue.py). The highest priority its members and
+    # Sharing the cluster (DESIGN.md section 14; jobs/placement/queue.py). The highest priority its members and
     # admins may give a job (staff may give any): set by the project's admins, up to `high` (10);
     # only staff set it above.
     priority_ceiling = models.IntegerField(default=10, validators=[MinValueValidator(-100), MaxValueValidator(100)], help_text=(

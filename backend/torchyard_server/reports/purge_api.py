@@ -10,7 +10,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..jobs.purge import jobs_purge, purge_candidates, purgeable_projects
+from ..jobs.control.purge import jobs_purge, purge_candidates, purgeable_projects
 from ..jobs.states import JOB_FINAL
 from ..projects.permissions import project_visible_or_404
 from ..rest.openapi import ErrorOut

@@ -2,8 +2,8 @@
 
 from rest_framework import serializers
 
+from ..jobs.api.serializers import JobNodeOut
 from ..jobs.models import Job
-from ..jobs.serializers import JobNodeOut
 
 
 class JobReportOut(serializers.Serializer):

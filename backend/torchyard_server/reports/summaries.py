@@ -16,8 +16,8 @@ from rest_framework.views import APIView
 
 from ..checkpoints.models import CheckpointManifest
 from ..jobs.models import Job
-from ..jobs.progress import JobProgress
 from ..jobs.selectors import job_list, job_visible_or_404
+from ..jobs.spec.progress import JobProgress
 from ..rest.params import int_param
 from .serializers import JobReportOut
 

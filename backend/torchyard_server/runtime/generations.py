@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import psutil
 from torchyard.agent.runs import running_nodes
 from torchyard.lifeline import ENV_STACK_DIR, ENV_STACK_ROLE
-from torchyard.supervisor.proctree import kill_processes, process_tree, sweep_job_processes
+from torchyard.node.proctree import kill_processes, process_tree, sweep_job_processes
 
 # Children of launchers from before the identity existed, told by their command lines and their
 # TORCHYARD_DATA_DIR: what `make run` left in the field when it was killed.

@@ -251,7 +251,7 @@ class Stack:
         agent's now), end the others, and resume the jobs of every node that did not survive."""
         from django.db import connections
 
-        from ..jobs.reattach import jobs_resume_lost_nodes, nodes_matching, nodes_reattach
+        from ..jobs.control.reattach import jobs_resume_lost_nodes, nodes_matching, nodes_reattach
 
         urls = {name: url for name, _, url in tokens}
         candidates = [node for node in self.previous if generations.reattachable(node, urls)]
@@ -382,7 +382,7 @@ class Stack:
         if self._database_ready:
             from django.db import connections
 
-            from ..jobs.services import jobs_interrupt
+            from ..jobs.control.recovery import jobs_interrupt
 
             try:
                 interrupted = jobs_interrupt(reason="interrupted: Torchyard was stopped; it resumes from the "

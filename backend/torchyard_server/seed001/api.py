@@ -20,12 +20,12 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from ..accounts.local_peer import LocalPeerAuthentication
-from ..jobs.api import JobListView
-from ..jobs.jobspec import JobSpec
+from ..jobs.api.serializers import JobDetailOut
+from ..jobs.api.views import JobListView
+from ..jobs.control.submit import job_submit
+from ..jobs.intake.serializer import JobSpecSerializer
 from ..jobs.selectors import job_get
-from ..jobs.serializers import JobDetailOut
-from ..jobs.services import job_submit
-from ..jobs.spec import JobSpecSerializer
+from ..jobs.spec.jobspec import JobSpec
 
 WORKER = "examples/seed001_worker.py"
 DEFAULT_CHECKPOINT_EVERY = 5  # the coordinator's CHECKPOINT_EVERY

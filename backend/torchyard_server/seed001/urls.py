@@ -17,7 +17,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
-from ..jobs import api as jobs
+from ..jobs.api import views as jobs
 from ..live import sse
 from ..reports import purge_api, summaries
 from ..streaming import api as streaming

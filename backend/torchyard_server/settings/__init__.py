@@ -189,7 +189,7 @@ PING_TIMEOUT = env_float("TORCHYARD_PING_TIMEOUT", 5.0)
 NODE_LAUNCH_TIMEOUT = env_float("TORCHYARD_NODE_LAUNCH_TIMEOUT", 90.0)
 # Seconds a job may stay "stopping" before its unanswered nodes are written off as lost.
 STOP_TIMEOUT = env_float("TORCHYARD_STOP_TIMEOUT", 30.0)
-# Seconds a job resumed after a preemption runs before the queue may preempt it again (jobs/queue.py):
+# Seconds a job resumed after a preemption runs before the queue may preempt it again (jobs/placement/queue.py):
 # each resume makes progress instead of thrashing. 0: no minimum.
 PREEMPTION_MIN_RUN = env_float("TORCHYARD_PREEMPTION_MIN_RUN", 120.0)
 # The Rust coordinator's settings, under its own names: the defaults of a `POST /jobs` body
@@ -211,11 +211,11 @@ BUNDLE_MAX_BYTES = env_int("TORCHYARD_BUNDLE_MAX_BYTES", 200 * 1024 * 1024)
 # A function job's rank may return at most this much (pickled); a bigger value fails the rank with a
 # message saying to write it to $TORCHYARD_OUTPUT_DIR instead. A spec may ask for less, never more.
 RESULT_MAX_BYTES = env_int("TORCHYARD_RESULT_MAX_BYTES", 50 * 1024 * 1024)
-# The placement policy of a job that names none (jobs/policies.py; checked at start-up).
+# The placement policy of a job that names none (jobs/placement/policies.py; checked at start-up).
 PLACEMENT_POLICY = env_str("TORCHYARD_PLACEMENT_POLICY", "pack")
 MASTER_PORT_RANGE = (env_int("TORCHYARD_MASTER_PORT_MIN", 29500), env_int("TORCHYARD_MASTER_PORT_MAX", 29999))
 # Environment variables a job may set although they are refused by default (loader and interpreter
-# hooks, Torchyard's own: jobs/spec.py REFUSED_ENV): names, or prefixes ending in `*` (`LD_*`).
+# hooks, Torchyard's own: jobs/intake/serializer.py REFUSED_ENV): names, or prefixes ending in `*` (`LD_*`).
 ALLOWED_JOB_ENV = env_list("TORCHYARD_ALLOWED_JOB_ENV", [])
 # Fernet keys that seal job secrets (JobSpec secret_env) in the database, comma-separated: the first
 # seals, all open (rotation). Default: a key derived from SECRET_KEY (secretbox.py).
@@ -308,7 +308,7 @@ SPECTACULAR_SETTINGS = {
         "PlannedBackendEnum": ["gloo", "nccl"],
         "DistributedBackendEnum": ["auto", "gloo", "nccl"],
         "TaskTypeEnum": ["TRAIN"],
-        "StragglerPolicyEnum": "torchyard_server.jobs.jobspec.STRAGGLER_POLICIES",
+        "StragglerPolicyEnum": "torchyard_server.jobs.spec.jobspec.STRAGGLER_POLICIES",
     },
     # The WebSocket streams' messages, events and close codes (live/contract_schema.py).
     "POSTPROCESSING_HOOKS": [

@@ -35,9 +35,9 @@ import redis
 from django.db import IntegrityError, close_old_connections, transaction
 from torchyard import protocol
 
+from ..jobs.control.reports import node_record_heartbeats
 from ..jobs.models import Job, JobNode
 from ..jobs.registries import event_appliers
-from ..jobs.services import node_record_heartbeats
 from ..machines.models import Machine
 from ..machines.services import machine_record_heartbeats
 from .bulk import StoredEvent, count_or_none, insert_events, timestamp

@@ -10,9 +10,9 @@ from django.db import transaction
 from rest_framework.exceptions import ValidationError
 
 from ..bundles.models import Bundle
-from ..jobs.jobspec import JobSpec
+from ..jobs.control.submit import job_submit
 from ..jobs.models import Job
-from ..jobs.services import job_submit
+from ..jobs.spec.jobspec import JobSpec
 from ..projects.selectors import project_by_name
 from .models import JobTemplate
 

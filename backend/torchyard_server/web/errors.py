@@ -8,7 +8,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..jobs.planner import PlanError
+from ..jobs.placement.candidates import PlanError
 from ..machines.services import MachineInUse
 
 

@@ -4027,7 +4027,7 @@ export interface components {
             /** @description e.g. "process stopped, SIGSTOP?" */
             evidence: string;
         };
-        /** @description The control plane's view of the current attempt's stalled ranks (jobs/stalls.py). */
+        /** @description The control plane's view of the current attempt's stalled ranks (jobs/control/stalls.py). */
         StallOut: {
             attempt: number;
             kind: components["schemas"]["KindEnum"];
@@ -4084,7 +4084,7 @@ export interface components {
          * @enum {string}
          */
         StoreEnum: "default" | "local" | "s3";
-        /** @description A rank much slower than the job's other ranks (jobs/stragglers.py), with what its machine shows. */
+        /** @description A rank much slower than the job's other ranks (jobs/control/stragglers.py), with what its machine shows. */
         StragglerOut: {
             rank: number;
             machine: string | null;
@@ -4372,7 +4372,7 @@ export interface components {
             memory_total_mb: number;
         };
         /**
-         * @description What a node's rank processes use (supervisor/proctree.py), and its GPUs' use where the machine
+         * @description What a node's rank processes use (node/proctree.py), and its GPUs' use where the machine
          *     has NVML (no `gpus` field where it has not).
          */
         ResourceEvent: components["schemas"]["EventOut"] & {

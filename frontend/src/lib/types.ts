@@ -72,7 +72,7 @@ export type ProjectSettings = Schemas['PatchedProjectSettingsIn']
 
 /** POST /api/jobs/plan: the dry run's execution plan; also a dispatched job's `plan`. */
 export type ExecutionPlan = Schemas['PlanOut']
-/** Why the planner left a machine out: "offline", "2 GPUs free, 4 asked", "not needed: ..." (jobs/planner.py). */
+/** Why the planner left a machine out: "offline", "2 GPUs free, 4 asked", "not needed: ..." (jobs/placement/planner.py). */
 export type PlanSkipped = Schemas['PlanSkippedOut']
 
 /**

@@ -11,8 +11,8 @@ from bundles.test_bundles import archive, put
 from clients import downloaded, signed_in
 from torchyard import protocol
 from torchyard_server.artifacts.services import function_result_record
+from torchyard_server.jobs.control.reports import node_report_state
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.services import node_report_state
 
 pytestmark = pytest.mark.django_db
 

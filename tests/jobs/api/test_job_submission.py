@@ -3,8 +3,8 @@
 import pytest
 from factories import DISTROML_JOBSPEC
 from torchyard import recipe_params
-from torchyard_server.jobs.jobspec import JobSpec
 from torchyard_server.jobs.models import Job
+from torchyard_server.jobs.spec.jobspec import JobSpec
 
 pytestmark = pytest.mark.django_db
 

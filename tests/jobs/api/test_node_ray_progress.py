@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from factories import make_node
 from torchyard import protocol
+from torchyard_server.jobs.control.metrics import job_record_progress
+from torchyard_server.jobs.control.reports import node_report_state
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.services import job_record_progress, node_report_state
 
 PORTS = {"node_manager": 20001, "object_manager": 20002, "dashboard_agent_listen": 20003,
          "dashboard_agent_grpc": 20004, "metrics_export": 20005, "runtime_env_agent": 20006,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from rest_framework import serializers
-from torchyard_server.jobs.spec import JobSpecSerializer
+from torchyard_server.jobs.intake.serializer import JobSpecSerializer
 
 pytestmark = pytest.mark.django_db
 

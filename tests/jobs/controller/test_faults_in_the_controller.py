@@ -10,8 +10,10 @@ import pytest
 from django.db import connection, transaction
 from factories import bring_online
 from torchyard import protocol
+from torchyard_server.jobs.control.recovery import recovery_delay
+from torchyard_server.jobs.control.reports import node_report_state
+from torchyard_server.jobs.control.supervision import _mark_lost
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.services import _mark_lost, node_report_state, recovery_delay
 from torchyard_server.machines.models import Machine
 from torchyard_server.machines.services import machine_record_heartbeat
 

@@ -7,9 +7,9 @@ import pytest
 import redis
 from factories import bring_online, make_job, make_node
 from torchyard import protocol
-from torchyard_server.jobs.links import reused_links
+from torchyard_server.jobs.control.links import reused_links
 from torchyard_server.jobs.models import Job
-from torchyard_server.jobs.plan import Plan
+from torchyard_server.jobs.spec.plan import Plan
 from torchyard_server.machines.models import Machine
 from torchyard_server.streaming.ingest import Ingest
 
@@ -69,7 +69,7 @@ def test_the_masters_link_report_is_kept_on_the_job_and_credited_to_each_machine
 
 @pytest.mark.django_db(transaction=True)
 def test_an_older_attempts_report_arriving_late_does_not_replace_the_current_one(owner):
-    from torchyard_server.jobs.links import job_record_links
+    from torchyard_server.jobs.control.links import job_record_links
 
     for name in ("gpu-a", "gpu-b", "gpu-c"):
         bring_online(name)

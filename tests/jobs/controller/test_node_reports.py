@@ -3,8 +3,8 @@
 import pytest
 from factories import make_node
 from torchyard import protocol
+from torchyard_server.jobs.control.reports import node_report_state
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.services import node_report_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

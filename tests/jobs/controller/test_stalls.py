@@ -1,4 +1,4 @@
-"""Stalled ranks as the control plane sees them: one verdict across every node (jobs/stalls.py),
+"""Stalled ranks as the control plane sees them: one verdict across every node (jobs/control/stalls.py),
 fed by real `stalled` and `metric` events through the ingest loop."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from django.utils import timezone
 from factories import bring_online, make_job, make_node
 from torchyard import protocol
 from torchyard_server.audit.models import AuditEntry
-from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.control.reports import node_report_state
+from torchyard_server.jobs.control.stalls import classify_stall, job_record_stall
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
-from torchyard_server.jobs.selectors import machine_candidates
-from torchyard_server.jobs.services import node_report_state
-from torchyard_server.jobs.stalls import classify_stall, job_record_stall
+from torchyard_server.jobs.placement.candidates import Candidate, PlanError, machine_candidates
+from torchyard_server.jobs.placement.planner import plan_job
+from torchyard_server.jobs.spec.jobspec import JobSpec
 from torchyard_server.machines.models import Machine
 from torchyard_server.machines.services import machine_quarantine, machine_record_heartbeat
 from torchyard_server.streaming.ingest import Ingest

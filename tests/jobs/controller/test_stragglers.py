@@ -1,4 +1,4 @@
-"""Stragglers (jobs/stragglers.py): each rank's own step time against the median of the others,
+"""Stragglers (jobs/control/stragglers.py): each rank's own step time against the median of the others,
 named after the window with what its machine shows and cleared when it keeps up; under `replace`
 its node goes onto a hot spare at the next committed checkpoint."""
 
@@ -10,10 +10,11 @@ from django.conf import settings
 from factories import bring_online, make_job, make_node
 from torchyard import protocol
 from torchyard_server.checkpoints.services import checkpoint_record
+from torchyard_server.jobs.control.queue_pass import queue_schedule
+from torchyard_server.jobs.control.recovery import job_recover
+from torchyard_server.jobs.control.reports import node_report_state
+from torchyard_server.jobs.control.stragglers import job_record_pace
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.queue import queue_schedule
-from torchyard_server.jobs.services import job_recover, node_report_state
-from torchyard_server.jobs.stragglers import job_record_pace
 from torchyard_server.streaming.ingest import Ingest
 from torchyard_server.streaming.models import JobEvent
 

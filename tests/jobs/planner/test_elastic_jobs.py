@@ -6,14 +6,18 @@ from __future__ import annotations
 import pytest
 from factories import bring_online
 from torchyard import protocol
+from torchyard_server.celery import app as celery_app
 from torchyard_server.checkpoints.services import checkpoint_record
-from torchyard_server.jobs import membership
-from torchyard_server.jobs import services as job_services
-from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.control import membership
+from torchyard_server.jobs.control.queue_pass import job_schedule, jobs_schedule_queued
+from torchyard_server.jobs.control.recovery import job_recover
+from torchyard_server.jobs.control.reports import node_report_state
+from torchyard_server.jobs.control.supervision import _mark_lost
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.plan import Plan
-from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
-from torchyard_server.jobs.services import _mark_lost, job_recover, job_schedule, node_report_state
+from torchyard_server.jobs.placement.candidates import Candidate, PlanError
+from torchyard_server.jobs.placement.planner import plan_job
+from torchyard_server.jobs.spec.jobspec import JobSpec
+from torchyard_server.jobs.spec.plan import Plan
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -172,7 +176,7 @@ def test_versions_that_differ_leave_an_elastic_job_the_largest_agreeing_group():
 def sent(monkeypatch):
     messages: list[tuple[str, dict]] = []
     record = lambda name, **kw: messages.append((name, kw))  # noqa: E731
-    monkeypatch.setattr(job_services.celery_app, "send_task", record)
+    monkeypatch.setattr(celery_app, "send_task", record)
     monkeypatch.setattr(membership.celery_app, "send_task", record)
     return messages
 
@@ -317,7 +321,7 @@ def test_an_elastic_job_short_of_its_least_machines_waits_queued_until_they_join
     assert job.status_reason.startswith("needs at least 2 online machines; 1 online machine(s) can hold a node")
     bring_online("gpu-b")
     with django_capture_on_commit_callbacks(execute=True):
-        job_services.jobs_schedule_queued()
+        jobs_schedule_queued()
     job.refresh_from_db()
     assert job.status == J.DISPATCHING and job.plan["nnodes"] == 2
     fixed = api.post("/api/jobs", {**elastic(3)}, format="json")

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 from factories import bring_online
-from torchyard_server.jobs import policies
-from torchyard_server.jobs.jobspec import JobSpec
-from torchyard_server.jobs.plan import Plan
-from torchyard_server.jobs.planner import Candidate, plan_job
+from torchyard_server.jobs.placement import policies
+from torchyard_server.jobs.placement.candidates import Candidate
+from torchyard_server.jobs.placement.planner import plan_job
+from torchyard_server.jobs.spec.jobspec import JobSpec
+from torchyard_server.jobs.spec.plan import Plan
 
 
 def gpus(*memory_mb: int) -> list[dict]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 from factories import bring_online
-from torchyard_server.jobs.jobspec import JobSpec
-from torchyard_server.jobs.plan import Plan
-from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
+from torchyard_server.jobs.placement.candidates import Candidate, PlanError
+from torchyard_server.jobs.placement.planner import plan_job
+from torchyard_server.jobs.spec.jobspec import JobSpec
+from torchyard_server.jobs.spec.plan import Plan
 from torchyard_server.machines.models import Machine
 from torchyard_server.machines.services import machine_mark_suspect, machine_update
 

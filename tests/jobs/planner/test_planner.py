@@ -8,9 +8,10 @@ import threading
 import pytest
 from django.db import connection
 from factories import bring_online
-from torchyard_server.jobs.jobspec import JobSpec
-from torchyard_server.jobs.plan import Plan
-from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
+from torchyard_server.jobs.placement.candidates import Candidate, PlanError
+from torchyard_server.jobs.placement.planner import plan_job
+from torchyard_server.jobs.spec.jobspec import JobSpec
+from torchyard_server.jobs.spec.plan import Plan
 
 
 def gpus(count: int, memory_mb: int = 24_000) -> list[dict]:
@@ -99,8 +100,8 @@ def test_a_cpu_machine_takes_no_more_processes_than_cores_once_busy_unless_the_j
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="needs concurrent writers (PostgreSQL)")
 def test_two_jobs_scheduled_at_once_never_get_the_same_gpu(owner):
+    from torchyard_server.jobs.control.queue_pass import job_schedule
     from torchyard_server.jobs.models import Job, JobNode
-    from torchyard_server.jobs.services import job_schedule
 
     bring_online("one-gpu", gpus=gpus(1))
     s = {"name": "g", "resources": {"nodes": 1, "procs_per_node": 1, "gpus_per_node": 1, "min_gpu_memory": 0},

@@ -5,8 +5,9 @@ lost one onto a spare (planner.plan_in_place)."""
 from __future__ import annotations
 
 import pytest
-from torchyard_server.jobs.jobspec import JobSpec
-from torchyard_server.jobs.planner import Candidate, PlanError, plan_in_place, plan_job
+from torchyard_server.jobs.placement.candidates import Candidate, PlanError
+from torchyard_server.jobs.placement.planner import plan_in_place, plan_job
+from torchyard_server.jobs.spec.jobspec import JobSpec
 
 from jobs.planner.test_planner import gpus, names, plan, spec
 
@@ -93,8 +94,8 @@ def job_body(name: str, **resources) -> dict:
 @pytest.mark.django_db
 def test_a_live_jobs_spares_are_held_from_other_jobs_and_the_spec_says_what_spares_need(api):
     from factories import bring_online
+    from torchyard_server.jobs.control.queue_pass import job_schedule
     from torchyard_server.jobs.models import Job
-    from torchyard_server.jobs.services import job_schedule
 
     for name in ("s1", "s2", "s3"):
         bring_online(name, gpus=gpus(1))

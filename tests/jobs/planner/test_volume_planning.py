@@ -9,11 +9,12 @@ import json
 import pytest
 from clients import signed_in
 from factories import bring_online
-from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.control.launch import launch_payload as _launch_payload
 from torchyard_server.jobs.models import Job
-from torchyard_server.jobs.plan import Plan, PlanVolume
-from torchyard_server.jobs.planner import Candidate, PlanError, plan_job
-from torchyard_server.jobs.services import _launch_payload
+from torchyard_server.jobs.placement.candidates import Candidate, PlanError
+from torchyard_server.jobs.placement.planner import plan_job
+from torchyard_server.jobs.spec.jobspec import JobSpec
+from torchyard_server.jobs.spec.plan import Plan, PlanVolume
 from torchyard_server.machines.models import Machine
 from torchyard_server.machines.selectors import machine_list, machine_list_json
 from torchyard_server.machines.serializers import MachineOut

@@ -1,4 +1,4 @@
-"""Lossless preemption (jobs/queue.py choose_victims, services.job_preempt): which running jobs a
+"""Lossless preemption (jobs/placement/queue.py choose_victims, control/stop.py job_preempt): which running jobs a
 head that cannot start preempts, in what order, never which; the victim's path preempting ->
 preempted -> a new attempt that counts no restart; two passes at once never preempt twice.
 Simulated machines; nodes report through `node_report_state` as the ingest loop would."""
@@ -15,9 +15,10 @@ from django.utils import timezone
 from factories import bring_online
 from torchyard import protocol
 from torchyard_server.checkpoints.models import CheckpointManifest
+from torchyard_server.jobs.control.queue_pass import queue_schedule
+from torchyard_server.jobs.control.reports import node_report_state
+from torchyard_server.jobs.control.stop import job_stop
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.queue import queue_schedule
-from torchyard_server.jobs.services import job_stop, node_report_state
 from torchyard_server.projects.models import Membership, Project
 
 from jobs.queue.test_queue import gpus, queue, run, spec, status, submit

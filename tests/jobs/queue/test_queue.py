@@ -1,4 +1,4 @@
-"""The one queue (jobs/queue.py): order by priority then submission, reasons in words, EASY
+"""The one queue (jobs/placement/queue.py): order by priority then submission, reasons in words, EASY
 backfill, priorities capped per project and changed by an audited PATCH, project quotas with and
 without borrowing, enforced under the placement lock. Simulated machines (bring_online); a queue pass
 is `queue_schedule()`, as the controller runs it; nodes report through `node_report_state`."""
@@ -15,9 +15,9 @@ from django.utils import timezone
 from factories import bring_online
 from torchyard import protocol
 from torchyard_server.audit.models import AuditEntry
+from torchyard_server.jobs.control.queue_pass import jobs_enforce_time_limits, queue_schedule
+from torchyard_server.jobs.control.reports import node_report_state
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.queue import jobs_enforce_time_limits, queue_schedule
-from torchyard_server.jobs.services import node_report_state
 from torchyard_server.projects.models import Membership, Project
 
 pytestmark = pytest.mark.django_db

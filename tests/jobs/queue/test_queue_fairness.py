@@ -19,15 +19,13 @@ from django.db import connection
 from django.utils import timezone
 from factories import bring_online
 from torchyard import protocol
+from torchyard_server.jobs.control.queue_pass import queue_schedule
+from torchyard_server.jobs.control.recovery import job_recover
+from torchyard_server.jobs.control.reports import node_report_state
+from torchyard_server.jobs.control.resize import job_grow_at_checkpoint
+from torchyard_server.jobs.control.stop import job_stop
+from torchyard_server.jobs.control.supervision import _mark_lost
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.queue import queue_schedule
-from torchyard_server.jobs.services import (
-    _mark_lost,
-    job_grow_at_checkpoint,
-    job_recover,
-    job_stop,
-    node_report_state,
-)
 from torchyard_server.live import groups
 from torchyard_server.streaming.ingest import Ingest
 

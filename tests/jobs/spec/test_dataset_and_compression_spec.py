@@ -4,10 +4,10 @@ hook takes its own settings, checked field by field, and no other hook's."""
 
 import pytest
 from torchyard_server.bundles.models import Bundle
-from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.control.launch import launch_payload as _launch_payload
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.plan import Plan
-from torchyard_server.jobs.services import _launch_payload
+from torchyard_server.jobs.spec.jobspec import JobSpec
+from torchyard_server.jobs.spec.plan import Plan
 
 pytestmark = pytest.mark.django_db
 

@@ -5,11 +5,11 @@ import json
 
 import pytest
 from django.db import connection
-from torchyard_server.jobs import secretbox
-from torchyard_server.jobs import services as job_services
+from torchyard_server.celery import app as celery_app
+from torchyard_server.jobs.api.serializers import job_detail_data
+from torchyard_server.jobs.control.queue_pass import job_schedule
 from torchyard_server.jobs.models import Job
-from torchyard_server.jobs.serializers import job_detail_data
-from torchyard_server.jobs.services import job_schedule
+from torchyard_server.jobs.spec import secretbox
 
 pytestmark = pytest.mark.django_db
 
@@ -150,7 +150,7 @@ def test_the_launch_carries_the_secret_to_the_agent_in_its_own_field(api, two_ma
                                                                      django_capture_on_commit_callbacks):
     body = _submit_with_secret(api)
     sent = []
-    monkeypatch.setattr(job_services.celery_app, "send_task", lambda name, **kw: sent.append((name, kw)))
+    monkeypatch.setattr(celery_app, "send_task", lambda name, **kw: sent.append((name, kw)))
     with django_capture_on_commit_callbacks(execute=True):
         job_schedule(job_id=body["id"])
     launches = [kw["kwargs"]["launch"] for name, kw in sent if "launch" in (kw.get("kwargs") or {})]

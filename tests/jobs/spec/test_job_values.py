@@ -1,4 +1,4 @@
-"""The job's typed values (jobs/jobspec.py, jobs/plan.py, jobs/progress.py): a spec, plan or progress
+"""The job's typed values (jobs/spec/jobspec.py, jobs/spec/plan.py, jobs/spec/progress.py): a spec, plan or progress
 stored as JSON reads into its value and writes back as the same JSON, for specs submitted through the
 API in every form."""
 
@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 from factories import bring_online
-from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.control.metrics import job_record_progress
+from torchyard_server.jobs.control.queue_pass import job_schedule
 from torchyard_server.jobs.models import Job
-from torchyard_server.jobs.plan import Plan
-from torchyard_server.jobs.progress import JobProgress
-from torchyard_server.jobs.services import job_record_progress, job_schedule
+from torchyard_server.jobs.spec.jobspec import JobSpec
+from torchyard_server.jobs.spec.plan import Plan
+from torchyard_server.jobs.spec.progress import JobProgress
 
 RECIPE = "examples/mlp_ddp.py"
 SPECS = {

@@ -15,10 +15,10 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.renderers import JSONRenderer
 from rest_framework.test import APIRequestFactory
 from torchyard.sdk.scaling import adjust_hyperparameters
-from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.api.serializers import JobDetailOut
+from torchyard_server.jobs.intake.serializer import JobSpecSerializer
 from torchyard_server.jobs.models import Job
-from torchyard_server.jobs.serializers import JobDetailOut
-from torchyard_server.jobs.spec import JobSpecSerializer
+from torchyard_server.jobs.spec.jobspec import JobSpec
 
 pytestmark = pytest.mark.django_db
 

@@ -3,10 +3,10 @@
 
 import pytest
 from torchyard_server.bundles.models import Bundle
-from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.control.launch import launch_payload as _launch_payload
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.plan import Plan
-from torchyard_server.jobs.services import _launch_payload
+from torchyard_server.jobs.spec.jobspec import JobSpec
+from torchyard_server.jobs.spec.plan import Plan
 
 pytestmark = pytest.mark.django_db
 
@@ -115,14 +115,15 @@ def test_the_launch_payload_carries_the_launcher_the_command_and_the_peers(api, 
 def test_membership_goes_to_every_live_node_and_a_failure_reaches_them_before_the_stops(
         api, two_machines, monkeypatch, django_capture_on_commit_callbacks):
     from torchyard import protocol
-    from torchyard_server.jobs import membership
-    from torchyard_server.jobs import services as job_services
-    from torchyard_server.jobs.services import job_schedule, node_report_state
+    from torchyard_server.celery import app as celery_app
+    from torchyard_server.jobs.control import membership
+    from torchyard_server.jobs.control.queue_pass import job_schedule
+    from torchyard_server.jobs.control.reports import node_report_state
 
     response = submit(api, entrypoint="examples/mlp_ddp.py", fault_tolerance={"max_restarts": 0})
     sent: list[tuple[str, dict]] = []
     record = lambda name, **kw: sent.append((name, kw))  # noqa: E731
-    monkeypatch.setattr(job_services.celery_app, "send_task", record)
+    monkeypatch.setattr(celery_app, "send_task", record)
     monkeypatch.setattr(membership.celery_app, "send_task", record)
     with django_capture_on_commit_callbacks(execute=True):
         job_schedule(job_id=response.json()["id"])

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 from rest_framework import serializers
-from torchyard_server.jobs import jobspec, plan, progress
-from torchyard_server.jobs import serializers as out
-from torchyard_server.jobs.shapes import out_serializer, serializer_of
-from torchyard_server.jobs.stored import StoredValue, declared_fields
+from torchyard_server.jobs.api import serializers as out
+from torchyard_server.jobs.spec import jobspec, plan, progress
+from torchyard_server.jobs.spec.shapes import out_serializer, serializer_of
+from torchyard_server.jobs.spec.stored import StoredValue, declared_fields
 
 VALUES = [obj for module in (jobspec, plan, progress) for obj in vars(module).values()
           if isinstance(obj, type) and issubclass(obj, StoredValue) and obj is not StoredValue]

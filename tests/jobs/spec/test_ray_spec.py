@@ -5,10 +5,11 @@ lost worker is tolerated only when fault_tolerance.ray_worker_loss says so."""
 import pytest
 from torchyard import protocol
 from torchyard_server.bundles.models import Bundle
-from torchyard_server.jobs.jobspec import JobSpec
+from torchyard_server.jobs.control.launch import launch_payload as _launch_payload
+from torchyard_server.jobs.control.reports import node_report_state
 from torchyard_server.jobs.models import Job, JobNode
-from torchyard_server.jobs.plan import Plan
-from torchyard_server.jobs.services import _launch_payload, node_report_state
+from torchyard_server.jobs.spec.jobspec import JobSpec
+from torchyard_server.jobs.spec.plan import Plan
 
 SHA = "d" * 64
 

@@ -4,7 +4,7 @@ field by field (DESIGN.md section 12)."""
 from __future__ import annotations
 
 import pytest
-from torchyard_server.jobs.spec import JobSpecSerializer
+from torchyard_server.jobs.intake.serializer import JobSpecSerializer
 
 pytestmark = pytest.mark.django_db
 

@@ -3,7 +3,7 @@ and found by the entry point group `torchyard.placement_policies`, as a site's o
 
 from __future__ import annotations
 
-from torchyard_server.jobs.policies import PlacementPolicy
+from torchyard_server.jobs.placement.policies import PlacementPolicy
 
 
 class ReverseName(PlacementPolicy):

@@ -31,7 +31,7 @@ export function metricNames(history: JobMetrics | undefined, live: MetricEvent[]
   return [...names].filter((n) => !NOT_SERIES.has(n)).sort(byChartOrder)
 }
 
-/** The start of an elastic job's resized attempt, as the server words it (jobs/services.py `_resized`). */
+/** The start of an elastic job's resized attempt, as the server words it (jobs/control/dispatch.py `resized`). */
 const RESIZED = /^(shrunk|grown) from \d+ to (\d+) nodes?\b/
 
 /**

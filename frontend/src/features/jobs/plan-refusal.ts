@@ -1,6 +1,6 @@
 import type { PlanRefusal } from '../../lib/types'
 
-/** What kind of refusal this is, so the guidance fits (jobs/planner.py PlanError kinds). */
+/** What kind of refusal this is, so the guidance fits (jobs/placement/planner.py PlanError kinds). */
 export function refusalKind(refusal: PlanRefusal, picked: string[]): 'unavailable' | 'busy' | 'insufficient' {
   if (refusal.detail.startsWith('unknown machines')) return 'unavailable'
   const down = /^(offline|draining|pending|suspect|quarantined)/

@@ -47,7 +47,7 @@ export function setJobDetail(queryClient: QueryClient, job: JobDetail): void {
  * Applies state and metric events to a job snapshot. A transition is applied only when it starts
  * from the status we show (`previous`), so replayed history cannot drag the snapshot back; nodes
  * of earlier attempts (ids not in `nodes`) are ignored. The job's own progress is never folded from
- * metric events: it is the server's (every rank's throughput summed, jobs/services.py), which the
+ * metric events: it is the server's (every rank's throughput summed, jobs/control/metrics.py), which the
  * stream's `job` message carries whenever it changed.
  */
 export function applyEventsToJob(job: JobDetail, events: JobEvent[]): JobDetail {

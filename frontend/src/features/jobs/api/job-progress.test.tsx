@@ -9,7 +9,7 @@ import { applyJobStreamMessages } from './cache'
 import { jobQueryKey } from './get-job'
 import { jobsQueryKey } from './get-jobs'
 
-// One rank's report; the job's throughput is every rank's summed by the server (jobs/services.py).
+// One rank's report; the job's throughput is every rank's summed by the server (jobs/control/metrics.py).
 const metric = (id: number, rank: number, step: number, throughput: number): MetricEvent => ({
   id, job: 7, node: 51, node_rank: 0, rank, attempt: 0, seq: id, ts: '2026-11-23T00:00:00Z', type: 'metric',
   step, throughput,

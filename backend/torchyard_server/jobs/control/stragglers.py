@@ -1,0 +1,185 @@
+"""Stragglers: a rank that stays much slower than the job's other ranks, named with what its machine
+shows, and under `fault_tolerance.stragglers: replace` moved onto a hot spare at the next committed
+checkpoint.
+
+Every node reports its ranks' pace each window (workers/torchyard/supervisor/pace.py): a rank's own
+time per step, the part of the step it did not spend waiting on its peers. In synchronous training
+that is about the whole step for the rank the others wait for and its compute alone for the others,
+so the slow rank stands out even though every rank takes the same wall time per step. Here each
+rank's own step time is set against the median of the other ranks' (the other ranks': with two ranks
+a median that includes the rank itself halves the difference); a rank more than
+`straggler_threshold` above it for `straggler_window` seconds is named, in a `straggler` event and in
+the job's progress (`stragglers`), and cleared the same way once it keeps up again.
+
+The view lives in `job.progress`: `pace` (internal: each rank's last window and since when it has
+been slow) and `stragglers` (shown), both per attempt.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from django.db import transaction
+from torchyard import protocol
+
+from ..events import publish_on_commit
+from ..models import Job, JobNode
+from ..spec.jobspec import FaultTolerance, JobSpec
+from ..spec.progress import JobProgress
+
+# Below this gap (seconds per step) between a rank and the median nothing is named, whatever the
+# ratio: on steps of a few milliseconds the sampling's noise is of that order.
+MIN_GAP_S = 0.005
+# Shares of the window worth a word in the evidence.
+WORTH_SAYING = 0.05
+
+
+def _evidence(figures: dict[str, Any], host: dict[str, Any]) -> str:
+    """What the rank's machine showed over its last window that would make it slow, in words."""
+    said = []
+    if (stopped := figures.get("stopped") or 0) >= WORTH_SAYING:
+        said.append(f"its process was stopped {stopped:.0%} of the time (SIGSTOP, a debugger?)")
+    if (throttled := figures.get("throttled") or 0) > 0:
+        said.append(f"its cgroup's CPU quota throttled it {throttled} times")
+    if (cpu_wait := figures.get("cpu_wait") or 0) >= WORTH_SAYING:
+        said.append(f"it waited for a CPU {cpu_wait:.0%} of the time")
+    if (steal := host.get("steal") or 0) >= WORTH_SAYING:
+        said.append(f"the machine's CPU steal was {steal:.0%}")
+    others = host.get("others") or []
+    if others:
+        busiest = ", ".join(f"{o.get('name')} (pid {o.get('pid')}, {o.get('cpu')} CPU)" for o in others)
+        said.append(f"the busiest other processes: {busiest}")
+    return "; ".join(said) if said else "nothing on its machine explains it (a slower device, its data?)"
+
+
+def _judge(pace: dict[str, Any], ft: FaultTolerance, now: float, reported: list[str]) -> tuple[list[str], list[str]]:
+    """Set the `slow_since` of the ranks just `reported` against the other ranks' median; (ranks
+    named now, ranks cleared). Each rank is judged on its own node's reports: by its newest figures."""
+    ranks = pace["ranks"]
+    # A rank whose last window is older than three is gone quiet (stalls.py's business), not slow.
+    fresh = {r: f for r, f in ranks.items() if now - f["at"] <= 3 * pace.get("every", 10.0) + 5}
+    named, cleared = [], []
+    for rank, figures in fresh.items():
+        if rank not in reported:
+            continue
+        others = [f["own_step_s"] for r, f in fresh.items() if r != rank]
+        if not others:
+            continue
+        median = statistics.median(others)
+        figures["median_s"] = round(median, 4)
+        slow = figures["own_step_s"] - median > MIN_GAP_S and figures["own_step_s"] > median * (1 + ft.straggler_threshold)
+        if not slow:
+            figures.pop("slow_since", None)
+            if rank in pace["named"]:
+                pace["named"].remove(rank)
+                cleared.append(rank)
+            continue
+        figures.setdefault("slow_since", figures["at"] - figures.get("window_s", 0.0))
+        if rank not in pace["named"] and now - figures["slow_since"] >= ft.straggler_window:
+            pace["named"].append(rank)
+            named.append(rank)
+    return named, cleared
+
+
+def _straggler_entry(rank: str, figures: dict[str, Any], host: dict[str, Any], policy: str,
+                     replace: str | None) -> dict[str, Any]:
+    median = figures.get("median_s") or 0.0
+    entry = {
+        "rank": int(rank), "machine": figures.get("machine"), "node_rank": figures.get("node_rank"),
+        "own_step_s": figures["own_step_s"], "median_s": median,
+        "ratio": round(figures["own_step_s"] / median, 2) if median > 0 else None,
+        "step_s": figures.get("step_s"), "slow_since": figures.get("slow_since"),
+        "evidence": _evidence(figures, host), "policy": policy,
+    }
+    if replace is not None:
+        entry["replace"] = replace
+    return entry
+
+
+def describe(entry: dict[str, Any]) -> str:
+    """"rank 3 on machine m2 takes 0.41 s of its own per step against a median of 0.12 s (3.4x): ..."."""
+    where = f" on machine {entry['machine']}" if entry.get("machine") else ""
+    ratio = f" ({entry['ratio']:g}x)" if entry.get("ratio") else ""
+    return (f"rank {entry['rank']}{where} takes {entry['own_step_s']:.3g} s of its own per step against a median of "
+            f"{entry['median_s']:.3g} s for the other ranks{ratio}: {entry['evidence']}")
+
+
+def job_record_pace(*, job_id: int, attempt: int, node_id: int | None, ts: float, payload: dict[str, Any]) -> None:
+    """Fold one node's `pace` event into the job's view; name and clear stragglers (current attempt only)."""
+    ranks = payload.get("ranks")
+    if node_id is None or not isinstance(ranks, dict):
+        return
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.attempt != attempt:
+            return
+        ft = JobSpec.from_json(job.spec).fault_tolerance
+        if ft.stragglers == "off":
+            return
+        progress = JobProgress.from_json(job.progress)
+        pace = progress.pace if (progress.pace or {}).get("attempt") == attempt else None
+        pace = pace or {"attempt": attempt, "every": ft.pace_every, "ranks": {}, "hosts": {}, "named": []}
+        node = JobNode.objects.filter(pk=node_id).values("machine_name", "node_rank").first() or {}
+        host = payload.get("host") if isinstance(payload.get("host"), dict) else {}
+        pace["hosts"][str(node.get("node_rank"))] = host
+        window = float(payload.get("window_s") or 0.0)
+        reported = []
+        for rank, figures in ranks.items():
+            if not isinstance(figures, dict) or not isinstance(figures.get("own_step_s"), int | float):
+                continue
+            before = pace["ranks"].get(str(rank), {})
+            pace["ranks"][str(rank)] = {
+                **{k: figures.get(k) for k in ("own_step_s", "step_s", "own_share", "stopped", "cpu_wait", "throttled")},
+                "machine": node.get("machine_name"), "node_rank": node.get("node_rank"), "at": ts, "window_s": window,
+                **({"slow_since": before["slow_since"]} if "slow_since" in before else {}),
+            }
+            reported.append(str(rank))
+        named, cleared = _judge(pace, ft, ts, reported)
+        stragglers = {str(s["rank"]): s for s in progress.stragglers or []}
+        for rank in cleared:
+            stragglers.pop(rank, None)
+        for rank in pace["named"]:  # named now or before: their figures move on
+            figures = pace["ranks"][rank]
+            before = stragglers.get(rank, {})
+            replace = before.get("replace") or ("pending" if ft.stragglers == "replace" else None)
+            stragglers[rank] = _straggler_entry(rank, figures, pace["hosts"].get(str(figures.get("node_rank")), {}),
+                                                ft.stragglers, replace)
+        progress.pace = pace
+        progress.stragglers = sorted(stragglers.values(), key=lambda s: s["rank"]) or None
+        Job.objects.filter(pk=job_id).update(progress=progress.to_json())
+        # Only the reporting node's ranks are judged (_judge): the event is that node's.
+        for rank in named:
+            _announce(job, node_id, stragglers[rank], "named")
+        for rank in cleared:
+            figures = pace["ranks"][rank]
+            _announce(job, node_id, {"rank": int(rank), "machine": figures.get("machine"), "node_rank": figures.get("node_rank"),
+                            "own_step_s": figures["own_step_s"], "median_s": figures.get("median_s"),
+                            "policy": ft.stragglers}, "cleared")
+
+
+def _announce(job: Job, node: int, entry: dict[str, Any], state: str) -> None:
+    """A `straggler` event of the controller's: the job page and `torchyard logs` show it."""
+    summary = describe(entry) if state == "named" else (
+        f"rank {entry['rank']} keeps up again ({entry['own_step_s']:.3g} s of its own per step)")
+    publish_on_commit({"type": protocol.STRAGGLER, "job": job.pk, "attempt": job.attempt, "node": node,
+                       "node_rank": entry.get("node_rank"), "rank": entry["rank"], "state": state,
+                       "summary": summary, **{k: v for k, v in entry.items() if k not in ("rank", "node_rank")}})
+
+
+def stragglers_to_replace(job: Job) -> list[dict[str, Any]]:
+    """The current attempt's stragglers waiting for a committed checkpoint to be moved (replace)."""
+    progress = JobProgress.from_json(job.progress)
+    if (progress.pace or {}).get("attempt") != job.attempt:
+        return []
+    return [s for s in progress.stragglers or [] if s.get("replace") == "pending" and s.get("node_rank") is not None]
+
+
+def mark_replace(job: Job, ranks: list[int], outcome: str) -> None:
+    """Record on the job's stragglers what became of their replacement ("replaced", or why not)."""
+    progress = JobProgress.from_json(job.progress)
+    for entry in progress.stragglers or []:
+        if entry["rank"] in ranks:
+            entry["replace"] = outcome
+    job.progress = progress.to_json()
+    Job.objects.filter(pk=job.pk).update(progress=job.progress)
