@@ -97,9 +97,10 @@ def fresh_sign_in_rates():
     cache.clear()
 
 
-# The cast: alice owns the default project (its admin, not staff), bob is a member of it, carol is
-# signed in but in no project, and sam is staff. A new user joins the default project on creation
-# (projects.services.user_joined), staff as its admin.
+# The cast: alice owns the default project (its admin, not staff), bob is a member of it, vic only
+# views it, carol is signed in but in no project, and sam is staff. A new user joins the default
+# project on creation (projects.services.user_joined), staff as its admin. A test that needs them in
+# another project moves them there (tests/api/test_permissions_matrix.py).
 @pytest.fixture
 def owner(django_user_model):
     from torchyard_server.projects.models import Membership
@@ -113,6 +114,15 @@ def owner(django_user_model):
 @pytest.fixture
 def teammate(django_user_model):
     return django_user_model.objects.create_user(username="bob", password="pw-bob")
+
+
+@pytest.fixture
+def viewer(django_user_model):
+    from torchyard_server.projects.models import Membership
+
+    vic = django_user_model.objects.create_user(username="vic", password="pw-vic")
+    Membership.objects.filter(user=vic).update(role=Membership.Role.VIEWER)
+    return vic
 
 
 @pytest.fixture

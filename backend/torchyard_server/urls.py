@@ -7,20 +7,21 @@ from .artifacts import api as artifacts
 from .audit import api as audit
 from .bundles import api as bundles
 from .checkpoints import api as checkpoints
+from .compat.coordinator import urls as coordinator_urls
+from .compat.distroml import cluster
+from .compat.transformerlab import urls as transformerlab_urls
 from .experiments import api as experiments
 from .jobs.api import agent as agent_api
-from .jobs.api import cluster, ray_proxy
 from .jobs.api import policies as policies_api
 from .jobs.api import queue as queue_api
+from .jobs.api import ray_proxy
 from .jobs.api import views as jobs
 from .live import sse
 from .machines import api as machines
-from .network import urls as network_urls
 from .plugins import api as plugins
 from .preferences import api as preferences
 from .projects import api as projects
 from .reports import purge_api, summaries
-from .seed001 import urls as seed001_urls
 from .streaming import api as streaming
 from .usage import api as usage
 from .web import health, metrics
@@ -93,10 +94,10 @@ handler404 = "torchyard_server.web.errors.not_found"
 
 urlpatterns = [
     *api,
-    # Seed 000's TransformerLab routes, as aliases over the same services.
-    *network_urls.urlpatterns,
-    # Seed 001's routes at its root paths (/health, /jobs, ...), before the dashboard's catch-all.
-    *seed001_urls.urlpatterns,
+    # TransformerLab's routes, as aliases over the same services.
+    *transformerlab_urls.urlpatterns,
+    # The Rust coordinator's routes at its root paths (/health, /jobs, ...), before the dashboard's catch-all.
+    *coordinator_urls.urlpatterns,
     path("admin/", admin.site.urls),
     # Prometheus scrapes it (bearer token or a staff user: web/metrics.py).
     path("metrics", metrics.MetricsView.as_view()),

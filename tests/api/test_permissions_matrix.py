@@ -2,9 +2,10 @@
 /api/ that is not listed in POLICY fails the suite, and so does one whose view lets a role do more
 (or less) than its policy says. The rules themselves live in torchyard_server.projects.permissions.
 
-Sample objects: project `lab` (admin ada, member mia, viewer vic) holds the job every job route is
-asked about, owned by ada (so mia, a member, may see it but not stop it); the outsider oz is a
-member of project `other` only. None of them is in the default project here."""
+The cast is the shared one (tests/conftest.py), moved out of the default project: project `lab`
+(admin alice, member bob, viewer vic) holds the job every job route is asked about, owned by alice
+(so bob, a member, may see it but not stop it); the outsider carol is a member of project `other`
+only; sam is staff."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def job_read(role: str) -> str:
 
 
 def job_control(role: str) -> str:
-    # The job is ada's: mia (a member) may stop only her own.
+    # The job is alice's: bob (a member) may stop only his own.
     return {"staff": OK, "admin": OK, "member": DENIED, "viewer": DENIED, "outsider": HIDDEN}.get(role, UNAUTH)
 
 
@@ -87,12 +88,12 @@ def public(role: str) -> str:
 
 
 def purge(role: str) -> str:
-    # Staff, or a project's admin (ada); the others admin no project.
+    # Staff, or a project's admin (alice); the others admin no project.
     return {"staff": OK, "admin": OK}.get(role, DENIED if role in USERS else UNAUTH)
 
 
 def own_token(role: str) -> str:
-    # The token asked about is sid's (staff): anyone else's API tokens are invisible, even to staff.
+    # The token asked about is sam's (staff): anyone else's API tokens are invisible, even to staff.
     return OK if role == "staff" else HIDDEN if role in USERS else UNAUTH
 
 
@@ -193,7 +194,7 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/network/local_job_file/<int:job_id>/<path:key>": job_read,
     "api/tasks/distributed/suggest_machines": everyone_signed_in,
     "api/tasks": {"get": everyone_signed_in, "post": submit},
-    # The task is ada's: mia (a member) may submit it but not change it.
+    # The task is alice's: bob (a member) may submit it but not change it.
     "api/tasks/<int:task_id>": {"get": job_read, "put": job_control, "delete": job_control},
     "api/tasks/<int:task_id>/queue_distributed": task_submit,
     "api/tasks/plan-<int:task_id>/queue_distributed": task_submit,
@@ -219,7 +220,7 @@ BODIES = {
     "api/projects": {"name": "new-one"},
     "api/projects/<str:name>": {"description": "the lab's"},
     "api/jobs/<int:job_id>": {"priority": "low"},
-    "api/projects/<str:name>/members": {"username": "oz", "role": "viewer"},
+    "api/projects/<str:name>/members": {"username": "carol", "role": "viewer"},
     "api/projects/<str:name>/members/<str:username>": {"role": "admin"},
     "api/machines": {"name": "new-machine", "host": "10.0.0.9"},
     "api/machines/<int:machine_id>": {"status": "draining"},
@@ -264,15 +265,9 @@ def test_every_api_route_has_a_policy():
 
 
 @pytest.fixture
-def world(settings, tmp_path, django_user_model):
+def world(settings, tmp_path, staff, owner, teammate, viewer, outsider):
     settings.STORAGE_URL = (tmp_path / "store").as_uri()
-    users = {
-        "staff": django_user_model.objects.create_user("sid", is_staff=True),
-        "admin": django_user_model.objects.create_user("ada"),
-        "member": django_user_model.objects.create_user("mia"),
-        "viewer": django_user_model.objects.create_user("vic"),
-        "outsider": django_user_model.objects.create_user("oz"),
-    }
+    users = {"staff": staff, "admin": owner, "member": teammate, "viewer": viewer, "outsider": outsider}
     Membership.objects.filter(project__name="default").delete()
     lab, other = Project.objects.create(name="lab"), Project.objects.create(name="other")
     for role in ("admin", "member", "viewer"):
@@ -305,7 +300,7 @@ def world(settings, tmp_path, django_user_model):
     result.write_bytes(b"pickled")
     function_result_record(event={"job": job.pk, "attempt": 0, "node_rank": 0, "rank": 0, "ok": True, "size": 7,
                                   "sha256": "", "uri": result.as_uri(), "repr": "1"})
-    # The job ran on gpu-a (the seed's machine/job routes ask about that pair); a task of lab is ada's.
+    # The job ran on gpu-a (the seed's machine/job routes ask about that pair); a task of lab is alice's.
     JobNode.objects.create(job=job, attempt=0, machine=machine, machine_name="gpu-a", host="10.0.0.1", node_rank=0,
                            nproc=1, rank_start=0, rank_end=0, status=JobNode.Status.COMPLETED)
     saved = JobSpecSerializer(data=SPEC)
@@ -314,7 +309,7 @@ def world(settings, tmp_path, django_user_model):
     bundle = Bundle.objects.create(sha256="a" * 64, size=1, unpacked_size=1)
     bundle.owners.set(users.values())  # bundles stay per uploader: every user here uploaded this one
     Plugin.objects.create(name="lab", project=lab, version="1", entrypoint="main.py", bundle=bundle, owner=users["admin"])
-    api_token, _ = api_token_create(user=users["staff"], name="sid's laptop", expires_in=None)
+    api_token, _ = api_token_create(user=users["staff"], name="sam's laptop", expires_in=None)
     return {"users": users, "job": job, "api_token": api_token, "machine": machine, "token": token, "revoked": revoked,
             "checkpoint": checkpoint, "artifact": job.artifacts.get(), "bundle": bundle,
             "template": template}
@@ -335,7 +330,8 @@ def url_for(route: str, world) -> str:
     values = {
         "job_id": world["job"].pk, "machine_id": world["machine"].pk, "checkpoint_id": world["checkpoint"].pk,
         "artifact_id": world["artifact"].pk, "path": "w.bin", "key": "model.txt", "sha256": "a" * 64,
-        "name": "gpu-a" if "by-name" in route else "lab", "username": "vic", "project": "lab",
+        "name": "gpu-a" if "by-name" in route else "lab", "username": world["users"]["viewer"].username,
+        "project": "lab",
         "token_id": world["api_token"].pk, "task_id": world["template"].pk, "run_id": f"{world['job'].pk}.0",
         "rank": 0,
     }

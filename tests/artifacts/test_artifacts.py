@@ -1,5 +1,5 @@
 """Artifacts: recorded from a node's `artifact` event only when they lie in the job's own folder,
-listed, downloaded one by one (whatever the client accepts) or as one zip, and through seed 000's
+listed, downloaded one by one (whatever the client accepts) or as one zip, and through TransformerLab's
 aliases."""
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "backend"), str(ROOT / "workers")]
 
 from integration.stack import start_stack  # noqa: E402
+from torchyard.bundles import cache as bundle_cache  # noqa: E402
 from torchyard.bundles import pack_directory  # noqa: E402
-from torchyard.supervisor import prepare  # noqa: E402
 
 TARGET_RATIO = 1.5
 SIZE_MB = 100
@@ -201,8 +201,8 @@ def ours(stack, source: Path, work: Path, round_no: int, machine_token: str) -> 
     cache = next((stack.data_dir / "agents").glob("local-*/cache"))
     assert (cache / "bundles" / packed.sha256).is_dir(), f"no cache entry for {packed.sha256} in {cache}"
     started = time.perf_counter()
-    prepare.cached_bundle(prepare.BundleSource({"bundle": packed.sha256}), cache, wait=lambda: None,
-                          say=lambda line: None)
+    bundle_cache.cached_bundle(bundle_cache.BundleSource({"bundle": packed.sha256}), cache, wait=lambda: None,
+                               say=lambda line: None)
     hit_s = time.perf_counter() - started
     # Unchanged directory, submitted again: pack + HEAD, nothing uploaded.
     started = time.perf_counter()

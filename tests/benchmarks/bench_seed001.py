@@ -59,7 +59,7 @@ RESTART_LINES = 5000  # long enough never to end before it is stopped
 KILL_RANK = lc.WORLD - 1
 FINAL = {"completed", "failed", "stopped"}
 
-# The seed's README, "Performance Baseline" (seed 001), as printed there.
+# The seed's README, "Performance Baseline", as printed there.
 SEED_TABLE = [
     ("Throughput", "100 steps/sec", "80 steps/sec", "60-80 steps/sec"),
     ("Checkpoint", "~10ms", "~50ms", "~100-500ms"),

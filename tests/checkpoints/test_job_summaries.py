@@ -1,4 +1,4 @@
-"""Seed 001's job summaries: GET /api/jobs/{id}/summary and /api/jobs/summaries (every visible job),
+"""The Rust coordinator's job summaries: GET /api/jobs/{id}/summary and /api/jobs/summaries (every visible job),
 with steps/s and samples/s apart and an ETA from the total the script declared."""
 
 from __future__ import annotations

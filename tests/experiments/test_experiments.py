@@ -1,4 +1,4 @@
-"""Seed 003's experiments: a run is an attempt of a job (`<job>.<attempt>`). `GET /api/experiments`
+"""DistroML's experiments: a run is an attempt of a job (`<job>.<attempt>`). `GET /api/experiments`
 lists them, `/api/experiments/{run_id}` shows one (spec, nodes, metrics summary, checkpoints,
 artifacts), `POST /api/experiments/compare` puts several side by side on one step grid."""
 

@@ -44,7 +44,7 @@ def pg_stack(_shared_pg) -> Stack:
 
 @pytest.fixture(scope="session")
 def _shared_embedded(tmp_path_factory):
-    # Seed 001's coordinator settings, as its users set them (they are only the defaults of its own
+    # The Rust coordinator's coordinator settings, as its users set them (they are only the defaults of its own
     # `POST /jobs`): quick steps for its test, nothing for anyone else's.
     with Shared("embedded", lambda: start_stack(
             tmp_path_factory.mktemp("embedded-stack"), env={"SLEEP_SEC": "0.02", "CHECKPOINT_EVERY": "10"}),

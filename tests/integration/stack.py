@@ -161,7 +161,7 @@ class Stack:
     def job_processes(self, job_id: int) -> list[psutil.Process]:
         """Every live process this stack launched for the job (they all carry TORCHYARD_JOB_ID,
         and TORCHYARD_RUN_DIR under this stack's data dir: other stacks may have a job of that id)."""
-        from torchyard.supervisor.proctree import find_job_processes, is_alive
+        from torchyard.node.proctree import find_job_processes, is_alive
 
         return [p for p in find_job_processes(job_id, under=self.data_dir) if is_alive(p)]
 

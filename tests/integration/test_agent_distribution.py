@@ -86,7 +86,7 @@ class ProcessWatch(threading.Thread):
         self.done = threading.Event()
 
     def run(self) -> None:
-        from torchyard.supervisor.proctree import find_job_processes
+        from torchyard.node.proctree import find_job_processes
 
         while not self.done.is_set():
             for proc in find_job_processes(self.job_id, under=self.under):
@@ -176,7 +176,7 @@ def test_the_agent_distribution_alone_joins_and_trains_with_its_own_python(pg_st
             agent.wait(timeout=30)
         # A failed run may leave a detached supervisor (and its ranks) behind: nothing of this
         # test outlives it.
-        from torchyard.supervisor.proctree import find_job_processes, kill_processes
+        from torchyard.node.proctree import find_job_processes, kill_processes
 
         for run_dir in work_dir.glob("runs/job-*"):
             with contextlib.suppress(ValueError, psutil.Error):

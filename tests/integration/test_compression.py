@@ -1,4 +1,4 @@
-"""Seed 003 (DistroML) end to end: its JobSpec with `dataset: digits` and a compression hook, run by
+"""DistroML (DistroML) end to end: its JobSpec with `dataset: digits` and a compression hook, run by
 the built-in MLP recipe on the real stack. The bytes each rank sends per step reach the job's metrics
 from the hooks' own counters and drop by the expected factor against plain all-reduce, and the
 loss on the handwritten digits still falls under every hook."""

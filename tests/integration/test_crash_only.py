@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from torchyard.supervisor.proctree import find_job_processes
+from torchyard.node.proctree import find_job_processes
 
 from .stack import ROOT, SERVER, Stack, start_stack
 

@@ -1,4 +1,4 @@
-"""Seed 000's launch form and machine form as a person uses them, in Debian's headless Chromium driven
+"""TransformerLab's launch form and machine form as a person uses them, in Debian's headless Chromium driven
 by Playwright: a single-machine job (the "Distributed training" switch off, one machine picked)
 planned and launched from the New job form runs on that machine to completion; Add machine takes a
 port, which the API then holds; a plan whose request never reached the server (the browser's own

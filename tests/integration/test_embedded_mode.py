@@ -65,7 +65,7 @@ def test_training_goes_on_when_an_agent_dies_and_the_stack_restarts_it(embedded)
 
 def test_the_dashboard_is_served_with_deep_links(embedded):
     for path in ("/", "/jobs/1", "/login"):
-        # A browser's Accept: /jobs/1 is also seed 001's route, JSON for other clients (seed001/urls.py).
+        # A browser's Accept: /jobs/1 is also the Rust coordinator's route, JSON for other clients (seed001/urls.py).
         response = embedded.session.get(embedded.base + path, timeout=10, headers={"Accept": "text/html,*/*;q=0.8"})
         assert response.status_code == 200, path
         assert '<div id="root">' in response.text

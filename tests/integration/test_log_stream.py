@@ -1,4 +1,4 @@
-"""Seed 001's log stream on the real stack (daphne, ingest, the channel layer, PostgreSQL): a job's
+"""The Rust coordinator's log stream on the real stack (daphne, ingest, the channel layer, PostgreSQL): a job's
 lines as Server-Sent Events followed live, a reconnect with `Last-Event-ID` resuming with no gap
 and no duplicate, the stream ending with the job; and the summary's progress from the total the
 recipe declared through the SDK."""

@@ -1,4 +1,4 @@
-"""Seed 000's promise on the real stack: an existing TransformerLab-style plugin (it takes its
+"""TransformerLab's promise on the real stack: an existing TransformerLab-style plugin (it takes its
 `accelerator` from __main__, uses TransformerLab's plugin_sdk.distributed_utils and never imports
 Torchyard) is pushed with the CLI and runs on 2 nodes
 through the seed's plan -> queue_distributed flow under `accelerate launch`; its rank-0 output comes

@@ -1,4 +1,4 @@
-"""Seed 001 on the stack `make run` starts (`torchyard-server run`, embedded): its quick start with
+"""The Rust coordinator on the stack `make run` starts (`torchyard-server run`, embedded): its quick start with
 curl, verbatim (no token: the server's own OS user on loopback), and its demo worker on line
 shards, a rank killed mid-shard, recovered at the next line: every line processed exactly once."""
 

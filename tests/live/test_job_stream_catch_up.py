@@ -16,7 +16,7 @@ from channels.testing import WebsocketCommunicator
 from torchyard_server.live import consumers, recent
 from torchyard_server.live.backpressure import SCOPE_KEY
 
-from streaming.test_job_stream_frames import Stream, broadcast, store_lines
+from live.test_job_stream_frames import Stream, broadcast, store_lines
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,7 +15,7 @@ from torchyard_server.live import replay
 from torchyard_server.live.replay import METRIC_POINTS_PER_RANK, lines_per_rank
 from torchyard_server.streaming.bulk import StoredEvent, insert_events
 
-from streaming.test_job_stream_frames import Stream
+from live.test_job_stream_frames import Stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

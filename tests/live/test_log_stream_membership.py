@@ -18,7 +18,7 @@ from django.conf import settings
 from torchyard_server.live import groups, sse
 from torchyard_server.live.frames import live_frames
 
-from streaming.test_job_stream_frames import store_lines
+from live.test_job_stream_frames import store_lines
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""Plugins (seed 000): a plugin directory uploaded as a bundle and registered with its manifest's
+"""Plugins (TransformerLab): a plugin directory uploaded as a bundle and registered with its manifest's
 fields, listed beside the built-in recipes, and run by name through every seed route that takes a
 plugin_name (under launcher accelerate); the plan's job_id queues and dispatches that job."""
 

@@ -1,4 +1,4 @@
-"""Seed 000's DistributedPreferences, saved per user on the server (`GET/PUT
+"""TransformerLab's DistributedPreferences, saved per user on the server (`GET/PUT
 /api/preferences/distributed`): the defaults until a first save, then exactly what was saved; bad
 input refused field by field; each user reads and writes only their own."""
 

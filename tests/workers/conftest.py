@@ -1,4 +1,5 @@
-"""Fixtures for supervisor tests; the helpers they use live in supervisor_support.py."""
+"""Fixtures for supervisor tests; the helpers they use live in supervisor_support.py, the NodeLaunch
+builder in launches.py."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from launches import make_launch
 from supervisor_support import SCRIPTS, Supervisors, next_job_id
 from torchyard.protocol import NodeLaunch
 
@@ -21,27 +23,18 @@ def code_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_launch(redis_url: str) -> Callable[..., NodeLaunch]:
-    """Build NodeLaunch objects of one fresh job; keyword arguments override the defaults."""
+def job_launch(redis_url: str) -> Callable[..., NodeLaunch]:
+    """NodeLaunch values (launches.make_launch) of one fresh job run on this host: its master on
+    loopback, scripts/allreduce.py, quick heartbeats, this session's Redis; keyword arguments
+    override any of it."""
     job_id = next_job_id()
 
     def make(**overrides) -> NodeLaunch:
-        values = {
-            "job_id": job_id,
-            "attempt": 1,
-            "node_id": 100 + overrides.get("node_rank", 0),
-            "node_rank": 0,
-            "nnodes": 1,
-            "nproc_per_node": 1,
-            "master_addr": "127.0.0.1",
-            "master_port": 29500,
-            "entrypoint": "scripts/allreduce.py",
-            "heartbeat_interval": 0.5,
-            "redis_url": redis_url,
-        }
-        values.update(overrides)
-        values.setdefault("world_size", values["nnodes"] * values["nproc_per_node"])
-        return NodeLaunch(**values)
+        values = {"job_id": job_id, "attempt": 1, "node_rank": 0, "nnodes": 1, "master_addr": "127.0.0.1",
+                  "master_port": 29500, "entrypoint": "scripts/allreduce.py", "heartbeat_interval": 0.5,
+                  "redis_url": redis_url, **overrides}
+        values.setdefault("node_id", 100 + values["node_rank"])
+        return make_launch(**values)
 
     return make
 

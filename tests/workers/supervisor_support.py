@@ -19,9 +19,9 @@ from pathlib import Path
 
 import redis
 from torchyard import protocol
+from torchyard.node.proctree import find_job_processes, sweep_job_processes
 from torchyard.protocol import NodeLaunch
 from torchyard.supervisor.argv import LAUNCH_FILE, PACKAGE_PARENT
-from torchyard.supervisor.proctree import find_job_processes, sweep_job_processes
 
 # Distinct per test session and per test, so no stream entry or process of another job matches.
 _job_ids = itertools.count(os.getpid() * 1000)
@@ -221,6 +221,17 @@ class Supervisors:
                 proc.wait()
             sweep_job_processes(launch.job_id)
         self.redis.close()
+
+
+def stream_events(redis_url: str, job_id: int) -> list[dict]:
+    """The job's events on the shared event stream (a launch without a machine token publishes
+    there), in stream order: what the controller's ingest would read."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        events = [e for _id, fields in client.xrange(protocol.EVENT_STREAM) for e in protocol.decode_entry(fields)]
+    finally:
+        client.close()
+    return [e for e in events if e["job"] == job_id]
 
 
 def summarize(event: dict) -> str:

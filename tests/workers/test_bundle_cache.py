@@ -1,5 +1,5 @@
-"""The machine's bundle cache and the working directories made from it (supervisor/prepare.py and
-supervisor/workdir.py): a bundle is streamed from a real HTTP server (the agent endpoint's contract:
+"""The machine's bundle cache and the working directories made from it (bundles/cache.py,
+bundles/manifest.py and bundles/workdirs.py; the environments: node/environments.py): a bundle is streamed from a real HTTP server (the agent endpoint's contract:
 GET /api/agent/bundles/<sha256> with the machine token) or a real S3 server into the cache, committed
 only when its bytes hash to its name, verified by stat on every later use, fetched again when
 touched, prepared by concurrent processes without corruption, and copied into working directories
@@ -23,9 +23,11 @@ from pathlib import Path
 
 import pytest
 from torchyard import bundles
-from torchyard.bundles import pack_directory
-from torchyard.supervisor import prepare, workdir
-from torchyard.supervisor.prepare import BundleSource, PrepareError
+from torchyard.bundles import cache as bundle_cache
+from torchyard.bundles import manifest as manifests
+from torchyard.bundles import pack_directory, workdirs
+from torchyard.bundles.cache import BundleSource, PrepareError
+from torchyard.node import environments
 
 WORKERS = Path(__file__).resolve().parents[2] / "workers"
 TOKEN = "7.machine-secret"
@@ -139,12 +141,12 @@ def test_a_bundle_is_streamed_into_the_cache_once_and_a_second_use_verifies_it_b
         server, bundle, project, tmp_path):
     cache = tmp_path / "cache"
     lines, say = said()
-    first = prepare.bundle_workdir(server.source(bundle), cache, tmp_path / "run1" / "work", wait=lambda: None, say=say)
+    first = bundle_cache.bundle_workdir(server.source(bundle), cache, tmp_path / "run1" / "work", wait=lambda: None, say=say)
     assert server.requests == [bundle]
     assert tree(first) == tree(project)
     assert any(line.startswith(f"fetched and unpacked code bundle {bundle[:12]}") for line in lines)
     entry = cache_entry(cache, bundle)
-    manifest = workdir.Manifest.load(entry.with_name(bundle + ".ok"))
+    manifest = manifests.Manifest.load(entry.with_name(bundle + ".ok"))
     assert manifest is not None and manifest.sha256 == bundle
     assert sorted(f.path for f in manifest.files) == sorted(
         p for p, v in tree(project).items() if isinstance(v, bytes))
@@ -152,19 +154,19 @@ def test_a_bundle_is_streamed_into_the_cache_once_and_a_second_use_verifies_it_b
     assert sorted(p.name for p in (cache / "bundles").iterdir()) == sorted([bundle, f"{bundle}.ok", f"{bundle}.lock"])
 
     lines.clear()
-    second = prepare.bundle_workdir(server.source(bundle), cache, tmp_path / "run2" / "work", wait=lambda: None, say=say)
+    second = bundle_cache.bundle_workdir(server.source(bundle), cache, tmp_path / "run2" / "work", wait=lambda: None, say=say)
     assert server.requests == [bundle]  # no second fetch
     assert tree(second) == tree(project)
     assert any(f"{bundle[:12]} is in this machine's cache (verified by stat: 5 files)" in line for line in lines)
     # The node's old two-step calls find it too.
-    assert prepare.cached_bundle(server.source(bundle), cache, wait=lambda: None, say=say) == entry
+    assert bundle_cache.cached_bundle(server.source(bundle), cache, wait=lambda: None, say=say) == entry
     assert server.requests == [bundle]
 
 
 def test_the_working_directory_shares_no_inode_with_the_cache_and_the_job_writes_only_to_its_own(
         server, bundle, project, tmp_path):
     cache = tmp_path / "cache"
-    work = prepare.bundle_workdir(server.source(bundle), cache, tmp_path / "work", wait=lambda: None, say=print)
+    work = bundle_cache.bundle_workdir(server.source(bundle), cache, tmp_path / "work", wait=lambda: None, say=print)
     entry = cache_entry(cache, bundle)
     for path in (p for p in entry.rglob("*") if p.is_file() and not p.is_symlink()):
         rel = path.relative_to(entry)
@@ -180,15 +182,15 @@ def test_the_working_directory_shares_no_inode_with_the_cache_and_the_job_writes
     with open(work / "train.py", "a") as handle:
         handle.write("print('changed')\n")
     os.chmod(work / "pkg" / "__init__.py", 0o600)
-    manifest = workdir.Manifest.load(entry.with_name(bundle + ".ok"))
-    assert manifest is not None and workdir.verify(entry, manifest) is None
+    manifest = manifests.Manifest.load(entry.with_name(bundle + ".ok"))
+    assert manifest is not None and manifests.verify(entry, manifest) is None
     assert {k: v for k, v in tree(entry).items()} == tree(project)
 
 
 @pytest.mark.parametrize("touch", ["rewritten in place", "truncated", "removed", "replaced", "chmod"])
 def test_a_touched_cache_entry_is_detected_by_stat_and_fetched_again(server, bundle, project, tmp_path, touch):
     cache = tmp_path / "cache"
-    prepare.bundle_workdir(server.source(bundle), cache, tmp_path / "w1", wait=lambda: None, say=print)
+    bundle_cache.bundle_workdir(server.source(bundle), cache, tmp_path / "w1", wait=lambda: None, say=print)
     entry = cache_entry(cache, bundle)
     victim = entry / "pkg" / "__init__.py"
     time.sleep(0.02)  # timestamps move in ticks of a few ms; the manifest was recorded in an earlier one
@@ -207,26 +209,26 @@ def test_a_touched_cache_entry_is_detected_by_stat_and_fetched_again(server, bun
     else:
         os.chmod(victim, 0o666)
     lines, say = said()
-    found = prepare.cached_bundle(server.source(bundle), cache, wait=lambda: None, say=say)
+    found = bundle_cache.cached_bundle(server.source(bundle), cache, wait=lambda: None, say=say)
     assert any("changed since it was unpacked" in line and "pkg/__init__.py" in line for line in lines), lines
     assert server.requests == [bundle, bundle]
     assert tree(found) == tree(project)
-    manifest = workdir.Manifest.load(entry.with_name(bundle + ".ok"))
-    assert manifest is not None and workdir.verify(entry, manifest) is None
+    manifest = manifests.Manifest.load(entry.with_name(bundle + ".ok"))
+    assert manifest is not None and manifests.verify(entry, manifest) is None
 
 
 def test_an_entry_touched_after_the_check_fails_make_workdir_and_is_fetched_again_by_bundle_workdir(
         server, bundle, project, tmp_path):
     cache = tmp_path / "cache"
-    entry = prepare.cached_bundle(server.source(bundle), cache, wait=lambda: None, say=print)
+    entry = bundle_cache.cached_bundle(server.source(bundle), cache, wait=lambda: None, say=print)
     time.sleep(0.02)
     os.chmod(entry / "config.yaml", 0o644)
     (entry / "config.yaml").write_text("lr: 9.9\n")
     with pytest.raises(PrepareError, match="changed in this machine's cache .*config.yaml"):
-        prepare.make_workdir(entry, tmp_path / "w1")
+        bundle_cache.make_workdir(entry, tmp_path / "w1")
     assert not (tmp_path / "w1").exists()
     lines, say = said()
-    work = prepare.bundle_workdir(server.source(bundle), cache, tmp_path / "w2", wait=lambda: None, say=say)
+    work = bundle_cache.bundle_workdir(server.source(bundle), cache, tmp_path / "w2", wait=lambda: None, say=say)
     assert tree(work) == tree(project) and len(server.requests) == 2
     assert any("fetching it again" in line for line in lines)
 
@@ -239,12 +241,12 @@ def test_a_half_written_entry_or_an_older_layout_is_never_used(server, bundle, p
     (root / bundle / "pkg").mkdir(parents=True)
     (root / bundle / "train.py").write_text("partial")
     (root / f".{bundle}.4242.tmp" / "pkg").mkdir(parents=True)
-    found = prepare.cached_bundle(server.source(bundle), cache, wait=lambda: None, say=print)
+    found = bundle_cache.cached_bundle(server.source(bundle), cache, wait=lambda: None, say=print)
     assert tree(found) == tree(project) and server.requests == [bundle]
     assert not list(root.glob(".*.tmp"))
     # A marker of the layout before manifests: not trusted, fetched again.
     (root / f"{bundle}.ok").write_text(json.dumps({"built_at": 1.0}))
-    found = prepare.cached_bundle(server.source(bundle), cache, wait=lambda: None, say=print)
+    found = bundle_cache.cached_bundle(server.source(bundle), cache, wait=lambda: None, say=print)
     assert tree(found) == tree(project) and server.requests == [bundle, bundle]
 
 
@@ -255,7 +257,7 @@ def test_bytes_that_do_not_hash_to_the_bundle_are_never_committed(server, projec
     other = pack_directory(project, tmp_path / "other.tar.zst")
     server.archives[real.sha256] = other.path.read_bytes()  # a store that serves the wrong bytes
     with pytest.raises(PrepareError, match=f"bundle {real.sha256[:12]} failed verification"):
-        prepare.bundle_workdir(server.source(real.sha256), cache, tmp_path / "work", wait=lambda: None, say=print)
+        bundle_cache.bundle_workdir(server.source(real.sha256), cache, tmp_path / "work", wait=lambda: None, say=print)
     assert sorted(p.name for p in (cache / "bundles").iterdir()) == [f"{real.sha256}.lock"]
     assert not (tmp_path / "work").exists()
 
@@ -267,10 +269,10 @@ def test_a_download_cut_short_fails_the_preparation_and_leaves_nothing(server, t
     server.cut_after = 2 << 20
     cache = tmp_path / "cache"
     with pytest.raises(PrepareError, match=f"cannot fetch bundle {sha256[:12]} from {server.url}"):
-        prepare.bundle_workdir(server.source(sha256), cache, tmp_path / "work", wait=lambda: None, say=print)
+        bundle_cache.bundle_workdir(server.source(sha256), cache, tmp_path / "work", wait=lambda: None, say=print)
     assert sorted(p.name for p in (cache / "bundles").iterdir()) == [f"{sha256}.lock"]
     server.cut_after = None  # the next try fetches it whole
-    assert tree(prepare.bundle_workdir(server.source(sha256), cache, tmp_path / "work", wait=lambda: None,
+    assert tree(bundle_cache.bundle_workdir(server.source(sha256), cache, tmp_path / "work", wait=lambda: None,
                                        say=print)) == tree(project)
 
 
@@ -293,7 +295,7 @@ def test_a_hostile_archive_is_refused_and_leaves_nothing(server, tmp_path):
     sha256 = server.add(archive)
     cache = tmp_path / "cache"
     with pytest.raises(PrepareError, match=r"refused: \.\./\.\./escape\.py: has a '\.\.' component"):
-        prepare.cached_bundle(server.source(sha256), cache, wait=lambda: None, say=print)
+        bundle_cache.cached_bundle(server.source(sha256), cache, wait=lambda: None, say=print)
     assert sorted(p.name for p in (cache / "bundles").iterdir()) == [f"{sha256}.lock"]
     assert not (tmp_path / "escape.py").exists() and not (cache / "escape.py").exists()
 
@@ -302,12 +304,12 @@ PREPARE_SCRIPT = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from torchyard.supervisor import prepare
+from torchyard.bundles import cache
 go = Path(sys.argv[6])
 while not go.exists():
     time.sleep(0.005)
-source = prepare.BundleSource({"bundle": sys.argv[3]}, sys.argv[2], sys.argv[4])
-prepare.bundle_workdir(source, Path(sys.argv[5]), Path(sys.argv[7]), wait=lambda: None, say=print)
+source = cache.BundleSource({"bundle": sys.argv[3]}, sys.argv[2], sys.argv[4])
+cache.bundle_workdir(source, Path(sys.argv[5]), Path(sys.argv[7]), wait=lambda: None, say=print)
 """
 
 
@@ -335,19 +337,19 @@ def test_two_processes_preparing_the_same_bundle_at_once_fetch_it_once_and_both_
     for i in range(2):
         assert tree(tmp_path / f"node{i}" / "work") == expected
     entry = cache_entry(cache, sha256)
-    manifest = workdir.Manifest.load(entry.with_name(sha256 + ".ok"))
-    assert manifest is not None and workdir.verify(entry, manifest) is None and tree(entry) == expected
+    manifest = manifests.Manifest.load(entry.with_name(sha256 + ".ok"))
+    assert manifest is not None and manifests.verify(entry, manifest) is None and tree(entry) == expected
 
 
 def test_an_entry_being_copied_is_not_replaced_until_the_copy_is_done(server, bundle, project, tmp_path):
     cache = tmp_path / "cache"
-    entry = prepare.cached_bundle(server.source(bundle), cache, wait=lambda: None, say=print)
+    entry = bundle_cache.cached_bundle(server.source(bundle), cache, wait=lambda: None, say=print)
     time.sleep(0.02)
     (entry / "empty.txt").chmod(0o600)  # touched: the next node rebuilds it
     go = tmp_path / "go"
     go.touch()
     lock = cache / "bundles" / f"{bundle}.lock"
-    with prepare.cache_lock(lock, wait=lambda: None, shared=True):  # a node copying the entry
+    with bundle_cache.cache_lock(lock, wait=lambda: None, shared=True):  # a node copying the entry
         proc = subprocess.Popen([sys.executable, "-c", PREPARE_SCRIPT, str(WORKERS), server.url, bundle, TOKEN,
                                  str(cache), str(go), str(tmp_path / "other" / "work")],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -368,7 +370,7 @@ def test_a_bundle_is_streamed_from_s3_when_the_store_is_s3(s3_server, monkeypatc
     s3_server.client().upload_file(str(packed.path), bucket, f"bundles/{packed.sha256}.tar.zst")
     source = BundleSource({"bundle": packed.sha256, "uri": f"s3://{bucket}/bundles/{packed.sha256}.tar.zst"})
     lines, say = said()
-    work = prepare.bundle_workdir(source, tmp_path / "cache", tmp_path / "work", wait=lambda: None, say=say)
+    work = bundle_cache.bundle_workdir(source, tmp_path / "cache", tmp_path / "work", wait=lambda: None, say=say)
     assert tree(work) == tree(project)
     assert any(f"from s3://{bucket}" in line for line in lines), lines
 
@@ -379,24 +381,24 @@ def test_the_environment_key_remembers_local_packages_per_bundle_and_names_the_i
     work = make_project(tmp_path / "work")
     requirements = ["-e .", "./pkg"]
     python = sys.executable
-    fresh = prepare.environment_key(python, requirements, work)
-    remembered = prepare.environment_key(python, requirements, work, bundle="a" * 64, cache_dir=cache)
+    fresh = environments.environment_key(python, requirements, work)
+    remembered = environments.environment_key(python, requirements, work, bundle="a" * 64, cache_dir=cache)
     assert remembered == fresh  # the same key, now remembered
     assert len(list((cache / "envs" / "paths").iterdir())) == 2
     # A second launch of that bundle reads the remembered hashes: it does not read the project (here
     # changed behind its back to show it; a working directory is always a fresh copy of the bundle).
     (work / "pkg" / "__init__.py").write_text("VALUE = 2\n")
-    assert prepare.environment_key(python, requirements, work, bundle="a" * 64, cache_dir=cache) == fresh
-    assert prepare.environment_key(python, requirements, work) != fresh
-    assert prepare.environment_key(python, requirements, work, bundle="b" * 64, cache_dir=cache) != fresh
+    assert environments.environment_key(python, requirements, work, bundle="a" * 64, cache_dir=cache) == fresh
+    assert environments.environment_key(python, requirements, work) != fresh
+    assert environments.environment_key(python, requirements, work, bundle="b" * 64, cache_dir=cache) != fresh
     # Another interpreter file (a Python upgraded in place) is another environment.
     copy = tmp_path / "python3"
     shutil.copy2(os.path.realpath(python), copy)
     os.utime(copy, ns=(1, 1))
-    assert prepare.environment_key(str(copy), ["x"], work) != prepare.environment_key(str(copy) + "x", ["x"], work)
-    before = prepare.environment_key(str(copy), ["x"], work)
+    assert environments.environment_key(str(copy), ["x"], work) != environments.environment_key(str(copy) + "x", ["x"], work)
+    before = environments.environment_key(str(copy), ["x"], work)
     os.utime(copy, ns=(2, 2))
-    assert prepare.environment_key(str(copy), ["x"], work) != before
+    assert environments.environment_key(str(copy), ["x"], work) != before
 
 
 def test_a_cached_environment_is_checked_without_running_anything_and_rebuilt_when_broken(tmp_path):
@@ -410,7 +412,7 @@ def test_a_cached_environment_is_checked_without_running_anything_and_rebuilt_wh
 
     def environment() -> str:
         # zstandard is in the training Python already: pip only checks it, offline.
-        return prepare.prepared_environment(sys.executable, ["zstandard"], work, cache, pip=["zstandard"], run=run,
+        return environments.prepared_environment(sys.executable, ["zstandard"], work, cache, pip=["zstandard"], run=run,
                                             say=print, wait=lambda: None, errors=lambda: [], bundle="c" * 64)
 
     env_python = environment()
@@ -422,7 +424,7 @@ def test_a_cached_environment_is_checked_without_running_anything_and_rebuilt_wh
 
 
 def test_a_plain_directory_without_a_manifest_is_copied_as_it_is(project, tmp_path):
-    work = prepare.make_workdir(project, tmp_path / "work")
+    work = bundle_cache.make_workdir(project, tmp_path / "work")
     assert tree(work) == tree(project)
 
 
@@ -431,11 +433,11 @@ def test_bundles_unpack_stream_is_what_the_cache_commits(project, tmp_path):
     packed = pack_directory(project, tmp_path / "b.tar.zst")
     with open(packed.path, "rb") as handle:
         info = bundles.unpack_stream(handle, tmp_path / "entry", sha256=packed.sha256, read_only=True)
-    manifest = workdir.record(tmp_path / "entry", info, sha256=packed.sha256, built_at=0.0)
+    manifest = manifests.record(tmp_path / "entry", info, sha256=packed.sha256, built_at=0.0)
     assert manifest.directories == ["pkg", "pkg/sub"]
     assert manifest.symlinks == [("latest", "pkg/sub/data.bin")]
-    assert workdir.Manifest.from_json(manifest.to_json()) == manifest
-    copied = workdir.copy_tree(tmp_path / "entry", manifest, tmp_path / "copy")
+    assert manifests.Manifest.from_json(manifest.to_json()) == manifest
+    copied = workdirs.copy_tree(tmp_path / "entry", manifest, tmp_path / "copy")
     assert copied.files == 5 and tree(tmp_path / "copy") == tree(project)
 
 
@@ -451,7 +453,7 @@ def test_an_archive_made_by_gnu_tar_from_dot_is_cached_and_copied_whole(server, 
     tarred = subprocess.run(["tar", "-cf", "-", "-C", str(project), "."], check=True, capture_output=True).stdout
     archive.write_bytes(zstandard.ZstdCompressor().compress(tarred))
     sha256 = server.add(archive)
-    work = prepare.bundle_workdir(server.source(sha256), tmp_path / "cache", tmp_path / "work", wait=lambda: None,
+    work = bundle_cache.bundle_workdir(server.source(sha256), tmp_path / "cache", tmp_path / "work", wait=lambda: None,
                                   say=print)
     assert tree(work) == tree(project)
 
@@ -466,7 +468,7 @@ def test_a_slow_download_heartbeats_all_along_and_a_stop_ends_it_leaving_nothing
     sha256 = server.add(pack_directory(project, tmp_path / "bundle.tar.zst").path)
     server.throttle = 0.4  # 4 MB in about 2 s
     beats: list[float] = []
-    prepare.bundle_workdir(server.source(sha256), tmp_path / "cache", tmp_path / "work",
+    bundle_cache.bundle_workdir(server.source(sha256), tmp_path / "cache", tmp_path / "work",
                            wait=lambda: beats.append(time.monotonic()), say=print)
     assert len(beats) >= 4, beats  # a beat per chunk received, not one at the end
 
@@ -477,7 +479,7 @@ def test_a_slow_download_heartbeats_all_along_and_a_stop_ends_it_leaving_nothing
 
     beats.clear()
     with pytest.raises(Stop):
-        prepare.bundle_workdir(server.source(sha256), tmp_path / "cache2", tmp_path / "work2",
+        bundle_cache.bundle_workdir(server.source(sha256), tmp_path / "cache2", tmp_path / "work2",
                                wait=stop_on_the_third_beat, say=print)
     assert sorted(p.name for p in (tmp_path / "cache2" / "bundles").iterdir()) == [f"{sha256}.lock"]
     assert not (tmp_path / "work2").exists()

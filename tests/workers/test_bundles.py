@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import zstandard
 from torchyard import bundles
-from torchyard.bundles import BundleError, BundleTooLarge, inspect_archive, pack_directory, unpack
+from torchyard.bundles import BundleError, BundleTooLarge, inspect_archive, pack_directory, packing, unpack
+from torchyard.bundles.tar import parse_header
 
 
 def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]], compress: str = "zstd") -> bytes:
@@ -147,20 +148,20 @@ def test_packing_names_the_biggest_files_past_the_limit_and_refuses_links_out(tm
 def reference_pack(source: Path, dest: Path) -> str:
     """The canonical archive as tarfile itself writes it ('w|', PAX, the same TarInfo objects): what
     pack_directory must reproduce byte for byte, so a bundle's sha256 never depends on our writer."""
-    files, links = bundles._collect(source)
+    files, links = packing._collect(source)
     entries = sorted([(rel, info, None) for rel, info in files] + [(rel, None, t) for rel, t in links.items()],
                      key=lambda entry: entry[0])
     with open(dest, "wb") as raw:
-        compressor = zstandard.ZstdCompressor(level=bundles.ZSTD_LEVEL, threads=bundles.ZSTD_THREADS,
+        compressor = zstandard.ZstdCompressor(level=packing.ZSTD_LEVEL, threads=packing.ZSTD_THREADS,
                                               write_checksum=True)
         with (compressor.stream_writer(raw, closefd=False) as compressed,
               tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT) as tar):
             for rel, info, target in entries:
                 if info is None:
-                    tar.addfile(bundles._tarinfo(rel, link=target))
+                    tar.addfile(packing._tarinfo(rel, link=target))
                     continue
                 with open(source / rel, "rb") as handle:
-                    tar.addfile(bundles._tarinfo(rel, size=info.st_size, executable=bool(info.st_mode & 0o100)), handle)
+                    tar.addfile(packing._tarinfo(rel, size=info.st_size, executable=bool(info.st_mode & 0o100)), handle)
     return bundles.sha256_file(dest)
 
 
@@ -327,7 +328,7 @@ def _headers() -> list[tuple[str, bytes]]:
 
 @pytest.mark.parametrize(("label", "block"), _headers())
 def test_the_header_fast_path_reads_what_tarfile_reads(label, block):
-    fast, slow = bundles._header(block), tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+    fast, slow = parse_header(block), tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
     assert (fast.name, fast.mode, fast.size, fast.type, fast.linkname) == \
         (slow.name, slow.mode, slow.size, slow.type, slow.linkname), label
 
@@ -336,8 +337,8 @@ def test_the_header_fast_path_refuses_a_wrong_checksum_and_takes_a_signed_one():
     block = bytearray(tarfile.TarInfo("x.py").tobuf(tarfile.USTAR_FORMAT))
     block[0:1] = b"y"  # the checksum no longer matches
     with pytest.raises(tarfile.HeaderError):
-        bundles._header(bytes(block))
+        parse_header(bytes(block))
     signed = bytearray(tarfile.TarInfo("\u00e9.py").tobuf(tarfile.USTAR_FORMAT))
     # An old tar's signed checksum: bytes over 127 counted negative.
     signed[148:156] = b"%06o\0 " % (sum(b if b < 128 else b - 256 for b in signed[:148] + signed[156:]) + 256)
-    assert bundles._header(bytes(signed)).name == "\u00e9.py"
+    assert parse_header(bytes(signed)).name == "\u00e9.py"

@@ -1,4 +1,4 @@
-"""Seed 000's plugins on the machine side: the manifest a push reads (ours, or TransformerLab's
+"""TransformerLab's plugins on the machine side: the manifest a push reads (ours, or TransformerLab's
 index.json), `launcher: accelerate`'s pure argv and environment, and the harness's config for each
 rank (DESIGN.md section 7's adjustments, the metadata, rank 0 alone on the main output directory)."""
 
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launches import make_launch
 from torchyard.harness import (
     HarnessError,
     adjusted_config,
@@ -25,11 +26,9 @@ from torchyard.supervisor.argv import build_launcher_env, runs_torchrun
 
 
 def launch(**overrides) -> NodeLaunch:
-    values = dict(job_id=7, attempt=1, node_id=3, node_rank=1, nnodes=2, nproc_per_node=2, world_size=4,
-                  master_addr="10.0.0.5", master_port=29400, entrypoint="main.py", args=["--epochs", "1"],
-                  launcher="accelerate")
-    values.update(overrides)
-    return NodeLaunch(**values)
+    """Node 1 of 2 of job 7's attempt 1 under launcher accelerate, two processes a node."""
+    return make_launch(**{"attempt": 1, "nproc_per_node": 2, "entrypoint": "main.py", "args": ["--epochs", "1"],
+                          "launcher": "accelerate", **overrides})
 
 
 def test_a_node_runs_accelerate_launch_on_the_harness_with_torchruns_promises(tmp_path):

@@ -1,4 +1,4 @@
-"""The plugin harness (seed 000's `plugin_harness.py`): runs a TransformerLab-style plugin unmodified.
+"""The plugin harness (TransformerLab's `plugin_harness.py`): runs a TransformerLab-style plugin unmodified.
 
     python -m torchyard.harness --plugin_dir DIR [--entrypoint main.py] [--distributed_mode]
         [--accelerate_config '{"world_size": 2, ...}'] [--config_file config.json] [PLUGIN ARGS...]

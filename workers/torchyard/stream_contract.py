@@ -105,7 +105,7 @@ class GpuUse(TypedDict):
 
 
 class ResourceEvent(TypedDict):
-    """What a node's rank processes use (supervisor/proctree.py), and its GPUs' use where the machine
+    """What a node's rank processes use (node/proctree.py), and its GPUs' use where the machine
     has NVML (no `gpus` field where it has not)."""
 
     type: Literal["resource"]

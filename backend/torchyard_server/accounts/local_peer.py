@@ -3,7 +3,7 @@ embedded mode (`make run`), a request with no credentials that comes over loopba
 of the operating-system user the server runs as is that installation's admin.
 
 That user already owns everything of the embedded stack (its data directory, the SQLite database,
-the secret key), so this gives nobody anything new; it lets seed 001's quick start
+the secret key), so this gives nobody anything new; it lets the Rust coordinator's quick start
 (`curl -X POST http://localhost:8000/jobs -d '{"world_size": 4}'`) work verbatim. Anyone else is
 refused as before: another local user (the kernel's socket table names the owner of the client's
 socket), another machine (not loopback), a request forwarded by a proxy (X-Forwarded-* or

@@ -1,2 +1,2 @@
-"""Seed 003's experiments: runs (attempts of jobs) listed, shown and compared. No models: it reads
+"""DistroML's experiments: runs (attempts of jobs) listed, shown and compared. No models: it reads
 jobs, checkpoints, artifacts and metric events, so it sits above them all (pyproject.toml)."""

@@ -1,4 +1,4 @@
-"""Runs (seed 003's experiments): a run is one attempt of a job, named `<job id>.<attempt>`. It has
+"""Runs (DistroML's experiments): a run is one attempt of a job, named `<job id>.<attempt>`. It has
 its job's spec and hyperparameters, its own nodes, metrics, checkpoints and artifacts; a job that
 recovered twice made three runs. Nothing is stored for runs: they are read from jobs, nodes and
 events, scoped to the projects the user may see like the jobs themselves."""

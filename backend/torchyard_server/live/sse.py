@@ -1,4 +1,4 @@
-"""A job's log lines as Server-Sent Events (seed 001's `GET /jobs/{id}/logs/stream`), for clients
+"""A job's log lines as Server-Sent Events (the Rust coordinator's `GET /jobs/{id}/logs/stream`), for clients
 that would rather read a plain HTTP response than hold a WebSocket (`curl -N`, EventSource).
 
 Each line is one event whose `id:` is the event id, so a client that reconnects with

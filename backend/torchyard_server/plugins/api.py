@@ -1,4 +1,4 @@
-"""`/api/plugins`: the plugins a job can run by name (seed 000's plugin_name): the built-in recipes
+"""`/api/plugins`: the plugins a job can run by name (TransformerLab's plugin_name): the built-in recipes
 and the registered ones, and registering one (`torchyard plugin push DIR` calls it);
 `/api/plugins/<project>/<name>`: one registered plugin, and removing it (`torchyard plugin rm`)."""
 

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class PluginsConfig(AppConfig):
-    """Plugins (seed 000): a TransformerLab-style training plugin registered under a name in a project,
+    """Plugins (TransformerLab): a TransformerLab-style training plugin registered under a name in a project,
     its code an uploaded bundle; the built-in recipes are plugins shipped with Torchyard. Above jobs,
     whose spec validation it feeds; the seed's routes (app `network`) run plugins by name."""
 

@@ -16,7 +16,7 @@ from ..projects.permissions import can_control_job
 from .models import Plugin
 from .selectors import builtin_name, plugins_visible_to
 
-# How a registered plugin runs: the harness under `accelerate launch` (seed 000), so that a
+# How a registered plugin runs: the harness under `accelerate launch` (TransformerLab), so that a
 # TransformerLab plugin finds its `accelerator` in __main__ and its adjusted config.
 PLUGIN_LAUNCHER = "accelerate"
 

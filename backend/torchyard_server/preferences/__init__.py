@@ -1,2 +1,2 @@
-"""Per-user preferences the dashboard saves on the server: seed 000's DistributedPreferences, the
+"""Per-user preferences the dashboard saves on the server: TransformerLab's DistributedPreferences, the
 defaults that prefill the New job form."""

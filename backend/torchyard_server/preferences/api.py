@@ -1,5 +1,5 @@
 """`GET/PUT /api/preferences/distributed`: the signed-in user's own distributed-training defaults
-(seed 000's DistributedPreferences); no route reads or writes anyone else's."""
+(TransformerLab's DistributedPreferences); no route reads or writes anyone else's."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from django.db import models
 
 
 class DistributedPreferences(models.Model):
-    """Seed 000's DistributedPreferences: what a user's New job form starts from. One row per user,
+    """TransformerLab's DistributedPreferences: what a user's New job form starts from. One row per user,
     made on their first save; a user without one gets the defaults below."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,

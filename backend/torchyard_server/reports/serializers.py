@@ -1,4 +1,4 @@
-"""What a job report answers (seed 001's job summary), built from jobs and checkpoints."""
+"""What a job report answers (the Rust coordinator's job summary), built from jobs and checkpoints."""
 
 from rest_framework import serializers
 
@@ -19,7 +19,7 @@ class JobReportOut(serializers.Serializer):
     duration_seconds = serializers.FloatField(allow_null=True, help_text="since it started; null until then")
     nodes = JobNodeOut(many=True, help_text="the current attempt's nodes")
     checkpoints = serializers.IntegerField(help_text="how many committed checkpoints it has")
-    # Seed 001's "steps, throughput, ETA", read from `progress` (folded by jobs.services.job_record_progress).
+    # The Rust coordinator's "steps, throughput, ETA", read from `progress` (folded by jobs.services.job_record_progress).
     project = serializers.CharField()
     owner = serializers.CharField()
     restarts = serializers.IntegerField()

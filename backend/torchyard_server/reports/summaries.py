@@ -1,4 +1,4 @@
-"""Job summaries (seed 001): where a job stands, how fast it goes and when it should be done, with
+"""Job summaries (the Rust coordinator): where a job stands, how fast it goes and when it should be done, with
 its nodes and checkpoints; one job's (`/api/jobs/{id}/summary`) or every visible job's
 (`/api/jobs/summaries`). The progress numbers are the ones ingest folds from metric events
 (jobs.services.job_record_progress); a summary only reads them, with the checkpoints' count."""

@@ -50,7 +50,7 @@ INSTALLED_APPS = [
     "torchyard_server.checkpoints",
     "torchyard_server.streaming",
     "torchyard_server.live",
-    "torchyard_server.network",
+    "torchyard_server.compat.transformerlab",
     "torchyard_server.web",
 ]
 
@@ -193,7 +193,7 @@ STOP_TIMEOUT = env_float("TORCHYARD_STOP_TIMEOUT", 30.0)
 # each resume makes progress instead of thrashing. 0: no minimum.
 PREEMPTION_MIN_RUN = env_float("TORCHYARD_PREEMPTION_MIN_RUN", 120.0)
 # The Rust coordinator's settings, under its own names: the defaults of a `POST /jobs` body
-# (seed001/api.py; a body's own fields win). Unset, the JobSpec's defaults.
+# (compat/coordinator/api.py; a body's own fields win). Unset, the JobSpec's defaults.
 SEED001_DEFAULTS: dict[str, int | float | str] = {
     name.lower(): read(name)
     for name, read in (("JOB_ID", env_str), ("WORLD_SIZE", lambda n: env_int(n, 0)),
@@ -203,7 +203,7 @@ SEED001_DEFAULTS: dict[str, int | float | str] = {
     if env_str(name).strip()
 }
 # Loopback requests without credentials from this server's own OS user act as the admin
-# (accounts/local_peer.py), on seed 001's routes: on by default in embedded mode (SQLite).
+# (accounts/local_peer.py), on the Rust coordinator's routes: on by default in embedded mode (SQLite).
 LOCAL_PEER_AUTH = env_bool("TORCHYARD_LOCAL_PEER_AUTH", DATABASES["default"]["ENGINE"].endswith("sqlite3"))
 LOCAL_PEER_USER = env_str("TORCHYARD_ADMIN_USER", "admin")
 # The most bytes of files a code bundle may hold (and the most its archive may take).

@@ -1,5 +1,5 @@
-"""Saving job templates and submitting them. Specs arrive validated (jobs.spec.JobSpecSerializer,
-which also checked that the saver may submit to the spec's project); callers check who may change
+"""Saving job templates and submitting them. Specs arrive checked (jobs.intake.serializer.JobSpecSerializer)
+and admitted for their saver (jobs.control.admission: the project, the bundles, sealed secrets); callers check who may change
 or submit a template (projects.permissions)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def template_delete(*, template: JobTemplate) -> None:
 
 
 def on_one_machine(spec: dict[str, Any], machine_name: str) -> dict[str, Any]:
-    """The whole job on one machine (seed 000's remote job): one node with every process of the
+    """The whole job on one machine (TransformerLab's remote job): one node with every process of the
     job and its GPUs, so the world size and the hyperparameters' adjustment stay what was saved."""
     resources = dict(spec["resources"])
     if "workers" in resources:

@@ -8,11 +8,15 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from ..jobs.errors import SpecRefused
 from ..jobs.placement.candidates import PlanError
 from ..machines.services import MachineInUse
 
 
 def exception_handler(exc, context):
+    """The services' domain errors, each as its HTTP answer; DRF's own as DRF answers them."""
+    if isinstance(exc, SpecRefused):
+        return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, PlanError):
         return Response({"resources": [exc.reason], "detail": exc.reason, "skipped": exc.skipped},
                         status=status.HTTP_400_BAD_REQUEST)

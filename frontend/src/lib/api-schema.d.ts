@@ -2383,8 +2383,8 @@ export interface components {
             launcher: components["schemas"]["LauncherEnum"];
             /** @description launcher command: the argv run once per node */
             command?: string[];
-            /** @description false: every rank starts cold, never from the warm pool; absent: true */
-            warm?: boolean;
+            /** @description false: every rank starts cold, never from the warm pool */
+            warm: boolean;
             strategy: components["schemas"]["StrategyEnum"];
         };
         JobElasticOut: {

@@ -1,4 +1,4 @@
-"""Seed 001's `POST /api/jobs/purge`: finished jobs older than an age go, with their nodes, events,
+"""The Rust coordinator's `POST /api/jobs/purge`: finished jobs older than an age go, with their nodes, events,
 checkpoints and artifacts, files in the store included; staff anywhere, a project's admin in that
 project; a dry run deletes nothing and answers the same."""
 

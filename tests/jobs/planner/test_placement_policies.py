@@ -1,4 +1,4 @@
-"""Placement policies by name: seed 004's `simple` and `balanced` beside Torchyard's `pack` and
+"""Placement policies by name: the Go scheduler's `simple` and `balanced` beside Torchyard's `pack` and
 `spread`, a policy installed by another distribution's entry point (tests/plugins), and an unknown
 name refused. The planner on snapshots, then `POST /api/jobs/plan` on machines in the database."""
 
@@ -174,7 +174,7 @@ def test_a_job_that_names_no_policy_gets_the_servers_default(api, settings):
     unnamed = job("pack")
     del unnamed["placement"]
     assert api.post("/api/jobs/plan", unnamed, format="json").json()["nodes"][0]["machine_name"] == "a-two-80gb"
-    settings.PLACEMENT_POLICY = "balanced"  # `torchyard-server run --policy balanced`, as seed 004's server
+    settings.PLACEMENT_POLICY = "balanced"  # `torchyard-server run --policy balanced`, as the Go scheduler's server
     assert api.post("/api/jobs/plan", unnamed, format="json").json()["nodes"][0]["machine_name"] == "c-eight-24gb"
     assert api.post("/api/jobs", unnamed, format="json").json()["spec"]["placement"]["policy"] == "balanced"
 

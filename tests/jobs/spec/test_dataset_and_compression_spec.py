@@ -1,4 +1,4 @@
-"""A JobSpec's `dataset` (DistroML's, seed 003) and `compression` settings: a known dataset reaches
+"""A JobSpec's `dataset` (DistroML's, DistroML) and `compression` settings: a known dataset reaches
 the recipe through the job's config, an unknown one is refused naming the choices; each compression
 hook takes its own settings, checked field by field, and no other hook's."""
 

@@ -100,5 +100,6 @@ def test_keys_of_another_server_version_and_stored_nulls_survive_a_round_trip():
     written = spec.to_json()
     assert written["future"] == {"kept": True} and written["resources"]["later"] == 1
     assert written["model"] is None and written["fault_tolerance"]["stall_timeout"] is None
-    assert "warm" not in written["distributed"] and "entrypoint" not in written
+    # Stored before warm pools: it reads (and is written back) warm, as a submission without the key is.
+    assert written["distributed"]["warm"] is True and "entrypoint" not in written
     assert spec.distributed.launcher == "torchrun" and spec.fault_tolerance.max_restarts == 1

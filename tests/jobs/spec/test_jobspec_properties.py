@@ -16,6 +16,8 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.test import APIRequestFactory
 from torchyard.sdk.scaling import adjust_hyperparameters
 from torchyard_server.jobs.api.serializers import JobDetailOut
+from torchyard_server.jobs.control.admission import admit_spec
+from torchyard_server.jobs.errors import SpecRefused
 from torchyard_server.jobs.intake.serializer import JobSpecSerializer
 from torchyard_server.jobs.models import Job
 from torchyard_server.jobs.spec.jobspec import JobSpec
@@ -119,13 +121,15 @@ def _messages_only(errors: Any) -> bool:
 
 
 def check(spec: Any, request) -> None:
-    serializer = JobSpecSerializer(data=spec, context={"request": request})
-    try:
-        valid = serializer.is_valid()
-    except PermissionDenied:  # a project the submitter may only view: a 403, not a field error
-        return
-    if valid:
-        data = serializer.validated_data
+    serializer = JobSpecSerializer(data=spec)
+    if serializer.is_valid():
+        try:
+            data = admit_spec(serializer.validated_data, user=request.user)
+        except PermissionDenied:  # a project the submitter may only view: a 403, not a field error
+            return
+        except SpecRefused as exc:  # a project, bundle or priority this submitter may not use
+            assert _messages_only(exc.errors) and set(exc.errors) <= set(serializer.fields), exc.errors
+            return
         assert all(isinstance(data[section], dict) for section in SECTIONS)
         spec_value = JobSpec.from_json(data)
         assert spec_value.to_json() == data  # the typed value holds every key the validation wrote
@@ -147,8 +151,9 @@ def check(spec: Any, request) -> None:
 
 
 def test_the_sample_spec_is_valid(request_of_member):
-    serializer = JobSpecSerializer(data=VALID, context={"request": request_of_member})
+    serializer = JobSpecSerializer(data=VALID)
     assert serializer.is_valid(), serializer.errors
+    admit_spec(serializer.validated_data, user=request_of_member.user)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, database=None,

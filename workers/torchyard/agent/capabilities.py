@@ -1,7 +1,7 @@
 """What this machine has (capabilities) and how busy it is (load), as the Machine model stores them.
 
 The GPUs are NVML's, unless the agent declares them (`torchyard agent --gpus 0,1 --models
-RTX3090,RTX3090 --memories 24576,24576`, seed 004's worker): then only the listed indices are
+RTX3090,RTX3090 --memories 24576,24576`, the Go scheduler's worker): then only the listed indices are
 scheduled, with the declared models and memory, and every difference from what NVML sees is a
 warning the machine shows (`gpu_warnings`). Where NVML sees no GPU at all (no driver), the declared
 GPUs are taken as declared: a CPU box can stand in for a GPU machine in tests and rehearsals.
@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 
 from torchyard.agent.volumes import report as volume_report
-from torchyard.supervisor.network import local_addresses
+from torchyard.node.network import local_addresses
 
 
 def _gpus() -> tuple[list[dict[str, Any]], list[float]]:

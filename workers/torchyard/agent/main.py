@@ -23,9 +23,9 @@ from celery import Celery
 
 import torchyard
 from torchyard import lifeline, protocol, tls
+from torchyard.bundles.cache import BundleSource
+from torchyard.node.versions import PreflightError, training_versions
 from torchyard.protocol import NodeLaunch
-from torchyard.supervisor.preflight import PreflightError, training_versions
-from torchyard.supervisor.prepare import BundleSource
 from torchyard.warm.pools import WarmPools
 
 from . import capabilities, health, runs, stacks, warm

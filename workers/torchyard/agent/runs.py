@@ -20,6 +20,8 @@ from typing import Any
 import psutil
 
 from torchyard import protocol
+from torchyard.node.preemption import write_request
+from torchyard.node.proctree import sweep_job_processes
 from torchyard.protocol import NodeLaunch
 
 from .standby import StandbySupervisor
@@ -89,8 +91,6 @@ def stop_node(work_dir: Path, job_id: int, attempt: int, node_rank: int, node_id
               grace: float = 20.0) -> dict[str, Any]:
     """SIGTERM the node's supervisor (it stops torchrun and reports `stopped`). With no supervisor
     alive, kill whatever still carries the job's environment and report `stopped` ourselves."""
-    from torchyard.supervisor.proctree import sweep_job_processes
-
     directory = run_dir(work_dir, job_id, attempt, node_rank)
     with _lock(directory):
         directory.mkdir(parents=True, exist_ok=True)
@@ -113,11 +113,9 @@ def stop_node(work_dir: Path, job_id: int, attempt: int, node_rank: int, node_id
 
 def request_preemption(work_dir: Path, job_id: int, attempt: int, node_rank: int, *, grace: float,
                        reason: str) -> dict[str, Any]:
-    """Ask the node to checkpoint and yield (supervisor/preemption.py): the request file in its run
+    """Ask the node to checkpoint and yield (node/preemption.py): the request file in its run
     directory, which its ranks and its supervisor watch. A node that has not started yet finds it
     there when it does and yields at its first step."""
-    from torchyard.supervisor.preemption import write_request
-
     directory = run_dir(work_dir, job_id, attempt, node_rank)
     with _lock(directory):
         directory.mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,8 @@ from typing import Any
 import psutil
 
 from torchyard import protocol
-from torchyard.supervisor.proctree import find_job_processes
-from torchyard.supervisor.stall import process_state, python_stack, stack_facts
+from torchyard.node.proctree import find_job_processes
+from torchyard.node.stacks import process_state, python_stack, stack_facts
 
 
 def rank_processes(job_id: int, attempt: int, node_rank: int, runs_dir: Path | None = None) -> dict[int, psutil.Process]:

@@ -1,4 +1,4 @@
-"""The agent's standby supervisor (supervisor/standby.py): one started ahead, handed the next launch.
+"""The agent's standby supervisor (node/standby.py): one started ahead, handed the next launch.
 
 The agent holds the write end of a pipe whose read end the standby waits on; `take` writes the run
 directory and lets go of the process (the agent reaps it, as a supervisor it started itself).
@@ -16,7 +16,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from torchyard.supervisor import standby
+from torchyard.node import standby
 
 log = logging.getLogger(__name__)
 

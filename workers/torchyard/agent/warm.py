@@ -1,4 +1,4 @@
-"""Warming a machine's caches ahead of a job (seed 000's "prepare dependencies"): the bundle
+"""Warming a machine's caches ahead of a job (TransformerLab's "prepare dependencies"): the bundle
 fetched and unpacked, the environment of its requirements built, exactly as a node would."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from torchyard.supervisor import prepare
+from torchyard.bundles.cache import OK_SUFFIX, BundleSource, PrepareError, cached_bundle, make_workdir
+from torchyard.node.environments import prepared_environment, requirements_for
 from torchyard.warm import pools
 
 log = logging.getLogger(__name__)
 
 
-def warm_caches(cache_dir: Path, source: prepare.BundleSource, pip: list[str], python: str = "", *,
+def warm_caches(cache_dir: Path, source: BundleSource, pip: list[str], python: str = "", *,
                 pool: bool = False) -> dict[str, Any]:
     """Fetch the bundle and build its environment into the machine's cache; what a node of a job with
     this code will then find ready; with `pool` (a hot spare) the agent also keeps a warm pool of the
@@ -34,19 +35,19 @@ def warm_caches(cache_dir: Path, source: prepare.BundleSource, pip: list[str], p
     workdir = Path(tempfile.mkdtemp(prefix="warm-", dir=cache_dir))
     try:
         if source.code:
-            bundle = prepare.cached_bundle(source, cache_dir, wait=lambda: None, say=log.info)
-            prepare.make_workdir(bundle, workdir)
-        requirements = prepare.requirements_for(workdir, pip)
+            bundle = cached_bundle(source, cache_dir, wait=lambda: None, say=log.info)
+            make_workdir(bundle, workdir)
+        requirements = requirements_for(workdir, pip)
         env_python = None
         if requirements:
-            env_python = prepare.prepared_environment(
+            env_python = prepared_environment(
                 python, requirements, workdir, cache_dir, pip=pip, run=run, say=log.info, wait=lambda: None,
                 errors=lambda: [line for line in lines if "ERROR" in line],
             )
         if pool:
             pools.request_pool(cache_dir, env_python or python)
         return {"ok": True, "bundle": source.code.get("bundle"), "environment": env_python}
-    except prepare.PrepareError as exc:
+    except PrepareError as exc:
         log.warning("preparing %s failed: %s", source.code.get("bundle"), exc)
         return {"ok": False, "error": str(exc)}
     finally:
@@ -56,6 +57,6 @@ def warm_caches(cache_dir: Path, source: prepare.BundleSource, pip: list[str], p
 def cache_summary(cache_dir: Path) -> dict[str, list[str]]:
     """What the machine has ready: bundle sha256s and environment keys (reported in heartbeats)."""
     def ready(folder: str) -> list[str]:
-        return sorted(p.name.removesuffix(prepare.OK_SUFFIX) for p in (cache_dir / folder).glob(f"*{prepare.OK_SUFFIX}"))
+        return sorted(p.name.removesuffix(OK_SUFFIX) for p in (cache_dir / folder).glob(f"*{OK_SUFFIX}"))
 
     return {"bundles": ready("bundles"), "environments": ready("envs")}

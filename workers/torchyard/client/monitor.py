@@ -1,4 +1,4 @@
-"""`torchyard monitor [--worker NAME] [--refresh 1]`: seed 004's monitoring client, a live terminal
+"""`torchyard monitor [--worker NAME] [--refresh 1]`: the Go scheduler's monitoring client, a live terminal
 view of the machines (or one) with their status and GPUs (model, memory, use) and the task on each
 GPU, redrawn every `--refresh` seconds until Ctrl-C.
 

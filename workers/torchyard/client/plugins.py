@@ -1,4 +1,4 @@
-"""`torchyard plugin push DIR`, `plugin list` and `plugin rm NAME`: plugins (seed 000) registered on the server.
+"""`torchyard plugin push DIR`, `plugin list` and `plugin rm NAME`: plugins (TransformerLab) registered on the server.
 
 Push reads the manifest here (a missing or invalid one is refused before anything is sent), uploads
 the directory as a content-addressed bundle (nothing when the server already has it) and registers

@@ -1,4 +1,4 @@
-"""`torchyard validate`: an installation checked end to end, as seed 001's validate.py does for its
+"""`torchyard validate`: an installation checked end to end, as the Rust coordinator's validate.py does for its
 runtime, printed as a table with one row per check.
 
     server      GET /api/health answers (anonymous)

@@ -1,4 +1,4 @@
-"""The built-in data sources a JobSpec's ``dataset`` names (DistroML's JobSpec, seed 003).
+"""The built-in data sources a JobSpec's ``dataset`` names (DistroML's JobSpec, DistroML).
 
 Nothing is downloaded at run time: a dataset is generated, or read from files a package on the
 registries ships (installed with ``pip install 'torchyard[datasets]'``), so a node without

@@ -1,6 +1,6 @@
 """Line-per-record shard files, split between ranks, with an exact position for checkpoints.
 
-Seed 001's data plane: a dataset is a directory (or an ``s3://bucket/prefix``) of text files, one
+The Rust coordinator's data plane: a dataset is a directory (or an ``s3://bucket/prefix``) of text files, one
 record per line. Every rank lists the same files in the same (sorted) order and takes every
 world-size-th file, starting at its rank (round-robin by rank), so ranks never exchange data. S3
 files are downloaded when a rank first reaches them and kept in a local cache.

@@ -13,7 +13,7 @@ Modes (``scaling["mode"]``):
   root (``"lr_rule": "sqrt"``); an optional ``warmup_steps`` is passed through for the ramp.
 - ``none``: nothing changes.
 
-Dividing the batch *and* multiplying the LR (the rule in seed 000) would make every step world_size
+Dividing the batch *and* multiplying the LR (the rule in TransformerLab) would make every step world_size
 times too large, so no mode does both.
 """
 

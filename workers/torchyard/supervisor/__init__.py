@@ -4,11 +4,12 @@ Modules: supervisor (the state machine and its monitor loop) composing its parts
 node_preflight, commands (what the node runs), ranks (its processes), output_pump (logs and SDK
 events), wind_down; states (state enum, settings, result), argv (pure torchrun argv and
 environment builders), publisher (Redis event stream), tail (per-rank log files), event_socket (SDK
-datagrams), proctree (finding and killing a job's processes; the agent reuses it).
+datagrams). What it shares with the agent (finding and killing a job's processes, reading stacks,
+the preemption request, the environments, the standby hand-over) is torchyard.node's, and the
+bundle cache torchyard.bundles.cache's: the agent never imports the supervisor.
 """
 
 from .argv import EntrypointError, build_env, build_torchrun_argv, event_socket_path, resolve_entrypoint
-from .proctree import find_job_processes, kill_process_tree, sweep_job_processes
 from .states import SupervisorResult, SupervisorSettings, SupervisorState
 from .supervisor import NodeSupervisor
 
@@ -21,8 +22,5 @@ __all__ = [
     "build_env",
     "build_torchrun_argv",
     "event_socket_path",
-    "find_job_processes",
-    "kill_process_tree",
     "resolve_entrypoint",
-    "sweep_job_processes",
 ]

@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from torchyard.node import standby
 from torchyard.protocol import NodeLaunch
 
-from . import standby
 from .argv import LAUNCH_FILE, RESULT_FILE, default_code_root
 from .publisher import EventPublisher, connect
 from .states import SupervisorSettings, SupervisorState, write_json_atomic
@@ -45,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m torchyard.supervisor", description=__doc__.splitlines()[0]
     )
-    # A standby's only positional argument is room for the run directory it will show (standby.py).
+    # A standby's only positional argument is room for the run directory it will show (node/standby.py).
     parser.add_argument("run_dir", type=Path, nargs="?", help="the node's run directory, holding launch.json")
     parser.add_argument(standby.STANDBY_ARG, type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.standby_fd is not None:
-        # Started ahead (standby.py): everything is imported; wait for the agent to name the node.
+        # Started ahead (node/standby.py): everything is imported; wait for the agent to name the node.
         taken = standby.wait_for_launch(args.standby_fd)
         if taken is None:
             return 0

@@ -1,4 +1,4 @@
-"""`distributed.launcher: accelerate` (seed 000): each node runs HuggingFace Accelerate's launcher,
+"""`distributed.launcher: accelerate` (TransformerLab): each node runs HuggingFace Accelerate's launcher,
 `accelerate launch --num_machines N --machine_rank R --main_process_ip IP --main_process_port P
 --num_processes WORLD`, on the plugin harness (torchyard.harness), which runs the job's entrypoint as
 `__main__` with an `accelerator` in it. Pure builders, as argv.py's: nothing here starts a process.
@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from torchyard.node.environments import lacks_module
 from torchyard.protocol import NodeLaunch
 
 from .argv import CONFIG_FILE, TORCHRUN_LOG_DIR, rdzv_id
-from .prepare import lacks_module
 
 HARNESS_MODULE = "torchyard.harness"
 MISSING_ACCELERATE = ("launcher accelerate needs HuggingFace Accelerate in the job's Python: add `accelerate` "

@@ -33,9 +33,10 @@ from pathlib import Path
 import psutil
 
 from torchyard import protocol
+from torchyard.node.proctree import is_alive, kill_process_tree, tree_usage
+from torchyard.node.stacks import python_stack, stack_facts
 
-from .proctree import is_alive, kill_process_tree, tree_usage
-from .stall import IDLE_CPU_SHARE, python_stack, stack_facts
+from .stall import IDLE_CPU_SHARE
 
 # A rank idle enough to be hung: at most IDLE_CPU_SHARE of one core over the last IDLE_WINDOW_S.
 IDLE_WINDOW_S = 3.0

@@ -82,8 +82,8 @@ def shared_networks(roster: dict[int, dict[str, Any]]) -> list[str]:
 
 
 def together(roster: dict[int, dict[str, Any]], a: int, b: int) -> bool:
-    """Whether nodes `a` and `b` share one network stack (network.network_stack: one machine, one
-    namespace): nothing between them to measure."""
+    """Whether nodes `a` and `b` share one network stack (node/network.py network_stack: one
+    machine, one namespace): nothing between them to measure."""
     stack = roster[a].get("stack")
     return bool(stack) and stack == roster[b].get("stack")
 

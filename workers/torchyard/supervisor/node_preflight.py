@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchyard import protocol
+from torchyard.node.network import local_addresses, network_stack
+from torchyard.node.versions import training_versions
 from torchyard.protocol import NodeLaunch
 
 from . import links as link_probes
 from .argv import LAUNCHER_NONE
-from .network import local_addresses, network_stack
 from .output_pump import OutputPump
-from .preflight import LinkProbe, MasterListener, PreflightError, Versions, reach_master, training_versions
+from .preflight import LinkProbe, MasterListener, PreflightError, Versions, reach_master
 from .volumes import remove_probes, write_probes
 
 

@@ -1,4 +1,4 @@
-"""Each rank's own pace, for the control plane to find stragglers (backend jobs/stragglers.py).
+"""Each rank's own pace, for the control plane to find stragglers (backend jobs/control/stragglers.py).
 
 In synchronous training every rank takes the same wall time per step: the fast ones wait in the
 collective for the slow one. What tells them apart is how much of that time a rank spends waiting

@@ -1,19 +1,18 @@
 """Lossless preemption, the node's side: watch for the request, enforce its grace, tell a yield apart.
 
-The agent writes protocol.PREEMPT_FILE into the run directory ({"grace", "reason", "at"}); the ranks
-read the same file through the SDK and checkpoint and yield (sdk/preemption.py). The supervisor
-only keeps time: once `grace` seconds have passed since it first saw the request and the ranks
-still run, it stops the node, but never while a checkpoint is being committed (a rank inside
-sdk.preemption.committing(), or a staging folder of a save in progress in a local store): it waits
-for the commit to end, for at most one more grace. A rank that yielded leaves YIELDED_FILE behind,
-which makes the node's end a yield rather than a failure.
+The agent writes protocol.PREEMPT_FILE into the run directory ({"grace", "reason", "at"}, with
+node/preemption.py); the ranks read the same file through the SDK and checkpoint and yield
+(sdk/preemption.py). The supervisor only keeps time: once `grace` seconds have passed since it
+first saw the request and the ranks still run, it stops the node, but never while a checkpoint is
+being committed (a rank inside sdk.preemption.committing(), or a staging folder of a save in
+progress in a local store): it waits for the commit to end, for at most one more grace. A rank
+that yielded leaves YIELDED_FILE behind, which makes the node's end a yield rather than a failure.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,15 +113,3 @@ class PreemptionWatch:
             if isinstance(value, dict):
                 return value
         return {} if lines else None
-
-
-def write_request(run_dir: Path, *, grace: float, reason: str) -> bool:
-    """The agent's half: write the request atomically (the SDK may stat it any moment). False when
-    one is there already (a redelivered task keeps the first request's clock)."""
-    target = Path(run_dir) / protocol.PREEMPT_FILE
-    if target.exists():
-        return False
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"grace": grace, "reason": reason, "at": time.time()}))
-    os.replace(tmp, target)
-    return True

@@ -24,12 +24,13 @@ import json
 import os
 import selectors
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from torchyard.node.versions import PreflightError, Versions
 
 from . import links as link_probes
 from .volumes import unshared
@@ -47,46 +48,6 @@ MAX_REPORT_BYTES = 8 << 20
 # How long the master waits for a node's link figures beyond the burst itself: it then chooses with
 # what it has (the missing pairs make their networks unusable, never the preflight fail).
 FIGURES_GRACE_S = 10.0
-
-# Runs in the training Python without importing torch (1-2 s): only its installed version.
-_VERSIONS_PROBE = (
-    "import importlib.metadata as m, json, sys\n"
-    "try:\n    torch = m.version('torch')\nexcept m.PackageNotFoundError:\n    torch = ''\n"
-    "print(json.dumps({'python': '.'.join(map(str, sys.version_info[:3])), 'torch': torch}))\n"
-)
-
-
-class PreflightError(Exception):
-    """The node must not start torchrun; the message says why in a user's words. `permanent`: a
-    relaunch on the same machines would fail the same way (versions that disagree, a volume that is
-    not one filesystem), so the job should fail rather than spend its restarts."""
-
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
-        super().__init__(message)
-        self.permanent = permanent
-
-
-@dataclass(frozen=True)
-class Versions:
-    python: str
-    torch: str
-
-    def describe(self) -> str:
-        return f"torch {self.torch or '(not installed)'} on Python {self.python}"
-
-
-def training_versions(python: str, timeout: float = 60.0) -> Versions:
-    """The Python and torch versions of the interpreter the ranks will run with."""
-    try:
-        done = subprocess.run([python, "-c", _VERSIONS_PROBE], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise PreflightError(f"cannot run the training Python {python}: {exc}") from exc
-    if done.returncode != 0:
-        raise PreflightError(f"the training Python {python} failed: {done.stderr.strip()[-500:]}")
-    data = json.loads(done.stdout.strip().splitlines()[-1])
-    return Versions(python=str(data["python"]), torch=str(data["torch"]))
-
 
 def release(version: str) -> str:
     """A version without its local build tag: 2.13.0+cu128 and 2.13.0+cpu are one release."""
@@ -119,7 +80,7 @@ class LinkProbe:
     port: int
     addresses: list[dict[str, Any]]
     seconds: float
-    stack: str = ""  # network.network_stack(): nodes on one stack have no link between them
+    stack: str = ""  # node.network.network_stack(): nodes on one stack have no link between them
     report: dict[str, Any] | None = None
     one_stack: bool = False  # the master's word: every node shares one stack, nothing was measured
 

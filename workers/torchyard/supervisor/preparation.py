@@ -1,5 +1,6 @@
 """The node's preparation: the user's code fetched into the machine's cache, its working directory,
-its environment (prepare.py does the work; this part runs it for one launch and streams what it says).
+its environment (torchyard.bundles.cache and torchyard.node.environments do the work; this part runs
+them for one launch and streams what they say).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchyard import bundles
+from torchyard.bundles import cache
+from torchyard.node import environments
 from torchyard.protocol import NodeLaunch
 
-from . import functions, prepare
+from . import functions
 from .output_pump import OutputPump
 from .states import StopRequested
 from .tail import FileTail
@@ -57,21 +60,21 @@ class Preparation:
         sha256 = str(launch.code["bundle"])
         self.announce(f"preparing code bundle {sha256[:12]}")
         self.tick()
-        cache = Path(launch.cache_dir) if launch.cache_dir else self.run_dir / "cache"
+        cache_dir = Path(launch.cache_dir) if launch.cache_dir else self.run_dir / "cache"
         say = self.pump.prepare_line
         # Verified (by stat on a cache hit) and copied under one shared lock; heartbeats meanwhile.
-        workdir = prepare.bundle_workdir(prepare.BundleSource.of(launch), cache, self.run_dir / "work",
-                                         wait=self.tick, say=say)
+        workdir = cache.bundle_workdir(cache.BundleSource.of(launch), cache_dir, self.run_dir / "work",
+                                       wait=self.tick, say=say)
         prepared = Prepared(workdir, self.python)
         if launch.function:
-            payload = prepare.BundleSource(launch.function["payload"], launch.server_url, launch.machine_token,
-                                           max_ratio=bundles.PAYLOAD_RATIO)
+            payload = cache.BundleSource(launch.function["payload"], launch.server_url, launch.machine_token,
+                                         max_ratio=bundles.PAYLOAD_RATIO)
             prepared.function_env = functions.function_env(
-                launch, self.run_dir, prepare.cached_bundle(payload, cache, wait=self.tick, say=say))
-        requirements = prepare.requirements_for(workdir, launch.pip)
+                launch, self.run_dir, cache.cached_bundle(payload, cache_dir, wait=self.tick, say=say))
+        requirements = environments.requirements_for(workdir, launch.pip)
         if requirements:
-            prepared.python = prepare.prepared_environment(
-                self.python, requirements, workdir, cache, pip=launch.pip,
+            prepared.python = environments.prepared_environment(
+                self.python, requirements, workdir, cache_dir, pip=launch.pip,
                 run=lambda argv: self._run_step(argv, workdir), say=say, wait=self.tick,
                 errors=lambda: [r["line"] for r in self.pump.recent["prepare"] if "ERROR" in r["line"]],
                 bundle=sha256,

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import psutil
 
+from torchyard.node.proctree import children, is_alive, kill_processes, process_tree, sweep_job_processes
+
 from .commands import Command
-from .proctree import children, is_alive, kill_processes, process_tree, sweep_job_processes
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None

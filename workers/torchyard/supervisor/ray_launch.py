@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from torchyard.node.environments import lacks_module
 from torchyard.protocol import NodeLaunch
-
-from .prepare import lacks_module
 
 LAUNCHER_RAY = "ray"
 RAY_PLAN_FILE = "ray.json"

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from torchyard import protocol
+from torchyard.bundles.cache import PrepareError
+from torchyard.node.proctree import TreeSampler
 from torchyard.protocol import NodeLaunch
 
 from . import accelerate_launch, ray_launch, warm_launch
@@ -62,8 +64,6 @@ from .pace import PaceWatch
 from .preemption import PreemptionWatch
 from .preflight import MasterListener, PreflightError
 from .preparation import Preparation
-from .prepare import PrepareError
-from .proctree import TreeSampler
 from .publisher import EventPublisher
 from .ranks import RankProcesses
 from .ray_logs import RayLogs

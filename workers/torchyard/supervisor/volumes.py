@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard import protocol
-
-from .prepare import PrepareError
+from torchyard.bundles.cache import PrepareError
 
 NAME_PATTERN = protocol.VOLUME_NAME_PATTERN
 NAME = re.compile(NAME_PATTERN)

@@ -240,7 +240,7 @@ class JobNodeOut(serializers.ModelSerializer):
         ]
 
 
-# A job's spec as stored: what JobSpecSerializer (spec.py) made of the submitted one, every section
+# A job's spec as stored: what JobSpecSerializer (intake/serializer.py) made of the submitted one, every section
 # filled with its defaults. The fields a submission may leave out stay optional here.
 JobCodeOut = out_serializer(jobspec.Code, "JobCodeOut")
 JobRuntimeOut = out_serializer(jobspec.Runtime, "JobRuntimeOut")

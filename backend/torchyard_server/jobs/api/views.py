@@ -8,6 +8,7 @@ from rest_framework.views import APIView
 from ...projects.permissions import require_job_control
 from ...rest.openapi import ErrorOut
 from ...rest.params import int_param
+from ..control.admission import admit_spec
 from ..control.dispatch import job_preview_plan
 from ..control.queue_pass import job_set_priority
 from ..control.stacks import NothingRunning, job_request_stacks
@@ -22,10 +23,11 @@ from .queue import JobPatchIn
 from .serializers import JobDetailOut, JobSummaryOut, PlanOut, RecipeOut, StacksRequestedOut
 
 
-def _validated_spec(request) -> JobSpec:
-    data = JobSpecSerializer(data=request.data, context={"request": request})
+def _admitted_spec(request) -> JobSpec:
+    """The request's JobSpec: its shape checked, then admitted for its user (control/admission.py)."""
+    data = JobSpecSerializer(data=request.data)
     data.is_valid(raise_exception=True)
-    return JobSpec.from_json(data.validated_data)
+    return JobSpec.from_json(admit_spec(data.validated_data, user=request.user))
 
 
 class RecipeListView(APIView):
@@ -51,7 +53,7 @@ class JobListView(APIView):
 
     @extend_schema(request=JobSpecSerializer, responses={201: JobDetailOut})
     def post(self, request):
-        job = job_submit(spec=_validated_spec(request), owner=request.user)
+        job = job_submit(spec=_admitted_spec(request), owner=request.user)
         return Response(JobDetailOut(job_get(job_id=job.pk)).data, status=status.HTTP_201_CREATED)
 
 
@@ -60,7 +62,7 @@ class JobPlanView(APIView):
 
     @extend_schema(request=JobSpecSerializer, responses=PlanOut)
     def post(self, request):
-        return Response(job_preview_plan(spec=_validated_spec(request)).to_json())
+        return Response(job_preview_plan(spec=_admitted_spec(request)).to_json())
 
 
 class JobDetailView(APIView):

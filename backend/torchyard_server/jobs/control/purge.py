@@ -1,4 +1,4 @@
-"""Purging finished jobs (seed 001's `POST /jobs/purge`): every job of a project that ended more than
+"""Purging finished jobs (the Rust coordinator's `POST /jobs/purge`): every job of a project that ended more than
 an age ago goes, with what hangs off it in the database (nodes, events, checkpoint and artifact
 records) and its files in the store (`job-<id>/`: checkpoints and artifacts).
 

@@ -16,7 +16,7 @@ from ...audit import services as audit
 from ...projects.priorities import priority_label
 from ...usage.services import usage_close_many, usage_open_node_ids
 from ..events import publish_on_commit
-from ..intake.queue_fields import check_priority_ceiling, duration_text
+from ..intake.queue_fields import duration_text
 from ..models import Job, JobNode
 from ..placement.candidates import machine_candidates
 from ..placement.planner import replacement_spares
@@ -40,6 +40,7 @@ from ..spec import secretbox
 from ..spec.jobspec import JobSpec
 from ..spec.plan import Plan
 from ..states import JOB_FINAL, JOB_WAITING, NODE_LIVE, transition_job
+from .admission import check_priority_ceiling
 from .dispatch import dispatch, warm_spares
 from .launch import open_secrets
 from .lock import placement_lock

@@ -123,7 +123,7 @@ def _judge(stall: dict[str, Any], steps: dict[str, int], world_size: int) -> Non
 def _quiet_nodes(job: Job, attempt: int, reporting: set[int]) -> list[dict[str, Any]]:
     """The attempt's nodes declared lost, or live without a heartbeat for half the heartbeat timeout
     (two beats missed), that reported no stall themselves: a host gone quiet."""
-    timeout = float((job.spec.get("fault_tolerance") or {}).get("heartbeat_timeout") or 10)
+    timeout = float(JobSpec.from_json(job.spec).fault_tolerance.heartbeat_timeout)
     now = timezone.now()
     quiet = []
     for node in JobNode.objects.filter(job_id=job.pk, attempt=attempt).exclude(node_rank__in=reporting).values(

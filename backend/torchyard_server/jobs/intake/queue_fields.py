@@ -9,14 +9,11 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ...projects.permissions import is_staff
-from ...projects.priorities import priority_label
-from ...projects.selectors import project_by_name
 from ...projects.serializers import PriorityField
 from ...rest.strict import StrictFields
 from ..spec.jobspec import DEFAULT_PREEMPTION_GRACE
 
-__all__ = ["PreemptionSerializer", "PriorityField", "TimeLimitField", "check_priority_ceiling", "duration_text"]
+__all__ = ["PreemptionSerializer", "PriorityField", "TimeLimitField", "duration_text"]
 
 DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 MAX_TIME_LIMIT = 90 * 86400
@@ -64,15 +61,3 @@ def duration_text(seconds: float) -> str:
             parts.append(f"{seconds // size}{unit}")
             seconds %= size
     return "".join(parts)
-
-
-def check_priority_ceiling(priority: int, project_name: str, user: Any) -> None:
-    """A priority above the project's ceiling is a 400 naming it; staff are not capped."""
-    if user is None or is_staff(user):
-        return
-    project = project_by_name(project_name)
-    if project is not None and priority > project.priority_ceiling:
-        raise serializers.ValidationError({"priority": [
-            f"priority {priority_label(priority)} is above project {project.name}'s ceiling of "
-            f"{priority_label(project.priority_ceiling)}; ask one of its admins to raise it "
-            f"(PATCH /api/projects/{project.name})."]})

@@ -1,5 +1,5 @@
 """The JobSpec's sections, each validated on its own (DESIGN.md section 4): errors keyed by field,
-defaults filled in. spec.py's JobSpecSerializer puts them together and checks what spans several."""
+defaults filled in. serializer.py's JobSpecSerializer puts them together and checks what spans several."""
 
 from __future__ import annotations
 
@@ -16,8 +16,19 @@ from torchyard.sdk.choices import HOOK_SETTINGS, HOOKS, MIN_START_ITER
 
 from ...rest.strict import StrictFields
 from ..placement import policies as placement_policies
-from ..spec.jobspec import STRAGGLER_POLICIES
-from ..spec.stall_timeout import STALL_AUTO, StallTimeoutField
+from ..spec.jobspec import (
+    STRAGGLER_POLICIES,
+    Checkpointing,
+    Compression,
+    Distributed,
+    Elastic,
+    FaultTolerance,
+    Placement,
+    Resources,
+    Scaling,
+    Volume,
+)
+from ..spec.stall_timeout import StallTimeoutField
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by torchrun and Torchyard for every rank; a user value would silently break the launch.
@@ -141,8 +152,8 @@ class ResourcesSerializer(StrictFields, serializers.Serializer):
         min_value=1, max_value=MAX_NODES, required=False,
         help_text="elastic jobs: the fewest nodes the job runs on (nodes is then the most); same as nodes \"MIN:MAX\"")
     procs_per_node = serializers.IntegerField(min_value=1, max_value=64, required=False)
-    gpus_per_node = serializers.IntegerField(min_value=0, max_value=64, default=0)
-    min_gpu_memory = serializers.IntegerField(min_value=0, default=0, help_text="MB per GPU")
+    gpus_per_node = serializers.IntegerField(min_value=0, max_value=64, default=Resources.gpus_per_node)
+    min_gpu_memory = serializers.IntegerField(min_value=0, default=Resources.min_gpu_memory, help_text="MB per GPU")
     # DistroML form: world size in worker processes, spread by the planner.
     workers = serializers.IntegerField(min_value=1, max_value=4096, required=False)
     gpus_per_worker = serializers.IntegerField(min_value=0, max_value=8, required=False)
@@ -189,7 +200,7 @@ class ResourcesSerializer(StrictFields, serializers.Serializer):
 
 class ElasticSerializer(StrictFields, serializers.Serializer):
     min_interval = serializers.FloatField(
-        min_value=0, max_value=7 * 24 * 3600, default=300,
+        min_value=0, max_value=7 * 24 * 3600, default=Elastic.min_interval,
         help_text="elastic jobs (resources.nodes MIN:MAX): the fewest seconds between two resizes; a job "
                   "running below MAX grows at its first checkpoint commit after that long")
 
@@ -204,7 +215,7 @@ class PlacementSerializer(StrictFields, serializers.Serializer):
     machines = serializers.ListField(child=serializers.CharField(max_length=100), default=list, max_length=256,
                                      help_text="manual placement: these machines, in this order (the first is the master)")
     oversubscribe = serializers.BooleanField(
-        default=False, help_text="CPU jobs: share a machine past its core count with other jobs")
+        default=Placement.oversubscribe, help_text="CPU jobs: share a machine past its core count with other jobs")
     labels = serializers.DictField(
         child=serializers.CharField(max_length=200), required=False,
         help_text="only machines whose labels hold every one of these key: value pairs")
@@ -231,9 +242,9 @@ class ArgvItemField(serializers.CharField):
 
 
 class DistributedSerializer(StrictFields, serializers.Serializer):
-    backend = serializers.ChoiceField(choices=["auto", "gloo", "nccl"], default="auto")
+    backend = serializers.ChoiceField(choices=["auto", "gloo", "nccl"], default=Distributed.backend)
     launcher = serializers.ChoiceField(
-        choices=["torchrun", "none", "command", "ray", "accelerate"], default="torchrun",
+        choices=["torchrun", "none", "command", "ray", "accelerate"], default=Distributed.launcher,
         help_text="torchrun: the entrypoint under torchrun, procs_per_node ranks per node; none: the entrypoint once "
                   "per node as a plain process; command: `command` once per node; ray (what framework ray "
                   "chooses): a Ray head on node 0, Ray workers on the others, the entrypoint as the driver on the "
@@ -252,7 +263,7 @@ class DistributedSerializer(StrictFields, serializers.Serializer):
                   "already imported torch; the node's log says when there is none and it starts cold); false: "
                   "always a cold torchrun")
     strategy = serializers.ChoiceField(
-        choices=["data_parallel"], default="data_parallel",
+        choices=["data_parallel"], default=Distributed.strategy,
         error_messages={"invalid_choice": "only data_parallel is supported ({input!r} is not)."},
     )
 
@@ -270,9 +281,9 @@ class DistributedSerializer(StrictFields, serializers.Serializer):
 
 
 class ScalingSerializer(StrictFields, serializers.Serializer):
-    mode = serializers.ChoiceField(choices=["keep_global_batch", "scale_global_batch", "none"], default="keep_global_batch")
-    lr_rule = serializers.ChoiceField(choices=["linear", "sqrt"], default="linear")
-    warmup_steps = serializers.IntegerField(min_value=0, default=0)
+    mode = serializers.ChoiceField(choices=["keep_global_batch", "scale_global_batch", "none"], default=Scaling.mode)
+    lr_rule = serializers.ChoiceField(choices=["linear", "sqrt"], default=Scaling.lr_rule)
+    warmup_steps = serializers.IntegerField(min_value=0, default=Scaling.warmup_steps)
 
 
 class VolumeSerializer(StrictFields, serializers.Serializer):
@@ -285,7 +296,7 @@ class VolumeSerializer(StrictFields, serializers.Serializer):
         "relative (default: the name): a link in the job's working directory; absolute: only where it is the "
         "volume's own path on the machine (nothing is mounted). Every process also gets "
         "TORCHYARD_VOLUME_<NAME> (upper-cased, - and . as _): the path on its machine"))
-    access_mode = serializers.ChoiceField(choices=["ReadWriteMany", "ReadWriteOnce"], default="ReadWriteMany", help_text=(
+    access_mode = serializers.ChoiceField(choices=["ReadWriteMany", "ReadWriteOnce"], default=Volume.access_mode, help_text=(
         "ReadWriteMany: one filesystem shared by every node, proven by the nodes' preflight; "
         "ReadWriteOnce: a directory per machine, not checked"))
     size = serializers.IntegerField(min_value=1, required=False, help_text=(
@@ -309,44 +320,44 @@ class VolumeSerializer(StrictFields, serializers.Serializer):
 
 
 class CheckpointingSerializer(StrictFields, serializers.Serializer):
-    enabled = serializers.BooleanField(default=True)
-    every_n_steps = serializers.IntegerField(min_value=1, default=200)
+    enabled = serializers.BooleanField(default=Checkpointing.enabled)
+    every_n_steps = serializers.IntegerField(min_value=1, default=Checkpointing.every_n_steps)
     store = serializers.RegexField(
-        r"^(default|local|s3|volume:[a-z0-9][a-z0-9._-]{0,62})$", default="default", help_text=(
+        r"^(default|local|s3|volume:[a-z0-9][a-z0-9._-]{0,62})$", default=Checkpointing.store, help_text=(
             "default, local or s3 (the server's store), or volume:NAME: a volume of the job, each node writing "
             "to its machine's path of it (file://<path>/torchyard-checkpoints/job-<id>)"),
         error_messages={"invalid": "default, local, s3 or volume:NAME (a volume of the job)."})
-    keep = serializers.IntegerField(min_value=1, max_value=1000, default=3)
+    keep = serializers.IntegerField(min_value=1, max_value=1000, default=Checkpointing.keep)
 
 
 class FaultToleranceSerializer(StrictFields, serializers.Serializer):
-    max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=3)
-    heartbeat_timeout = serializers.FloatField(min_value=2, max_value=3600, default=10)
+    max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=FaultTolerance.max_restarts)
+    heartbeat_timeout = serializers.FloatField(min_value=2, max_value=3600, default=FaultTolerance.heartbeat_timeout)
     restart_delay = serializers.FloatField(
-        min_value=0, max_value=60, default=0.0,
+        min_value=0, max_value=60, default=FaultTolerance.restart_delay,
         help_text="seconds before the first restart, doubling for each next one up to 60 s (the Rust coordinator's "
                   "schedule is 0.5: 500 ms, then 1 s, 2 s ...); 0: the first restart at once (a single failure says "
                   "nothing about the next try), then 2 s, 4 s, 8 s ...")
-    stall_timeout = StallTimeoutField(required=False, default=STALL_AUTO)
+    stall_timeout = StallTimeoutField(required=False, default=FaultTolerance.stall_timeout)
     on_stall = serializers.ChoiceField(
-        choices=["report", "recover"], default="report",
+        choices=["report", "recover"], default=FaultTolerance.on_stall,
         help_text="report: a `stalled` event with the rank's Python stack; recover: also fail its node, "
                   "so the job resumes from its last checkpoint")
     exit_grace = serializers.FloatField(
-        min_value=1, max_value=3600, default=30,
+        min_value=1, max_value=3600, default=FaultTolerance.exit_grace,
         help_text="seconds a rank may stay alive, using no CPU, after its script returned 0 or every other rank of "
                   "the job exited 0 (a teardown that hangs); then its stack is kept, it is ended and the job "
                   "completes with a warning")
     stragglers = serializers.ChoiceField(
-        choices=list(STRAGGLER_POLICIES), default="report",
+        choices=list(STRAGGLER_POLICIES), default=FaultTolerance.stragglers,
         help_text="a rank whose own step time stays straggler_threshold above the median of the other ranks for "
                   "straggler_window seconds: report names it in a `straggler` event and on the job page; replace "
                   "also moves its node onto a hot spare at the next committed checkpoint; off: not watched")
     straggler_threshold = serializers.FloatField(
-        min_value=0.05, max_value=10, default=0.3,
+        min_value=0.05, max_value=10, default=FaultTolerance.straggler_threshold,
         help_text="0.3: a rank 30 % slower than the median of the others is a straggler")
     straggler_window = serializers.FloatField(
-        min_value=3, max_value=3600, default=60,
+        min_value=3, max_value=3600, default=FaultTolerance.straggler_window,
         help_text="seconds a rank must stay that much slower to be named")
     ray_worker_loss = serializers.ChoiceField(
         choices=["recover", "tolerate"], required=False,
@@ -380,7 +391,7 @@ class CompressionSerializer(StrictFields, serializers.Serializer):
     """A DDP communication hook (torchyard.sdk.compression) and its settings, which no other hook takes."""
 
     enabled = serializers.BooleanField(required=False, help_text="default: true when a hook is named, else false")
-    hook = serializers.ChoiceField(choices=list(HOOKS), default="fp16", help_text=(
+    hook = serializers.ChoiceField(choices=list(HOOKS), default=Compression.hook, help_text=(
         "none: plain all-reduce (its bytes counted, to compare with); fp16, bf16: gradients cast for the "
         "all-reduce; powersgd: low-rank PowerSGD (rank, start_iter); topk: the ratio largest entries, with error "
         "feedback (ratio)"))

@@ -1,8 +1,8 @@
-"""JobSpec validation (DESIGN.md section 4): every field checked, errors keyed by field, and the
+"""JobSpec checking (DESIGN.md section 4): every field checked, errors keyed by field, and the
 accepted spec normalized to one canonical shape (DistroML's `workers` form included), which
-jobspec.JobSpec reads. Three steps, each in its own module: the sections' and the whole spec's
-rules (sections.py), who may submit what it names (access.py), and sealing its
-secrets once it is accepted (spec/secrets.py)."""
+jobspec.JobSpec reads. The shape alone: no database, no user. The sections' rules are in
+sections.py; what the spec names is then checked against the world and its submitter, and its
+secrets sealed, by control/admission.py, before anything is done with it."""
 
 from __future__ import annotations
 
@@ -12,16 +12,13 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 from torchyard import recipe_params
-from torchyard.function_results import PAYLOAD_FILE
 from torchyard.sdk.choices import DATASETS
 from torchyard.sdk.scaling import adjust_hyperparameters
 
 from ...projects.models import DEFAULT_PROJECT
 from ...rest.strict import StrictFields
 from ..spec.recipes import DATASET_RECIPES, MODEL_RECIPES, builtin_recipes
-from ..spec.secrets import seal_secret_env
-from .access import check_project, submitters_bundle
-from .queue_fields import PreemptionSerializer, PriorityField, TimeLimitField, check_priority_ceiling
+from .queue_fields import PreemptionSerializer, PriorityField, TimeLimitField
 from .sections import (
     CheckpointingSerializer,
     CodeSerializer,
@@ -112,13 +109,6 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
     def validate_entrypoint(self, value: str) -> str:
         return validate_entrypoint(value)
 
-    def _user(self) -> Any:
-        return getattr(self.context.get("request"), "user", None)
-
-    def validate_project(self, value: str) -> str:
-        check_project(value, self._user())
-        return value
-
     def validate_env(self, value: dict[str, str]) -> dict[str, str]:
         return validate_env_names(value)
 
@@ -134,18 +124,8 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
         return validate_env_names(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        attrs = self._validate_whole(attrs)
-        if "secret_env" in attrs:
-            # The last step, once the spec is accepted: what is stored, planned or logged never
-            # holds a value in clear (spec/secrets.py).
-            attrs["secret_env"] = seal_secret_env(attrs["secret_env"])
-        return attrs
-
-    def _validate_whole(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """What spans several sections, the priority ceiling of the project (queue_fields.py) and the
-        bundles' owners (access.py) among them."""
+        """What spans several sections."""
         attrs.setdefault("priority", 0)
-        check_priority_ceiling(attrs["priority"], attrs.get("project") or DEFAULT_PROJECT, self._user())
         model = attrs.pop("model", None)
         unknown_model = None
         if model is not None:
@@ -232,7 +212,6 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
                      else "no size of the range takes it")
             raise serializers.ValidationError({"hyperparameters": [
                 f"with {nodes} nodes of the range {counts.start}:{counts.stop - 1}: {reason}; {sizes}"]})
-
 
     def _validate_dataset(self, attrs: dict[str, Any]) -> None:
         """A known dataset; a built-in recipe must train on it, and picks the first recipe that does when
@@ -325,35 +304,16 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
                     f"unknown recipe {entrypoint!r}; built-in recipes: {', '.join(builtin_recipes())} "
                     "(or upload your own code and give code.bundle)."]})
             return
-        # Uploaded by this user, or the code of a plugin of one of their projects.
-        bundle = submitters_bundle(code["bundle"], self._user(), shared=True)
-        if bundle is None:
-            raise serializers.ValidationError({"code": {"bundle": [
-                "no such bundle for this user; upload it first (PUT /api/bundles/{sha256}, or `torchyard run`)."]}})
+        # Whose bundle it is, and that the entrypoint is a file of it: control/admission.py.
         if not (entrypoint or module or attrs["distributed"]["launcher"] == "command"):
             raise serializers.ValidationError({"entrypoint": ["give the script to run (a path in the bundle) or a module."]})
-        if entrypoint and not bundle.has_file(entrypoint):
-            raise serializers.ValidationError({"entrypoint": [f"{entrypoint!r} is not a file of bundle {bundle}."]})
-        attrs["code"] = {"bundle": bundle.sha256, "size": bundle.size}
-
 
     def _validate_function(self, attrs: dict[str, Any]) -> None:
-        function, code = attrs["function"], attrs.get("code")
+        code = attrs.get("code")
         clashing = [key for key in ("entrypoint", "module", "model") if attrs.get(key)]
         if clashing:
             raise serializers.ValidationError({key: ["a function job runs its function; give no "
                                                      f"{key}."] for key in clashing})
         if not code:
             raise serializers.ValidationError({"code": ["a function runs in its project: give code.bundle too."]})
-        project = submitters_bundle(code["bundle"], self._user())
-        if project is None:
-            raise serializers.ValidationError({"code": {"bundle": ["no such bundle for this user; upload it first."]}})
-        payload = submitters_bundle(function["payload"], self._user())
-        if payload is None:
-            raise serializers.ValidationError({"function": {"payload": [
-                "no such bundle for this user; upload the function's payload first."]}})
-        if not payload.has_file(PAYLOAD_FILE):
-            raise serializers.ValidationError({"function": {"payload": [
-                f"bundle {function['payload'][:12]} holds no {PAYLOAD_FILE}."]}})
-        attrs["code"] = {"bundle": project.sha256, "size": project.size}
-        attrs["function"] = {**function, "size": payload.size}
+        # Whose bundles they are, and that the payload holds the pickle: control/admission.py.

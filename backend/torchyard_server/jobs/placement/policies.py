@@ -6,7 +6,7 @@ cores, memory, volumes, labels, versions) is the planner's to decide, the same f
 so a policy can never place a node where it does not fit, and the plan names why each machine was
 skipped whatever the policy.
 
-Built in: `pack` and `spread` (Torchyard's), `simple` and `balanced` (seed 004's scheduler, as it
+Built in: `pack` and `spread` (Torchyard's), `simple` and `balanced` (the Go scheduler's, as it
 defines them). More come from installed distributions, by the entry point group
 `torchyard.placement_policies`: the entry point's name is the policy's name in a JobSpec
 (`placement.policy`), its object a `PlacementPolicy` subclass (or instance)::
@@ -84,7 +84,7 @@ class Spread(PlacementPolicy):
 
 
 class Simple(PlacementPolicy):
-    """Seed 004's simple policy: GPU availability and memory requirements, for the least resource
+    """The Go scheduler's simple policy: GPU availability and memory requirements, for the least resource
     waste. First the machine left with the fewest free GPUs (of `min_gpu_memory` or more) after
     placing the node; among those, the least GPU memory beyond what the node asks (its free GPUs'
     memory less `gpus x min_gpu_memory`: a 20 GB node wastes 60 GB of an 80 GB GPU). The node gets
@@ -105,7 +105,7 @@ class Simple(PlacementPolicy):
 
 
 class Balanced(PlacementPolicy):
-    """Seed 004's balanced policy: the load spread by active tasks and available GPUs. Its score,
+    """The Go scheduler's balanced policy: the load spread by active tasks and available GPUs. Its score,
     lowest first, is (active tasks - free GPUs) / GPUs, with the live nodes on the machine as its
     active tasks and its GPUs of `min_gpu_memory` or more that no node holds as the free ones; ties
     go to the fewest tasks, then the most free GPUs. A machine without GPUs counts its cores as
@@ -151,7 +151,7 @@ def installed() -> dict[str, PlacementPolicy]:
 
 
 def default_policy() -> str:
-    """The policy of a job that names none: `pack`, or the server's (seed 004's server takes one
+    """The policy of a job that names none: `pack`, or the server's (the Go scheduler's server takes one
     for every task: `torchyard-server run --policy balanced`, TORCHYARD_PLACEMENT_POLICY)."""
     return settings.PLACEMENT_POLICY
 

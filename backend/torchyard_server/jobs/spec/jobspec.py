@@ -1,4 +1,4 @@
-"""The JobSpec as a typed value (DESIGN.md section 4): what JobSpecSerializer (spec.py) accepted,
+"""The JobSpec as a typed value (DESIGN.md section 4): what JobSpecSerializer (intake/serializer.py) accepted,
 every section filled with its defaults, and what Job.spec stores as JSON. Read once from the
 stored JSON (JobSpec.from_json), written back with to_json; the serializer's defaults are repeated
 here only so that a spec stored before a key existed reads as it would be submitted today."""
@@ -86,10 +86,10 @@ class Distributed(StoredValue):
     backend: str = shown("auto", choices=["auto", "gloo", "nccl"])
     launcher: str = shown("torchrun", choices=list(LAUNCHERS))
     command: list[str] | None = shown(None, help_text="launcher command: the argv run once per node")
-    # Absent from specs stored before warm pools: true.
-    warm: bool | None = shown(None, help_text="false: every rank starts cold, never from the warm pool; absent: true")
+    # Specs stored before warm pools have no key: they read true, as a submission without it gets.
+    warm: bool = shown(True, help_text="false: every rank starts cold, never from the warm pool")
     strategy: str = shown("data_parallel", choices=["data_parallel"])
-    OMIT_WHEN_NONE: ClassVar = frozenset({"command", "warm"})
+    OMIT_WHEN_NONE: ClassVar = frozenset({"command"})
 
 
 @dataclass

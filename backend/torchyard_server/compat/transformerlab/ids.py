@@ -1,0 +1,127 @@
+"""One reading of a TransformerLab `job_id` for every route that takes one (`distributed/status/{id}`,
+`distributed/stop/{id}`, `distributed_jobs/{id}/status`):
+
+- digits (`57`): Torchyard's job id, as `/api/jobs/57`;
+- `plan-<digits>` (`plan-12`): the job a plan became. The newest job submitted from the plan's task
+  (queue_distributed, dispatch of the plan, or its ranks once every one came); before that the ranks
+  of a per-rank dispatch of the plan still coming in; before anything, the plan itself (`planned`);
+- anything else (`dist_job_123`): the name a per-rank dispatch of this user gave its job.
+
+Digits stay Torchyard's job ids everywhere (the routes took only those before), so a plan answers
+its id with the `plan-` prefix, and a per-rank dispatch may not name its job with digits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rest_framework import serializers
+from rest_framework.exceptions import NotFound
+
+from ...jobs.control.stop import job_stop
+from ...jobs.models import Job
+from ...jobs.selectors import job_visible_or_404
+from ...projects.permissions import require_job_control
+from ...templates.models import JobTemplate
+from ...templates.selectors import template_latest_job, template_visible_or_404
+from .dispatch import gathering_drop, gathering_rows, gathering_status
+from .models import RankDispatch
+from .payloads import job_status, seed_config_of
+from .plans import is_torchyard_id, plan_id, plan_number
+from .serializers import PLANNED
+
+MAX_ID = 100  # a per-rank dispatch's job_id is at most this long (RankDispatch.key)
+
+
+@dataclass
+class Found:
+    """What a job_id names: a job, the kept ranks of a per-rank dispatch, or a plan never queued."""
+
+    seed_job_id: str | None
+    job: Job | None = None
+    rows: list[RankDispatch] = field(default_factory=list)
+    task: JobTemplate | None = None
+
+
+def _newest(rows: list[RankDispatch], job: Job | None) -> bool:
+    """Whether kept ranks (still coming in) are newer than the job: a plan dispatched rank by rank again."""
+    return bool(rows) and (job is None or max(r.created_at for r in rows) > job.created_at)
+
+
+def job_find(*, user: Any, job_id: str) -> Found:
+    """What `job_id` names for this user (the module's docstring); 404 with a sentence when nothing."""
+    if len(job_id) > MAX_ID:
+        raise serializers.ValidationError({"job_id": [f"is {len(job_id)} characters long; a job_id has at most {MAX_ID}."]})
+    if is_torchyard_id(job_id):
+        if len(job_id) > 18:  # beyond a bigint: no job has that id
+            raise NotFound(f"no job {job_id}.")
+        return Found(seed_job_id=None, job=job_visible_or_404(user=user, job_id=int(job_id)))
+    rows = gathering_rows(user=user, key=job_id)
+    kept = [r for r in rows if r.job_id is None]
+    number = plan_number(job_id)
+    if number is not None:
+        try:
+            task = template_visible_or_404(user=user, template_id=number)
+        except NotFound:
+            raise NotFound(f"no plan {job_id}: there is no task {number} that you may see.") from None
+        latest = template_latest_job(template=task)
+        if _newest(kept, latest):
+            return Found(seed_job_id=job_id, rows=kept)
+        if latest is not None:
+            return Found(seed_job_id=job_id, job=job_visible_or_404(user=user, job_id=latest.pk))
+        return Found(seed_job_id=job_id, task=task)
+    if rows and rows[0].job_id is not None:
+        return Found(seed_job_id=job_id, job=job_visible_or_404(user=user, job_id=rows[0].job_id))
+    if rows:
+        return Found(seed_job_id=job_id, rows=rows)
+    raise NotFound(f"no job {job_id!r}: neither a Torchyard job id (digits), a plan's job_id (plan-12) "
+                   "nor the job_id of a per-rank dispatch of yours.")
+
+
+def planned_status(task: JobTemplate) -> dict[str, Any]:
+    """A plan never queued, as a DistributedJobStatus: status `planned`, no job, no node yet."""
+    requirements = seed_config_of(task.spec)["resource_requirements"]
+    machines, procs = requirements["num_machines"], requirements["procs_per_machine"]
+    name = plan_id(task)
+    return {
+        "job_id": None, "seed_job_id": name, "status": PLANNED,
+        "status_reason": (f"planned, not queued: queue it with POST /api/tasks/{task.pk}/queue_distributed or "
+                          f"POST /api/network/distributed/dispatch {{\"job_id\": \"{name}\"}}"),
+        "world_size": machines * procs if machines and procs else None, "attempt": 0,
+        "master_addr": "", "master_port": None, "nodes": [], "waiting_for_ranks": [],
+    }
+
+
+def job_find_status(*, user: Any, job_id: str) -> dict[str, Any]:
+    found = job_find(user=user, job_id=job_id)
+    if found.job is not None:
+        return job_status(found.job, seed_job_id=found.seed_job_id)
+    if found.rows:
+        return gathering_status(job_id, found.rows)
+    assert found.task is not None
+    return planned_status(found.task)
+
+
+def job_find_stop(*, user: Any, job_id: str) -> dict[str, Any]:
+    """Stop what `job_id` names: a job, all its nodes; the kept ranks of a per-rank dispatch,
+    dropped so that no later rank starts the job; a plan never queued, nothing (there is nothing
+    running, and the plan stays: it is a task, which DELETE /api/tasks/{id} removes)."""
+    found = job_find(user=user, job_id=job_id)
+    if found.rows:
+        dropped, job = gathering_drop(user=user, key=job_id)
+        if job is None and not dropped:
+            raise NotFound(f"no job {job_id!r}: its ranks were dropped already.")
+        if job is None:
+            return {**gathering_status(job_id, dropped), "status": "stopped", "waiting_for_ranks": [], "status_reason": (
+                f"stopped before every rank came: rank(s) {', '.join(str(r.rank) for r in dropped)} dropped, "
+                "nothing was launched")}
+        found = Found(seed_job_id=job_id, job=job_visible_or_404(user=user, job_id=job.pk))
+    if found.job is not None:
+        require_job_control(user, found.job)
+        job_stop(job_id=found.job.pk, reason=f"stopped by {user.get_username()}")
+        return job_status(job_visible_or_404(user=user, job_id=found.job.pk), seed_job_id=found.seed_job_id)
+    assert found.task is not None
+    require_job_control(user, found.task)
+    return {**planned_status(found.task), "status_reason": (
+        f"nothing to stop: {plan_id(found.task)} was never queued. The plan stays, as task {found.task.pk} "
+        f"(DELETE /api/tasks/{found.task.pk} removes it).")}
