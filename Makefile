@@ -20,7 +20,7 @@ FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.conf
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/torchyard
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/9
 
-.PHONY: run test test-fast setup install frontend services lint lint-python lint-frontend pytest pytest-unit pytest-integration npm-test bench clean browser api-types
+.PHONY: run test test-fast setup install frontend services lint lint-python lint-frontend pytest pytest-unit pytest-integration npm-test bench clean browser api-types docs
 
 run: install frontend
 	$(BIN)/torchyard-server run
@@ -85,6 +85,10 @@ lint-python: install $(NPM_STAMP)
 	$(SCHEMA_CMD) --file ../var/openapi.json
 	npx openapi-typescript var/openapi.json --default-non-nullable false --output var/api-schema.d.ts >/dev/null
 	@cmp -s var/api-schema.d.ts $(API_TYPES) || (echo "$(API_TYPES) is stale: run 'make api-types' and commit it" >&2; exit 1)
+	@# The documentation site (mkdocs.yml): --strict fails on a broken link or anchor, and on a
+	@# reference page (generated from the code by docs/hooks/reference.py) that cannot be built; its
+	@# REST API page renders the schema just written and validated.
+	TORCHYARD_DOCS_OPENAPI_FILE=var/openapi.json NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # Everything the tests need: the virtualenv, the dashboard's build, PostgreSQL and Redis, Chromium.
 setup: install frontend services browser
@@ -110,6 +114,11 @@ pytest-unit: setup
 pytest-integration: setup
 	@mkdir -p var
 	$(TEST_ENV) TORCHYARD_TEST_TIER=integration $(BIN)/python -m pytest $(INTEGRATION_TIER) --junitxml=var/junit-integration.xml $(PYTEST_ARGS)
+
+# The documentation site on http://127.0.0.1:8001/ (mkdocs.yml; 8000 is `make run`'s), rebuilt on
+# every change; `make lint` builds it with --strict into var/site.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 # Regenerates the dashboard's API types after a change to a serializer or view.
 api-types: install $(NPM_STAMP)
