@@ -85,7 +85,7 @@ export function jobSpec(overrides: Partial<JobSpec> = {}): JobSpec {
     env: {},
     resources: { nodes: 2, procs_per_node: 1, gpus_per_node: 0, min_gpu_memory: 0 },
     placement: { policy: 'pack', machines: [], oversubscribe: false },
-    distributed: { backend: 'auto', launcher: 'torchrun', strategy: 'data_parallel' },
+    distributed: { backend: 'auto', launcher: 'torchrun', warm: true, strategy: 'data_parallel' },
     hyperparameters: {},
     scaling: { mode: 'keep_global_batch', lr_rule: 'linear', warmup_steps: 0 },
     checkpointing: { enabled: true, every_n_steps: 200, store: 'default', keep: 3 },
