@@ -117,7 +117,7 @@ pytest-integration: setup
 
 # The documentation site on http://127.0.0.1:8001/ (mkdocs.yml; 8000 is `make run`'s), rebuilt on
 # every change; `make lint` builds it with --strict into var/site.
-docs: install
+docs: install $(NPM_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 # Regenerates the dashboard's API types after a change to a serializer or view.
