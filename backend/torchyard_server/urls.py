@@ -21,7 +21,7 @@ from .machines import api as machines
 from .plugins import api as plugins
 from .preferences import api as preferences
 from .projects import api as projects
-from .reports import purge_api, summaries
+from .reports import goodput_api, purge_api, summaries
 from .streaming import api as streaming
 from .usage import api as usage
 from .web import health, metrics
@@ -66,6 +66,7 @@ api = [
     path("api/jobs", jobs.JobListView.as_view()),
     path("api/queue", queue_api.QueueView.as_view()),
     path("api/usage", usage.UsageView.as_view()),
+    path("api/usage/goodput", goodput_api.GoodputRollupView.as_view()),
     path("api/jobs/plan", jobs.JobPlanView.as_view()),
     path("api/jobs/summaries", summaries.JobSummariesView.as_view()),
     path("api/jobs/purge", purge_api.JobPurgeView.as_view()),
@@ -73,6 +74,7 @@ api = [
     path("api/jobs/<int:job_id>/stop", jobs.JobStopView.as_view()),
     path("api/jobs/<int:job_id>/stacks", jobs.JobStacksView.as_view()),
     path("api/jobs/<int:job_id>/summary", summaries.JobSummaryView.as_view()),
+    path("api/jobs/<int:job_id>/goodput", goodput_api.JobGoodputView.as_view()),
     path("api/jobs/<int:job_id>/logs", streaming.JobLogsView.as_view()),
     path("api/jobs/<int:job_id>/logs/stream", sse.JobLogStreamView.as_view()),
     path("api/jobs/<int:job_id>/metrics", streaming.JobMetricsView.as_view()),

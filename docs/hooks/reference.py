@@ -306,8 +306,12 @@ def settings_reference() -> str:
 
 # --- the stream contract ----------------------------------------------------------------------------
 def _contract_classes(source: str) -> dict[str, ast.ClassDef]:
-    return {node.name: node for node in ast.parse(source).body
-            if isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") == "TypedDict" for b in node.bases)}
+    """The contract's TypedDicts, those that extend another of them (the events extend the envelope) included."""
+    found: dict[str, ast.ClassDef] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") in ("TypedDict", *found) for b in node.bases):
+            found[node.name] = node
+    return found
 
 
 def _trailing(line: str) -> str:

@@ -148,6 +148,7 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/jobs": {"get": everyone_signed_in, "post": submit},
     "api/queue": everyone_signed_in,  # the jobs of each user's projects only, each with its place in the whole queue
     "api/usage": everyone_signed_in,  # the usage of each user's projects only
+    "api/usage/goodput": everyone_signed_in,  # the goodput of each user's projects' jobs only
     "api/jobs/plan": submit,
     "api/jobs/summaries": everyone_signed_in,  # each user's visible jobs only
     "api/jobs/purge": purge,
@@ -156,6 +157,7 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     # Reading where the ranks are is reading the job (its world's job has ended: a 409 says so).
     "api/jobs/<int:job_id>/stacks": job_read,
     "api/jobs/<int:job_id>/summary": job_read,
+    "api/jobs/<int:job_id>/goodput": job_read,
     "api/jobs/<int:job_id>/logs": job_read,
     "api/jobs/<int:job_id>/logs/stream": job_read,
     "api/jobs/<int:job_id>/metrics": job_read,

@@ -134,3 +134,20 @@ def test_a_job_that_computes_sleeps_or_waits_on_a_busy_rank_quietly_is_left_alon
     assert done["restarts"] == 0
     assert pg_stack.events(job["id"], "stalled") == []
     assert len([e for e in pg_stack.logs(job["id"]) if "quietly done" in e["line"]]) == 2
+
+
+def test_a_script_raising_the_same_error_twice_fails_after_one_retry(pg_stack, bundle):
+    """Retries are spent on faults only: the same exception from the same line of the user's code, in
+    two attempts, fails the job (fault_tolerance.retry_same_error 1) with its restarts left unspent."""
+    job = pg_stack.submit(job_spec(bundle, "plain_ddp.py", args=["--raise-on-last-rank"],
+                                   fault_tolerance={"max_restarts": 5}))
+    done = pg_stack.wait_job(job["id"], FINAL, timeout=240)
+    assert done["status"] == "failed", f"{done['status_reason']}\n{pg_stack.job_log_tail(job['id'])}"
+    assert done["restarts"] == 1 and done["attempt"] == 1, done
+    assert ("the same error twice: not retried (ValueError: a batch this script cannot take, raised at "
+            "plain_ddp.py:") in done["status_reason"], done["status_reason"]
+    failed = [e for e in pg_stack.events(job["id"], "state") if e.get("scope") == "node" and e.get("error")]
+    assert {(e["attempt"], e["error"]["rank"], e["error"]["type"]) for e in failed if e["node_rank"] == 1} == \
+        {(0, 3, "ValueError"), (1, 3, "ValueError")}, failed
+    assert pg_stack.wait_no_job_processes(job["id"]) == []
+

@@ -52,6 +52,11 @@ def test_a_killed_rank_is_recovered_from_the_last_checkpoint_and_the_job_complet
     assert resumed_step >= checkpoint["step"] > 0
     second = [e["step"] for e in pg_stack.events(job["id"], "metric") if e["attempt"] == 1]
     assert min(second) > resumed_step and max(second) == 140
+    # Its goodput (reports/goodput.py): the wall time split from its events, the recovery in it.
+    goodput = pg_stack.api("GET", f"/api/jobs/{job['id']}/goodput").json()
+    assert (goodput["parts"]["training"] > 0 and goodput["parts"]["recovery"] > 0
+            and [a["attempt"] for a in goodput["attempts"]] == [0, 1]
+            and sum(goodput["parts"].values()) == pytest.approx(goodput["wall_seconds"], rel=0.01)), goodput
     assert pg_stack.wait_no_job_processes(job["id"]) == []
     if recipe == "mlp_fsdp.py":
         assert {f["path"] for f in checkpoint["files"]} >= {".metadata", "__0_0.distcp", "__1_0.distcp"}

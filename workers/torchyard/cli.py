@@ -384,7 +384,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         api.call("GET", f"/api/jobs/{args.job}")
         return follow_job(api, args.job, console, Console(stderr=True))
     page = api.call("GET", f"/api/jobs/{args.job}/logs?limit=10000")
-    JobRenderer(console, args.job, live=False).handle({"type": "events", "events": page["events"]})
+    JobRenderer(console, args.job, live=False).events(page["events"])
     return 0
 
 

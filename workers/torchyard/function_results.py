@@ -8,11 +8,13 @@ below both the function API (torchyard.functions) and the client, which read it.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 from torchyard.bundles import sha256_file, size_text
+from torchyard.stream_contract import ResultEvent
 
 # Every rank writes results/rank-<R>.json (and rank-<R>.pkl, unless there is nothing to unpickle).
 RESULT_FILE_SUFFIX = ".json"
@@ -27,16 +29,38 @@ __all__ = ["DEFAULT_RESULT_MAX_BYTES", "first_failure", "META_FILE", "PAYLOAD_FI
            "collect_results", "result_stem", "size_text"]
 
 
+class ResultFile(TypedDict):
+    """What a rank leaves in results/rank-<R>.json (functions/runner.py)."""
+
+    rank: int
+    ok: bool
+    size: int  # of the pickle
+    repr: str  # of the value, or the exception's message: the API shows it
+    error_type: str
+    error: str
+    traceback: str
+    raised_at: NotRequired[float]  # epoch seconds
+    peer_failure: NotRequired[bool]  # it raised because a peer went away
+
+
 def result_stem(rank: int) -> str:
     return f"rank-{rank}"
 
 
-def first_failure(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+# A rank's result as the supervisor reads it, or as GET /api/jobs/{id}/results gives it.
+AnyResult = TypeVar("AnyResult", bound=Mapping[str, object])
+
+
+def first_failure(results: Sequence[AnyResult]) -> AnyResult | None:
     """The failure that explains the others: the earliest rank whose own function raised, else (every
     failure a peer's consequence, e.g. gloo's "Connection reset by peer") the earliest of all."""
     failed = [r for r in results if not r.get("ok")]
     own = [r for r in failed if not r.get("peer_failure")]
-    return min(own or failed, key=lambda r: (_seconds(r.get("raised_at")), r.get("rank") or 0), default=None)
+    return min(own or failed, key=lambda r: (_seconds(r.get("raised_at")), _rank(r.get("rank"))), default=None)
+
+
+def _rank(rank: object) -> int:
+    return rank if isinstance(rank, int) else 0
 
 
 def _seconds(when: Any) -> float:
@@ -69,13 +93,14 @@ class RemoteError(RuntimeError):
         super().__init__(text)
 
 
-def collect_results(results_dir: Path, upload: Any, destination: str) -> tuple[list[dict[str, Any]], list[str]]:
+def collect_results(results_dir: Path, upload: Any, destination: str) -> tuple[list[ResultEvent], list[str]]:
     """Upload every rank's pickle under `destination` (`<dest>/rank-<R>.pkl`) with `upload(path, uri)`
     and return the `result` events' payloads (one per rank, in rank order) and failures as text.
 
     A rank with a .json but no .pkl (an unpicklable exception, a result over the limit) still gets
     its event: the text is what explains the failure."""
-    events, failures = [], []
+    events: list[ResultEvent] = []
+    failures: list[str] = []
     if not results_dir.is_dir():
         return [], []
     for meta_path in sorted(results_dir.glob(f"rank-*{RESULT_FILE_SUFFIX}"),
@@ -86,9 +111,10 @@ def collect_results(results_dir: Path, upload: Any, destination: str) -> tuple[l
         except (OSError, ValueError, KeyError, TypeError) as exc:
             failures.append(f"{meta_path.name}: {exc}")
             continue
-        event = {key: meta.get(key) for key in ("ok", "size", "repr", "error_type", "error", "traceback",
-                                                "raised_at", "peer_failure")}
-        event.update(rank=rank, sha256="", uri="")
+        event: ResultEvent = {"type": "result", "ok": meta.get("ok"), "size": meta.get("size"), "repr": meta.get("repr"),
+                              "error_type": meta.get("error_type"), "error": meta.get("error"),
+                              "traceback": meta.get("traceback"), "raised_at": meta.get("raised_at"),
+                              "peer_failure": meta.get("peer_failure"), "rank": rank, "sha256": "", "uri": ""}
         pickled = results_dir / f"{result_stem(rank)}.pkl"
         if pickled.is_file():
             uri = f"{destination.rstrip('/')}/{result_stem(rank)}.pkl"
@@ -99,6 +125,7 @@ def collect_results(results_dir: Path, upload: Any, destination: str) -> tuple[l
             except Exception as exc:  # one rank's failure to upload must not lose the others
                 failures.append(f"{pickled.name}: {exc}")
                 if event["ok"]:
-                    event.update(ok=False, error_type="ResultLost", error=f"could not store the result: {exc}")
+                    event["ok"], event["error_type"] = False, "ResultLost"
+                    event["error"] = f"could not store the result: {exc}"
         events.append(event)
     return events, failures

@@ -32,7 +32,7 @@ import runpy
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from torchyard import protocol
 from torchyard.plugin_manifest import ManifestError, read_manifest
@@ -101,7 +101,20 @@ def split_config(data: dict[str, Any], given_scaling: dict[str, Any] | None) -> 
     return dict(data), dict(given_scaling or DEFAULT_SCALING)
 
 
-def distributed_metadata(environ: dict[str, str] | os._Environ[str], node: dict[str, Any]) -> dict[str, Any]:
+class DistributedMeta(TypedDict):
+    """This process's place in the job, as a plugin's config carries it."""
+
+    world_size: int
+    rank: int
+    local_rank: int
+    num_machines: int
+    machine_rank: int
+    master_addr: str
+    master_port: int
+    distributed: bool
+
+
+def distributed_metadata(environ: dict[str, str] | os._Environ[str], node: dict[str, Any]) -> DistributedMeta:
     """This process's place in the job: its ranks from the environment torchrun (or accelerate's
     launcher) set, the machines and the master from the node's --accelerate_config. That config's
     `rank` (TransformerLab's: `{"world_size": 3, "rank": 0}`, the machine's place among the job's)
@@ -126,7 +139,7 @@ def distributed_metadata(environ: dict[str, str] | os._Environ[str], node: dict[
     }
 
 
-def adjusted_config(settings: dict[str, Any], scaling: dict[str, Any], meta: dict[str, Any],
+def adjusted_config(settings: dict[str, Any], scaling: dict[str, Any], meta: DistributedMeta,
                     output_dir: str) -> dict[str, Any]:
     """The plugin's config for this rank: the adjustments (DESIGN.md section 7), the metadata, its
     output directory and whether it is the process that saves. Raises HarnessError on a batch that

@@ -1,17 +1,20 @@
 """The wire contract between the control plane (backend/), the agents and node supervisors (workers/).
 
 Everything that crosses a process boundary is named here once: Celery queue and task names, the Redis
-event stream, the environment a launched node sees, the launch payload and the event shape. The
-backend imports this module (it is plain standard library); workers/ never imports the backend.
+event stream, the environment a launched node sees, the launch payload and the heartbeats; the events
+themselves are stream_contract.py's (what the streams' clients read too). The backend imports this
+module (it is plain standard library); workers/ never imports the backend.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal, NotRequired, TypedDict
+
+from torchyard.stream_contract import EventEnvelope, JobEvent
 
 # --- Celery ---------------------------------------------------------------------------------------
 CONTROL_QUEUE = "control"
@@ -28,23 +31,78 @@ TASK_HEALTH_CHECK = "torchyard.agent.health_check"
 # publishes them as one STACKS event of the node.
 TASK_DUMP_STACKS = "torchyard.agent.dump_stacks"
 HEALTH_PATH = "/api/agent/health"
+
+
+class HealthCheck(TypedDict):
+    name: str
+    ok: bool
+    detail: str
+    seconds: float
+
+
+class HealthReport(TypedDict):
+    """What an agent POSTs to HEALTH_PATH: whether every check passed, and each check."""
+
+    ok: bool
+    checks: list[HealthCheck]
+
+
 # The job's membership changed (a node of the attempt started running, or ended): the agent writes
 # it as PEERS_FILE into that node's run directory, where the SDK's peers() reads it.
 TASK_UPDATE_PEERS = "torchyard.agent.update_peers"
 PEERS_FILE = "peers.json"
+
+
+class MemberNode(TypedDict):
+    node_rank: int
+    host: str
+    machine: str
+    status: str  # the node's (JobNode.Status); "" where only the plan is known
+
+
+class Membership(TypedDict):
+    """An attempt's nodes as TASK_UPDATE_PEERS sends them and PEERS_FILE holds them (sdk.peers()).
+    `version` only grows: a node's part moves up as it runs, then ends."""
+
+    version: int
+    nodes: list[MemberNode]  # in node-rank order
+
 # Lossless preemption: the controller asks a node to checkpoint and yield. The agent writes
 # PREEMPT_FILE ({"grace": seconds, "reason": ..., "at": epoch}) into the node's run directory; the
 # ranks see it (sdk.preemption_requested(), a stat of ENV_PREEMPT_FILE), the supervisor stops the
 # node once the grace is over (never while a checkpoint commits: COMMITTING_PREFIX markers).
 TASK_PREEMPT_NODE = "torchyard.agent.preempt_node"
 PREEMPT_FILE = "preempt-requested"
+
+
+class PreemptRequest(TypedDict, total=False):
+    """What PREEMPT_FILE holds ({} where nothing was asked)."""
+
+    grace: float  # seconds the node has to checkpoint and yield
+    reason: str
+    at: float  # epoch seconds: when it was asked
+
 # Written by a rank that yields (sdk.yield_for_preemption) after its checkpoint committed.
 YIELDED_FILE = "preempt-yielded"
+
+
+class Yielded(TypedDict, total=False):
+    """A line of YIELDED_FILE ({} for a line that is not one: the rank yielded all the same)."""
+
+    rank: int
+    step: int | None  # the step it checkpointed at
+    ts: float
+
 # committing-<rank>: a rank is inside a checkpoint save (sdk.preemption.committing()).
 COMMITTING_PREFIX = "committing-"
 # returned-<rank>: that rank's script returned 0 and the process is ending (rank_main.exit_now): what is
 # left is teardown, which the supervisor ends when it hangs (supervisor/linger.py).
 RETURNED_PREFIX = "returned-"
+# error-<rank>.json: the Python exception that rank's script raised (rank_main.note_error): its type, message,
+# innermost frame of the user's code and last reported step. The node's supervisor reports the first one with
+# its final state; the controller retries the same error at the same step only fault_tolerance.retry_same_error
+# times.
+ERROR_PREFIX = "error-"
 # The exit status of a rank that yielded for preemption (the node reports `stopped`, yielded).
 YIELD_EXIT_CODE = 83
 
@@ -104,29 +162,30 @@ def stream_machine(stream: str | bytes) -> int | None:
         return None
     return int(tail)
 
-STATE = "state"
-LOG = "log"
-METRIC = "metric"
-RESOURCE = "resource"
-CHECKPOINT = "checkpoint"
-ARTIFACT = "artifact"  # the files a node collected from its output directory when it ended
-PREFLIGHT = "preflight"  # a node's check of the master's address and port and of its versions
-STALLED = "stalled"  # a rank whose step stopped advancing, with its Python stack
-STACKS = "stacks"  # every rank's Python stack on one node, asked for by `torchyard stacks JOB`
-PACE = "pace"  # each rank's own time per step over a window (supervisor/pace.py): stragglers
-STRAGGLER = "straggler"  # the controller's: a rank much slower than the job's median, named or cleared
-RESULT = "result"  # a function job's rank returned (or raised): its pickled result, collected into the store
-HEARTBEAT = "heartbeat"  # node liveness, never persisted
-MACHINE_HEARTBEAT = "machine_heartbeat"  # agent capabilities + load, never persisted
+# Final, so `{"type": protocol.STATE, ...}` is the stream contract's Literal["state"] to mypy.
+STATE: Final = "state"
+LOG: Final = "log"
+METRIC: Final = "metric"
+RESOURCE: Final = "resource"
+CHECKPOINT: Final = "checkpoint"
+ARTIFACT: Final = "artifact"  # the files a node collected from its output directory when it ended
+PREFLIGHT: Final = "preflight"  # a node's check of the master's address and port and of its versions
+STALLED: Final = "stalled"  # a rank whose step stopped advancing, with its Python stack
+STACKS: Final = "stacks"  # every rank's Python stack on one node, asked for by `torchyard stacks JOB`
+PACE: Final = "pace"  # each rank's own time per step over a window (supervisor/pace.py): stragglers
+STRAGGLER: Final = "straggler"  # the controller's: a rank much slower than the job's median, named or cleared
+RESULT: Final = "result"  # a function job's rank returned (or raised): its pickled result, collected into the store
+HEARTBEAT: Final = "heartbeat"  # node liveness, never persisted
+MACHINE_HEARTBEAT: Final = "machine_heartbeat"  # agent capabilities + load, never persisted
 EVENT_TYPES = (STATE, LOG, METRIC, RESOURCE, CHECKPOINT, ARTIFACT, RESULT, PREFLIGHT, STALLED, STACKS, PACE, STRAGGLER,
                HEARTBEAT, MACHINE_HEARTBEAT)
 
 # Node states a supervisor reports (the controller validates every transition).
-NODE_PREPARING = "preparing"  # fetching the code bundle, building the environment
-NODE_RUNNING = "running"
-NODE_COMPLETED = "completed"
-NODE_FAILED = "failed"
-NODE_STOPPED = "stopped"
+NODE_PREPARING: Final = "preparing"  # fetching the code bundle, building the environment
+NODE_RUNNING: Final = "running"
+NODE_COMPLETED: Final = "completed"
+NODE_FAILED: Final = "failed"
+NODE_STOPPED: Final = "stopped"
 # A failed node's final state carries its last this many log lines (`last_lines`), and the failure
 # reason quotes all of them: a fault handler's thread stacks come after the error that explains
 # them and must not push it out.
@@ -146,7 +205,103 @@ def _compact_json_encoder() -> Callable[[Any], str]:
 encode_json = _compact_json_encoder()
 
 
-def encode_event(event: dict[str, Any]) -> dict[Any, Any]:
+class NodeHeartbeat(EventEnvelope):
+    """A node supervisor's liveness (to the liveness stream, never stored): only the newest counts."""
+
+    type: Literal["heartbeat"]
+    status: str  # the supervisor's state (supervisor/states.py)
+    pid: int | None  # the launcher's, once started
+    pending_events: int
+    uptime_s: NotRequired[float]
+    dropped_events: NotRequired[int]
+    steps: NotRequired[dict[str, list[float]]]  # rank -> [its last step, seconds since it advanced]
+
+
+class AddressInfo(TypedDict):
+    """An IPv4 address of a machine (node/network.py Address): its capabilities list them, and a node
+    offers them in its preflight hello for the job's link measurement (supervisor/links.py)."""
+
+    interface: str
+    address: str
+    network: str  # "10.0.1.0/24"
+    speed_mbit: int  # the link speed the kernel reports (0: it does not say)
+
+
+class GpuInfo(TypedDict):
+    """A GPU of a machine, as its agent reports it (NVML's, or declared with `--gpus`)."""
+
+    index: int  # NVML's
+    name: str
+    memory_mb: int
+
+
+class VolumeReport(TypedDict):
+    """A volume an agent declares (`--volume NAME=PATH`), as its heartbeat reports it."""
+
+    name: str
+    path: str
+    exists: bool  # a directory here
+    total_bytes: int | None  # its filesystem's (None: it does not exist)
+    free_bytes: int | None
+    storage_class: NotRequired[str]
+
+
+class Capabilities(TypedDict):
+    """What a machine has (agent/capabilities.py), kept as Machine.capabilities."""
+
+    cpu_count: int
+    memory: int  # bytes
+    disk_space: int  # bytes free under the agent's work dir
+    gpu_count: int
+    gpu_memory: int  # MB, over its GPUs
+    gpus: list[GpuInfo]
+    gpus_declared: NotRequired[bool]  # `--gpus`: the GPUs scheduled are the declared ones...
+    gpus_detected: NotRequired[list[GpuInfo]]  # ... and these what NVML sees
+    gpu_warnings: NotRequired[list[str]]  # how the two differ
+    volumes: list[VolumeReport]
+    interfaces: list[AddressInfo]  # its IPv4 addresses (node/network.py)
+    # The training Python's versions (agent/main.py): the plan shows whether a job's machines agree.
+    python_version: NotRequired[str]
+    torch_version: NotRequired[str]
+
+
+class Load(TypedDict):
+    """What a machine is doing, per heartbeat."""
+
+    cpu_usage: float  # percent
+    memory_usage: float  # percent
+    gpu_usage: list[float]  # percent, by position in Capabilities.gpus
+
+
+class MachineHeartbeat(TypedDict):
+    """An agent's liveness, with what its machine has and does (agent/main.py heartbeat_once):
+    machines.services.machine_record_heartbeats keeps it on the machine."""
+
+    type: Literal["machine_heartbeat"]
+    machine: int
+    token: str  # the machine token: ingest believes a beat only with it
+    hostname: str
+    agent_version: str
+    capabilities: Capabilities
+    cache: dict[str, list[str]]  # agent/warm.py cache_summary: the bundles and environments ready
+    load: Load
+    running: list[RunningNode]
+    host: NotRequired[str]  # `torchyard agent --addr`
+    ts: float
+
+
+class RunningNode(TypedDict):
+    """A node supervisor alive on the machine (agent/runs.py running_nodes)."""
+
+    run_dir: str
+    pid: int
+
+
+# What a producer writes to an event stream: the contract's events and the heartbeats.
+StreamEvent = JobEvent | NodeHeartbeat | MachineHeartbeat
+
+
+def encode_event(event: StreamEvent) -> dict[Any, Any]:
     return {EVENT_FIELD: encode_json(event)}
 
 
@@ -156,10 +311,13 @@ def decode_event(fields: dict[Any, Any]) -> dict[str, Any]:
         raise ValueError("stream entry has no event field")
     if isinstance(raw, bytes):
         raw = raw.decode()
-    return json.loads(raw)
+    event = json.loads(raw)
+    if not isinstance(event, dict):
+        raise ValueError("a stream entry's event must be an object")
+    return event
 
 
-def pack_events(events: list[dict[str, Any]], *, max_events: int = PACKED_MAX_EVENTS,
+def pack_events(events: Sequence[StreamEvent], *, max_events: int = PACKED_MAX_EVENTS,
                 max_bytes: int = PACKED_MAX_BYTES) -> list[tuple[int, dict[Any, Any]]]:
     """The fields of the entries that carry `events` in order, each with how many events it holds:
     at most max_events, and about max_bytes (told by the length of their lines: an event is a few
@@ -179,7 +337,8 @@ def pack_events(events: list[dict[str, Any]], *, max_events: int = PACKED_MAX_EV
 
 
 def decode_entry(fields: dict[Any, Any]) -> list[dict[str, Any]]:
-    """The events of one stream entry: one under "e", or several packed under "b"."""
+    """The events of one stream entry: one under "e", or several packed under "b". What a producer
+    wrote, unchecked: ingest reads each field defensively (a JSON object of any keys)."""
     raw = fields.get(PACKED_FIELD) or fields.get(PACKED_FIELD.encode())
     if raw is None:
         return [decode_event(fields)]
@@ -227,6 +386,20 @@ ENV_VOLUME_PREFIX = "TORCHYARD_VOLUME_"
 VOLUME_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 
 
+class RayPlan(TypedDict):
+    """What a Ray node's runner (torchyard.ray_node) reads from its run directory (ray.json), as the
+    supervisor writes it (supervisor/ray_launch.py build_plan)."""
+
+    head: bool
+    address: str  # HOST:PORT of the head's GCS
+    nnodes: int
+    quorum_timeout: float  # seconds the head waits for every node (and a worker for the head)
+    python: str
+    ray_start: list[str]  # the `ray start --block` argv
+    driver: list[str] | None  # the head's: the job's own script
+    temp_dir: str
+
+
 # --- Machine tokens -------------------------------------------------------------------------------
 def make_machine_token(machine_id: int, secret: str) -> str:
     """A machine token names its machine, so an agent needs nothing else to find its queue."""
@@ -242,6 +415,21 @@ def parse_machine_token(token: str) -> tuple[int, str]:
 
 
 # --- Launch payload -------------------------------------------------------------------------------
+class PlannedPeer(TypedDict):
+    """A node of the plan, as a launch names it."""
+
+    node_rank: int
+    host: str  # its machine's address
+    machine: str  # its machine's name
+
+
+class LinksChoice(TypedDict, total=False):
+    """The network an earlier attempt's preflight pinned the job to, on these machines."""
+
+    network: str  # "10.0.1.0/24"
+    master_address: str  # the master's address on it
+
+
 @dataclass
 class NodeLaunch:
     """Everything one agent needs to start one node of one attempt of a job."""
@@ -283,13 +471,11 @@ class NodeLaunch:
     # process) or "command" (`command`, an argv list, once per node). Every one gets the job's peers.
     launcher: str = "torchrun"
     command: list[str] = field(default_factory=list)
-    # The plan's nodes in node-rank order, [{"node_rank", "host", "machine"}]: TORCHYARD_PEERS and
-    # what the SDK's peers() starts from.
-    peers: list[dict[str, Any]] = field(default_factory=list)
+    # The plan's nodes in node-rank order: TORCHYARD_PEERS and what the SDK's peers() starts from.
+    peers: list[PlannedPeer] = field(default_factory=list)
     # The network the job's traffic is pinned to, chosen by an earlier attempt's preflight on these
-    # machines ({"network": "10.0.1.0/24", "master_address": the master's address on it}); empty: the
-    # preflight measures the links and chooses (supervisor/links.py).
-    links: dict[str, Any] = field(default_factory=dict)
+    # machines; empty: the preflight measures the links and chooses (supervisor/links.py).
+    links: LinksChoice = field(default_factory=lambda: LinksChoice())
     # The job's volumes as this node's machine has them: [{"name", "path" (on this machine),
     # "mount_path", "access_mode", "machine" (its name, for the preflight's messages)}].
     volumes: list[dict[str, Any]] = field(default_factory=list)

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import runpy
 import sys
+import sysconfig
 import traceback
 from typing import Any
 
@@ -86,8 +88,46 @@ def run_main(module: str, argv: list[str]) -> int:
         while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
             tb = tb.tb_next
         traceback.print_exception(type(exc), exc, tb)
+        note_error(exc, tb)
         return 1
     return 0
+
+
+def _is_users(filename: str) -> bool:
+    """A frame of the user's own code: not the standard library, not an installed package, not Torchyard."""
+    path = os.path.abspath(filename)
+    if filename.startswith("<") or path.startswith(_TORCHYARD_DIR):
+        return False
+    return not any(path.startswith(prefix) for prefix in _LIBRARY_DIRS)
+
+
+_TORCHYARD_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in (
+    sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"), sysconfig.get_paths().get("purelib"),
+    sysconfig.get_paths().get("platlib"), sys.base_prefix, sys.prefix) if p})
+
+
+def note_error(exc: BaseException, tb: Any) -> None:
+    """Leave RUN_DIR/error-<RANK>.json for the node's supervisor: the exception's type and message, the
+    innermost frame of the user's code that raised it (relative to the working directory, which moves
+    between attempts), and the step the rank last reported (torchyard.sdk.report, when the script
+    uses the SDK: read from the module if it was loaded, never imported here)."""
+    # A Ray job's driver has no RANK of its own: it is the job's rank 0.
+    run_dir, rank = os.environ.get(protocol.ENV_RUN_DIR), os.environ.get("RANK", "0")
+    if not run_dir or isinstance(exc, KeyboardInterrupt):
+        return
+    frame = ""
+    for summary in traceback.extract_tb(tb):
+        if _is_users(summary.filename):
+            where = os.path.relpath(os.path.abspath(summary.filename))
+            frame = f"{where if not where.startswith('..') else os.path.basename(where)}:{summary.lineno} in {summary.name}"
+    events = sys.modules.get("torchyard.sdk.events")
+    step = getattr(events, "_last_step", None)
+    error = {"type": f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
+             "message": str(exc).strip()[:500], "frame": frame, "rank": int(rank),
+             "step": step if isinstance(step, int) else None}
+    with contextlib.suppress(OSError), open(os.path.join(run_dir, f"{protocol.ERROR_PREFIX}{rank}.json"), "w") as out:
+        json.dump(error, out)
 
 
 def exit_now(code: int) -> None:

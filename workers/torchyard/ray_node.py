@@ -17,7 +17,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+
+from torchyard.protocol import RayPlan
 
 EXIT_NO_QUORUM = 3
 EXIT_RAY_DIED = 4
@@ -55,7 +56,7 @@ def wait_for_port(address: str, timeout: float, alive: subprocess.Popen | None =
     return False
 
 
-def run_worker(plan: dict[str, Any]) -> int:
+def run_worker(plan: RayPlan) -> int:
     if not wait_for_port(plan["address"], plan["quorum_timeout"]):
         say(f"the Ray head {plan['address']} did not answer within {plan['quorum_timeout']:g} s")
         return EXIT_NO_QUORUM
@@ -64,7 +65,7 @@ def run_worker(plan: dict[str, Any]) -> int:
     return 0  # not reached
 
 
-def run_head(plan: dict[str, Any]) -> int:
+def run_head(plan: RayPlan) -> int:
     started = time.monotonic()
     ray = subprocess.Popen(plan["ray_start"], stdin=subprocess.DEVNULL)
     timeout = float(plan["quorum_timeout"])
@@ -87,7 +88,7 @@ def run_head(plan: dict[str, Any]) -> int:
         return EXIT_NO_QUORUM
     say(f"Ray cluster up: {plan['nnodes']} node(s) in {time.monotonic() - started:.1f} s; starting the driver")
     env = {**os.environ, "RAY_ADDRESS": plan["address"]}
-    driver = subprocess.Popen(plan["driver"], stdin=subprocess.DEVNULL, env=env)
+    driver = subprocess.Popen(plan["driver"] or [], stdin=subprocess.DEVNULL, env=env)  # the head's: always set
     while driver.poll() is None:
         if ray.poll() is not None:
             say(f"ray start (the head) exited with code {ray.returncode} while the driver ran")

@@ -10,7 +10,8 @@ dashboard's types are generated with the REST ones. A change here is a change of
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from datetime import datetime
+from typing import Annotated, Any, Final, Literal, NotRequired, Protocol, TypedDict
 
 # --- Close codes ----------------------------------------------------------------------------------
 # Application codes (4000-4999) a stream closes with, after accepting, so a client can tell them from
@@ -23,16 +24,16 @@ CLOSE_RESUME = 4429
 REFUSED_CLOSE_CODES = (CLOSE_UNAUTHENTICATED, CLOSE_NOT_FOUND)
 CLOSE_CODES = (*REFUSED_CLOSE_CODES, CLOSE_RESUME)
 
-# --- Message types (each message's "type") --------------------------------------------------------
-JOB = "job"  # the job's detail, on connect and whenever it changed (its progress: every rank summed)
-HISTORY = "history"  # sent before a tail replay (?history=tail): where older log lines begin
-EVENTS = "events"  # a frame of events in id order
-REPLAYED = "replayed"  # the replay is over: from here on everything is live
-ERROR = "error"  # the client sent something (the streams take nothing)
-MACHINES = "machines"
-JOBS = "jobs"
-JOBS_CHANGED = "jobs_changed"
-QUEUE = "queue"
+# --- Message types (each message's "type"; Final: each is its message's Literal to mypy) -----------
+JOB: Final = "job"  # the job's detail, on connect and whenever it changed (its progress: every rank summed)
+HISTORY: Final = "history"  # sent before a tail replay (?history=tail): where older log lines begin
+EVENTS: Final = "events"  # a frame of events in id order
+REPLAYED: Final = "replayed"  # the replay is over: from here on everything is live
+ERROR: Final = "error"  # the client sent something (the streams take nothing)
+MACHINES: Final = "machines"
+JOBS: Final = "jobs"
+JOBS_CHANGED: Final = "jobs_changed"
+QUEUE: Final = "queue"
 
 
 # Values whose shape is a component of the REST schema (Annotated with its name).
@@ -45,15 +46,40 @@ NodeStatus = Annotated[str, "NodeStatusEnum"]
 
 
 # --- Events ---------------------------------------------------------------------------------------
-# Every event, on the streams and the REST routes alike, is one flat object: these fields (the
-# envelope; the REST schema's EventOut), then its type's own (the payload, as the node supervisors and
-# the controller write it): each TypedDict of JobEvent below names a payload, published as EventOut
-# and those fields. `id` grows in the order events were accepted: the resume cursor.
-EVENT_ENVELOPE = ("id", "job", "node", "node_rank", "rank", "attempt", "seq", "type", "ts")
+# Every event, on the streams and the REST routes alike, is one flat object: its envelope (who it is
+# of, and when), then its type's own fields (the payload, as the node supervisors, the agents and the
+# controller write it). Each TypedDict of JobEvent below is one type of event: the envelope it extends,
+# `type`, and its payload. The producers take these TypedDicts (jobs/events.py publish_on_commit, the
+# supervisors' publisher, the agent's publish), so mypy holds each to its schema.
+class EventEnvelope(TypedDict, total=False):
+    """The envelope, declared once. A node's publisher writes it (from the node's launch), the
+    controller and the agents `job`, `attempt` and the node's fields where the event is of one; ingest
+    keeps each field in a column of the event's row (an event without `job` is dropped), and what is
+    left is the payload. The routes send an event back as EVENT_ENVELOPE orders it: with the `id`
+    ingest gave it, `ts` as an ISO 8601 time, and without the producer's `key` (the schema's EventOut,
+    made from these fields)."""
+
+    id: int  # given by ingest, which stores the event: the resume cursor (none on the way in)
+    job: int
+    node: int | None  # the JobNode's id
+    node_rank: int | None
+    rank: int | None  # the global rank, when the event is one rank's
+    attempt: int
+    seq: int | None  # a node supervisor's own number for it (1, 2, ... per node): ingest dedupes by (node, seq)
+    ts: float | str  # epoch seconds as produced (and applied); an ISO 8601 time as the routes send it
+    key: str  # the controller's and the agents' dedupe key (a supervisor's is its seq); never sent
+
+
+# The fields ingest takes out of an event into its row's columns (the rest is its payload): the
+# envelope as produced, and the event's type.
+STORED_APART = frozenset({*EventEnvelope.__annotations__, "type"} - {"id"})
+# An event as the routes send it, in this order: the envelope without the producer's key, its type
+# before its time (streaming/models.py event_message, streaming/jsontext.py event_text, EventOut).
+EVENT_ENVELOPE = (*(name for name in EventEnvelope.__annotations__ if name not in ("ts", "key")), "type", "ts")
 ENVELOPE_COMPONENT = "EventOut"
 
 
-class JobStateEvent(TypedDict):
+class JobStateEvent(EventEnvelope):
     """A job's transition (`previous` is null for the first, on submission)."""
 
     type: Literal["state"]
@@ -65,9 +91,48 @@ class JobStateEvent(TypedDict):
     # change, for the timeline; the job's status reason (why it waits) stays what it was.
     priority: NotRequired[int]
     previous_priority: NotRequired[int]
+    # The queue's: a job that preempts others to make room names them (job ids), status unchanged...
+    preempted: NotRequired[list[int]]
+    # ... and a live job that holds a hot spare again names the spare's machine ids.
+    spares: NotRequired[list[int]]
 
 
-class NodeStateEvent(TypedDict):
+class LogLine(TypedDict):
+    """One of the last lines a node's processes printed (a failed node's state quotes them)."""
+
+    rank: int | None  # null: the supervisor's, torchrun's, the preparation's
+    stream: Literal["stdout", "stderr"]
+    line: str
+
+
+class RayNode(TypedDict):
+    """framework ray: a node's Ray processes, as its `running` report gives them (supervisor/commands.py);
+    the job page shows them, and the head's dashboard is proxied at /api/jobs/{id}/ray/."""
+
+    head: bool  # node 0: the GCS, the dashboard and the driver
+    address: str  # the node's own address, that its Ray processes bind
+    gcs: str  # HOST:PORT of the head's GCS
+    ports: dict[str, int]  # port by name (supervisor/ray_launch.py PORT_NAMES), every one picked free
+    temp_dir: str
+    object_store_bytes: int
+    num_cpus: int
+    num_gpus: int
+    dashboard_port: NotRequired[int]  # the head's
+
+
+class RankError(TypedDict):
+    """A Python exception a rank's script raised: its type (module-qualified, builtins bare), its
+    message (at most 500 characters), the innermost frame of the user's code ("train.py:42 in step"),
+    the global rank, and the step the rank last reported (null when it reported none)."""
+
+    type: str
+    message: str
+    frame: str
+    rank: int
+    step: int | None
+
+
+class NodeStateEvent(EventEnvelope):
     """A node's transition, or its own report (its supervisor's, its agent's), without `previous`."""
 
     type: Literal["state"]
@@ -77,15 +142,34 @@ class NodeStateEvent(TypedDict):
     reason: str
     # Completed, with something the user should know: a rank ended for outliving the job's work.
     warning: NotRequired[str]
+    # A supervisor's own reports: its process and host, and once running its launcher's pid (and a
+    # Ray node's processes); at its end the launcher's exit code, and for a failed node its last lines.
+    supervisor_pid: NotRequired[int]
+    hostname: NotRequired[str]
+    pid: NotRequired[int | None]
+    ray: NotRequired[RayNode]
+    exit_code: NotRequired[int | None]
+    last_lines: NotRequired[list[LogLine]]
+    # Failed, and a relaunch would fail the same way (the job's function raised).
+    fatal: NotRequired[bool]
+    # Stopped after its ranks checkpointed and yielded for a preemption.
+    yielded: NotRequired[bool]
+    # Failed because a rank's script raised: the first exception raised on the node (the controller
+    # retries the same one at the same step only fault_tolerance.retry_same_error times).
+    error: NotRequired[RankError]
 
 
-class LogEvent(TypedDict):
+class LogEvent(EventEnvelope):
     type: Literal["log"]
     stream: Literal["stdout", "stderr"]
     line: str
+    # Who printed it: "worker" (a rank: `rank`, `local_rank`), "supervisor", "torchrun", "ray",
+    # "prepare" (the environment's build), "sdk" (the script, through the SDK).
+    source: NotRequired[str]
+    local_rank: NotRequired[int]
 
 
-class MetricEvent(TypedDict):
+class MetricEvent(EventEnvelope):
     """`step`, and whichever numbers the script reports (loss, throughput, lr, ...): one rank's own."""
 
     type: Literal["metric"]
@@ -93,6 +177,10 @@ class MetricEvent(TypedDict):
     loss: NotRequired[float]
     throughput: NotRequired[float]
     lr: NotRequired[float]
+    # What the job's progress folds besides (jobs/control/rates.py): the script's declared total, and
+    # the rank's samples per second when its throughput counts something else.
+    total_steps: NotRequired[int]
+    samples_per_second: NotRequired[float]
 
 
 class GpuUse(TypedDict):
@@ -104,7 +192,7 @@ class GpuUse(TypedDict):
     memory_total_mb: float
 
 
-class ResourceEvent(TypedDict):
+class ResourceEvent(EventEnvelope):
     """What a node's rank processes use (node/proctree.py), and its GPUs' use where the machine
     has NVML (no `gpus` field where it has not)."""
 
@@ -115,10 +203,49 @@ class ResourceEvent(TypedDict):
     gpus: NotRequired[list[GpuUse]]
 
 
-class CheckpointEvent(TypedDict):
+class ManifestFile(TypedDict):
+    path: str  # under the checkpoint's step folder
+    size: int
+    sha256: str
+
+
+# What a save cost the training loop. (`async` is a keyword: no class can name the field.)
+SaveTiming = TypedDict("SaveTiming", {
+    "async": bool,
+    "blocking_seconds": float,  # the longest any rank was held, waiting for the previous save included
+    "background_seconds": float | None,  # rank 0's, from handing the save to its thread; null: synchronous
+})
+
+
+class Manifest(TypedDict):
+    """A committed checkpoint's manifest.json (sdk/checkpoint): what a resume reads, and what its
+    `checkpoint` event carries for the control plane's list of the job's checkpoints."""
+
+    format: str  # "torchyard-checkpoint/1"
+    job_id: int | str | None  # the job's id (a name outside Torchyard; null: none)
+    attempt: int
+    step: int
+    epoch: int | None
+    strategy: str  # the job's distributed.strategy
+    backend: str | None  # the process group's; null for a single process
+    optimizer_state: bool  # the state holds an optimizer's
+    rng_state: bool  # ... and random generators' states
+    world_size: int
+    sharded: bool
+    layout: Literal["torch.save", "torch.distributed.checkpoint"]
+    files: list[ManifestFile]
+    total_bytes: int
+    torch_version: str
+    created_at: str  # ISO 8601
+    save: SaveTiming
+    metadata: dict[str, Any]  # the script's own (sdk.save_checkpoint(metadata=...)), any JSON
+
+
+class CheckpointEvent(EventEnvelope):
     type: Literal["checkpoint"]
     step: int
     uri: str
+    manifest: NotRequired[Manifest]
 
 
 class ArtifactFile(TypedDict):
@@ -128,7 +255,7 @@ class ArtifactFile(TypedDict):
     sha256: str
 
 
-class ArtifactEvent(TypedDict):
+class ArtifactEvent(EventEnvelope):
     """Files a node collected from its output directory into the store (up to 200 an event)."""
 
     type: Literal["artifact"]
@@ -180,7 +307,7 @@ class PreflightPeer(TypedDict):
     interface: str | None
 
 
-class PreflightEvent(TypedDict):
+class PreflightEvent(EventEnvelope):
     """A node's preflight before torchrun: reached the master (or heard every node), versions agree;
     the master's carries the link matrix when the links were measured."""
 
@@ -202,7 +329,7 @@ class PreflightEvent(TypedDict):
     links: NotRequired[LinkReport]
 
 
-class StalledEvent(TypedDict):
+class StalledEvent(EventEnvelope):
     """A rank whose step stopped advancing, with its Python stack taken from outside (py-spy)."""
 
     type: Literal["stalled"]
@@ -217,6 +344,7 @@ class StalledEvent(TypedDict):
     stack: str
     hostname: str
     on_stall: Literal["report", "recover"]
+    pid: NotRequired[int | None]  # the rank's process, when found
     # The collective frame the main thread waits in; "" outside any; null or absent: no stack read.
     waits_in: NotRequired[str | None]
     frame: NotRequired[str | None]  # the main thread's innermost Python frame
@@ -235,7 +363,7 @@ class RankStack(TypedDict):
     frame: str | None  # the main thread's innermost Python frame
 
 
-class StacksEvent(TypedDict):
+class StacksEvent(EventEnvelope):
     """Every rank's Python stack on one node at one moment, read from outside (py-spy) when someone
     asked (`torchyard stacks JOB`, the job page's Stacks button): `request` names the asking."""
 
@@ -270,7 +398,7 @@ class PaceHost(TypedDict):
     others: NotRequired[list[OtherProcess]]
 
 
-class PaceEvent(TypedDict):
+class PaceEvent(EventEnvelope):
     """A node's ranks' pace over a window, for the control plane's straggler watch."""
 
     type: Literal["pace"]
@@ -279,7 +407,7 @@ class PaceEvent(TypedDict):
     host: PaceHost
 
 
-class StragglerEvent(TypedDict):
+class StragglerEvent(EventEnvelope):
     """The control plane named a rank much slower than the others (`named`), or it keeps up again
     (`cleared`); `summary` says so in words."""
 
@@ -297,11 +425,21 @@ class StragglerEvent(TypedDict):
     replace: NotRequired[str]
 
 
-class ResultEvent(TypedDict):
-    """A function job's rank returned or raised (GET /api/jobs/{id}/results holds the result)."""
+class ResultEvent(EventEnvelope):
+    """A function job's rank returned or raised (GET /api/jobs/{id}/results holds the result): what
+    the rank left (function_results.ResultFile), its pickle stored at `uri`."""
 
     type: Literal["result"]
     ok: bool
+    size: NotRequired[int]
+    repr: NotRequired[str]
+    error_type: NotRequired[str]
+    error: NotRequired[str]
+    traceback: NotRequired[str]
+    raised_at: NotRequired[float | None]
+    peer_failure: NotRequired[bool | None]
+    sha256: NotRequired[str]
+    uri: NotRequired[str]  # "": nothing stored (it raised something that cannot be pickled, or too much)
 
 
 # Payloads that may carry more keys than they name (a metric: whatever numbers the script reports).
@@ -310,6 +448,25 @@ OPEN_PAYLOADS = frozenset({"MetricEvent"})
 StateEvent = JobStateEvent | NodeStateEvent
 JobEvent = (StateEvent | LogEvent | MetricEvent | ResourceEvent | CheckpointEvent | ArtifactEvent | PreflightEvent
             | StalledEvent | StacksEvent | PaceEvent | StragglerEvent | ResultEvent)
+
+
+class AppliedEvent(Protocol):
+    """A stored event as ingest hands it to the appliers the control plane's apps register for its
+    type (the server's streaming.bulk.StoredEvent, jobs.registries.EventApplier): its row's columns
+    (the envelope, the id it was stored under) and `event()`, the event as its producer wrote it."""
+
+    pk: int
+    job_id: int
+    node_id: int | None
+    attempt: int
+    node_rank: int | None
+    rank: int | None
+    type: str
+    ts: datetime
+
+    def event(self) -> JobEvent:
+        """The event: its payload under its envelope (`ts` in epoch seconds), built at each call."""
+        ...
 
 
 # --- /api/jobs/{job_id}/stream --------------------------------------------------------------------

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from torchyard import protocol
+from torchyard.stream_contract import AppliedEvent
 
-from ..jobs.registries import AppliedEvent, EventApplier
+from ..jobs.registries import EventApplier
 from .services import artifacts_record, function_result_record
 
 
@@ -14,28 +15,17 @@ class ArtifactApplier(EventApplier):
     type = protocol.ARTIFACT
 
     def apply(self, events: Sequence[AppliedEvent]) -> None:
-        for event in events:
-            artifacts_record(
-                event={
-                    **event.payload,
-                    "job": event.job_id,
-                    "attempt": event.attempt,
-                    "node_rank": event.node_rank,
-                }
-            )
+        for row in events:
+            event = row.event()
+            if event["type"] == protocol.ARTIFACT:
+                artifacts_record(event=event)
 
 
 class FunctionResultApplier(EventApplier):
     type = protocol.RESULT
 
     def apply(self, events: Sequence[AppliedEvent]) -> None:
-        for event in events:
-            function_result_record(
-                event={
-                    **event.payload,
-                    "job": event.job_id,
-                    "attempt": event.attempt,
-                    "node_rank": event.node_rank,
-                    "rank": event.rank,
-                }
-            )
+        for row in events:
+            event = row.event()
+            if event["type"] == protocol.RESULT:
+                function_result_record(event=event)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from torchyard import protocol
+from torchyard.stream_contract import AppliedEvent
 
-from ..jobs.registries import AppliedEvent, CheckpointTimes, EventApplier, ResumeLookup
+from ..jobs.registries import CheckpointTimes, EventApplier, ResumeLookup
 from .selectors import last_committed_at, latest_good_manifest_uri
 from .services import checkpoint_record
 
@@ -33,5 +34,7 @@ class CheckpointApplier(EventApplier):
     type = protocol.CHECKPOINT
 
     def apply(self, events: Sequence[AppliedEvent]) -> None:
-        for event in events:
-            checkpoint_record(event={**event.payload, "job": event.job_id, "attempt": event.attempt})
+        for row in events:
+            event = row.event()
+            if event["type"] == protocol.CHECKPOINT:
+                checkpoint_record(event=event)

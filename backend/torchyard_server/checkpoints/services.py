@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from torchyard.stream_contract import CheckpointEvent
 
 from ..jobs.control.resize import job_grow_at_checkpoint, job_replace_stragglers_at_checkpoint
 from ..jobs.models import Job
@@ -12,10 +14,12 @@ from ..jobs.spec.jobspec import JobSpec
 from .models import CheckpointManifest
 
 
-def checkpoint_record(*, event: dict[str, Any]) -> CheckpointManifest | None:
+def checkpoint_record(*, event: CheckpointEvent) -> CheckpointManifest | None:
     """Record a manifest the SDK committed (its `checkpoint` event). Idempotent by (job, uri)."""
     job_id, uri = event.get("job"), event.get("uri")
-    manifest = event.get("manifest") or {}
+    # Read defensively: the job's own SDK wrote it, of whatever version (older manifests lack fields).
+    found = event.get("manifest")
+    manifest: Mapping[str, Any] = found if isinstance(found, dict) else {}
     job = Job.objects.filter(pk=job_id).first()
     if not uri or job is None:
         return None

@@ -18,6 +18,8 @@ from ..jobs.selectors import job_list, jobs_visible_to
 from ..jobs.spec.secrets import public_spec
 from ..jobs.states import NODE_LIVE
 from ..streaming.metrics import (
+    MetricFinal,
+    MetricSummary,
     bucketed,
     grid_over,
     metric_events,
@@ -135,7 +137,7 @@ def run_rows(runs: list[Run]) -> list[dict[str, Any]]:
             goal = goal_of(name, {})
             found = metrics[name]
             final_metrics.append({"name": name, "goal": goal, "last": found["last"], "last_step": found["last_step"],
-                                  "best": found[goal] if goal else None})
+                                  "best": _best(found, goal)})
         rows.append({**run.as_row(), "final_metrics": final_metrics})
     return rows
 
@@ -167,6 +169,11 @@ def run_detail(run: Run) -> dict[str, Any]:
         "checkpoints": list(CheckpointManifest.objects.filter(job=job, attempt=run.attempt, deleted=False).order_by("step")),
         "artifacts": list(Artifact.objects.filter(job=job, attempt=run.attempt)),
     }
+
+
+def _best(found: MetricFinal | MetricSummary, goal: str | None) -> float | None:
+    """The metric's best value by its goal ("min" or "max"); None without one."""
+    return found["min"] if goal == "min" else found["max"] if goal == "max" else None
 
 
 def goal_of(name: str, goals: dict[str, str]) -> str | None:
@@ -214,7 +221,7 @@ def runs_compare(*, runs: list[Run], names: list[str] | None, goals: dict[str, s
             if found is None:
                 values.append({**dict.fromkeys(("last", "last_step", "min", "max", "mean", "best")), "count": 0})
             else:
-                values.append({**found, "best": found[goal] if goal else None})
+                values.append({**found, "best": _best(found, goal)})
         metrics.append({"name": name, "goal": goal, "values": values})
 
     events = [metric_events(job_id=run.job.pk, attempt=run.attempt) for run in runs]

@@ -2,19 +2,20 @@
 stream as the supervisors', so the ingest loop stays the single writer of JobEvent rows.
 
 It knows no models, so it sits below every app: jobs publishes through it without importing
-streaming, which sits above jobs."""
+streaming, which sits above jobs. What it takes is the stream contract's events
+(torchyard.stream_contract.JobEvent), so mypy holds every producer to their schema."""
 
 from __future__ import annotations
 
 import threading
 import time
 import uuid
-from typing import Any
 
 import redis
 from django.conf import settings
 from django.db import transaction
 from torchyard import protocol
+from torchyard.stream_contract import JobEvent
 
 _local = threading.local()
 
@@ -27,7 +28,7 @@ def redis_client() -> redis.Redis:
     return client
 
 
-def publish_now(events: list[dict[str, Any]]) -> None:
+def publish_now(events: list[JobEvent]) -> None:
     pipe = redis_client().pipeline(transaction=False)
     for event in events:
         event.setdefault("ts", time.time())
@@ -41,7 +42,9 @@ def publish_now(events: list[dict[str, Any]]) -> None:
     pipe.execute()
 
 
-def publish_on_commit(*events: dict[str, Any]) -> None:
+def publish_on_commit(*events: JobEvent) -> None:
     """Publish once the surrounding transaction commits, so nobody sees a state the DB rolled back."""
-    batch = [dict(e, ts=time.time(), key=uuid.uuid4().hex) for e in events]
+    batch = [event.copy() for event in events]
+    for event in batch:
+        event["ts"], event["key"] = time.time(), uuid.uuid4().hex
     transaction.on_commit(lambda: publish_now(batch))

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
 
 from torchyard import protocol
+from torchyard.stream_contract import AppliedEvent, MetricEvent
 
 from ..machines.models import Machine
-from ..machines.registries import MachineRemoval, UsageLookup
+from ..machines.registries import MachineRemoval, ProjectUsage, UsageLookup
 from ..projects.registries import HeldLookup, ProjectChangeListener
 from .control.links import job_record_links
 from .control.metrics import job_record_progress
@@ -20,7 +20,7 @@ from .control.stragglers import job_record_pace
 from .control.supervision import nodes_on_removed_machine
 from .placement.quotas import held_by_project
 from .queue_poke import queue_poke_on_commit
-from .registries import AppliedEvent, EventApplier
+from .registries import EventApplier
 from .selectors import usage_by_machine
 
 
@@ -34,7 +34,7 @@ class LiveNodesOnRemovedMachine(MachineRemoval):
 class NodeUsage(UsageLookup):
     type = "jobs"
 
-    def usage(self) -> dict[int, list[dict[str, Any]]]:
+    def usage(self) -> dict[int, list[ProjectUsage]]:
         return usage_by_machine()
 
 
@@ -56,11 +56,12 @@ class NodeStateApplier(EventApplier):
     type = protocol.STATE
 
     def apply(self, events: Sequence[AppliedEvent]) -> None:
-        for event in events:
+        for row in events:
+            event = row.event()
             # A supervisor's report of its node; job-scoped states and the controller's own
             # transitions (which carry `previous`) are records only.
-            if event.node_id and event.payload.get("scope") == "node" and "previous" not in event.payload:
-                node_report_state(event={**event.payload, "node": event.node_id})
+            if row.node_id and event["type"] == protocol.STATE and event["scope"] == "node" and "previous" not in event:
+                node_report_state(event=event)
 
 
 class ProgressApplier(EventApplier):
@@ -68,17 +69,11 @@ class ProgressApplier(EventApplier):
     folds = True  # one fold per job and batch: the latest step wins
 
     def apply(self, events: Sequence[AppliedEvent]) -> None:
-        metrics: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        for event in events:
-            metrics[event.job_id].append(
-                {
-                    **event.payload,
-                    "rank": event.rank,
-                    "node": event.node_id,
-                    "attempt": event.attempt,
-                    "ts": event.ts.timestamp(),
-                }
-            )
+        metrics: dict[int, list[MetricEvent]] = defaultdict(list)
+        for row in events:
+            event = row.event()
+            if event["type"] == protocol.METRIC:
+                metrics[row.job_id].append(event)
         for job_id, items in metrics.items():
             job_record_progress(job_id=job_id, metrics=items)
 
@@ -87,15 +82,11 @@ class StallApplier(EventApplier):
     type = protocol.STALLED
 
     def apply(self, events: Sequence[AppliedEvent]) -> None:
-        for event in events:
-            job_record_stall(
-                job_id=event.job_id,
-                event_id=event.pk,
-                attempt=event.attempt,
-                node_id=event.node_id,
-                rank=event.rank,
-                payload=event.payload,
-            )
+        for row in events:
+            event = row.event()
+            if event["type"] == protocol.STALLED:
+                job_record_stall(job_id=row.job_id, event_id=row.pk, attempt=row.attempt, node_id=row.node_id,
+                                 rank=row.rank, payload=event)
 
 
 class LinksApplier(EventApplier):
@@ -104,16 +95,21 @@ class LinksApplier(EventApplier):
     type = protocol.PREFLIGHT
 
     def apply(self, events: Sequence[AppliedEvent]) -> None:
-        for event in events:
-            report = event.payload.get("links")
-            if event.payload.get("ok") and event.payload.get("role") == "master" and isinstance(report, dict):
-                job_record_links(job_id=event.job_id, attempt=event.attempt, ts=event.ts.timestamp(), report=report)
+        for row in events:
+            event = row.event()
+            if event["type"] != protocol.PREFLIGHT:
+                continue
+            report = event.get("links")
+            if event.get("ok") and event.get("role") == "master" and isinstance(report, dict):
+                job_record_links(job_id=row.job_id, attempt=row.attempt, ts=row.ts.timestamp(), report=report)
 
 
 class PaceApplier(EventApplier):
     type = protocol.PACE
 
     def apply(self, events: Sequence[AppliedEvent]) -> None:
-        for event in events:
-            job_record_pace(job_id=event.job_id, attempt=event.attempt, node_id=event.node_id,
-                            ts=event.ts.timestamp(), payload=event.payload)
+        for row in events:
+            event = row.event()
+            if event["type"] == protocol.PACE:
+                job_record_pace(job_id=row.job_id, attempt=row.attempt, node_id=row.node_id, ts=row.ts.timestamp(),
+                                payload=event)

@@ -95,6 +95,10 @@ class JobNode(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     progress = models.JSONField(default=dict, blank=True)
+    error = models.JSONField(default=dict, blank=True, help_text=(
+        "The Python exception a rank of this node failed with, as its supervisor reported it: type, message, "
+        "the innermost frame of the user's code, the rank and its last step. Two attempts failing with the same "
+        "one at the same step is no fault of the machines: the job is not retried again."))
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -4,9 +4,10 @@ registry (core/registry.py); an app registers its instance in its AppConfig.read
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, TypedDict
+
+from torchyard.stream_contract import AppliedEvent
 
 from ..core.registry import Instance, Registry
 
@@ -41,8 +42,31 @@ def last_checkpoint_times(job_ids: list[int]) -> dict[int, float]:
     return lookup.last_committed(job_ids) if lookup is not None else {}
 
 
+class QueuedJob(TypedDict):
+    """A job in the queue as the API and the cluster stream show it (QueueEntryOut's shape):
+    placement/queue.py queue_entries."""
+
+    id: int
+    name: str
+    project: str
+    owner: str
+    status: str
+    priority: int
+    position: int  # from 1, in queue order
+    reason: str
+    blocked_by: str | None  # what the job waits behind
+    head: bool
+    borrowing: bool
+    backfill: bool
+    expected_start: str | None  # ISO 8601, to the minute
+    submitted_at: str
+    waiting_since: str
+    gpus: int
+    processes: int
+
+
 class QueueListener(Instance):
-    def queue_changed(self, entries: list[dict[str, Any]]) -> None:
+    def queue_changed(self, entries: list[QueuedJob]) -> None:
         """The queue as it now stands (jobs/placement/queue.py queue_entries), after a pass, on commit."""
         raise NotImplementedError
 
@@ -50,7 +74,7 @@ class QueueListener(Instance):
 queue_listeners: Registry[QueueListener] = Registry("queue listeners")
 
 
-def queue_changed(entries: list[dict[str, Any]]) -> None:
+def queue_changed(entries: list[QueuedJob]) -> None:
     # A listener that fails is logged, never raised into the pass.
     queue_listeners.notify(lambda listener: listener.queue_changed(entries))
 
@@ -73,24 +97,11 @@ def shared_bundle_for(*, sha256: str, user: Any) -> Any:
     return None
 
 
-class AppliedEvent(Protocol):
-    """A stored event as ingest hands it over (streaming.bulk.StoredEvent)."""
-
-    pk: int
-    job_id: int
-    node_id: int | None
-    attempt: int
-    node_rank: int | None
-    rank: int | None
-    type: str
-    ts: dt.datetime
-    payload: dict[str, Any]
-
-
 class EventApplier(Instance):
     """Applies what events of one type (`type`: torchyard.protocol's STATE, METRIC...) mean, inside
     the transaction that stores their batch (streaming/ingest.py): a batch that fails is neither
-    stored nor applied, and read again."""
+    stored nor applied, and read again. Each event comes as the stream contract's AppliedEvent: its
+    row's columns, and the event itself, typed (`event()`: an applier narrows it by its `type`)."""
 
     # A fold of the batch (metric: the latest step wins) gets all of the batch's events of its type
     # at once, after the others; the others get each event alone, in the order stored.

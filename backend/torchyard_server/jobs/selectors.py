@@ -4,6 +4,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
+from ..machines.registries import ProjectUsage
 from ..projects.permissions import scope_to_user, visible_or_404
 from .models import Job, JobNode
 from .states import JOB_WAITING, NODE_LIVE
@@ -36,7 +37,7 @@ def job_get(*, job_id: int) -> Job | None:
     return Job.objects.select_related("owner", "project").prefetch_related("nodes").filter(pk=job_id).first()
 
 
-def usage_by_machine() -> dict[int, list[dict[str, Any]]]:
+def usage_by_machine() -> dict[int, list[ProjectUsage]]:
     """What live nodes take on each machine, per project (machines.registries): a project's name
     and counts, never a job, since every signed-in user sees the cluster."""
     live = JobNode.objects.filter(status__in=NODE_LIVE, machine__isnull=False).values_list(
@@ -46,7 +47,7 @@ def usage_by_machine() -> dict[int, list[dict[str, Any]]]:
         taken = totals.setdefault((machine_id, project), [0, 0])
         taken[0] += len(gpus or [])
         taken[1] += nproc
-    usage: dict[int, list[dict[str, Any]]] = {}
+    usage: dict[int, list[ProjectUsage]] = {}
     for (machine_id, project), (gpus, processes) in sorted(totals.items()):
         usage.setdefault(machine_id, []).append({"project": project, "gpus": gpus, "processes": processes})
     return usage

@@ -53,7 +53,7 @@ class Broadcast(BatchListener):
         by_job: dict[int, list[StoredEvent]] = defaultdict(list)
         for row in rows:
             by_job[row.job_id].append(row)
-        messages: list[tuple[str, dict[str, Any]]] = []
+        messages: list[tuple[str, groups.GroupMessage]] = []
         for job_id, items in by_job.items():
             prev = self._prev_sent(job_id, items[0].pk)
             frames = live_frames([(r.pk, r.text()) for r in items], prev=prev)
@@ -66,7 +66,7 @@ class Broadcast(BatchListener):
         if messages:
             self._send(messages)
 
-    def _job_changed(self, job_id: int, items: list[StoredEvent]) -> list[tuple[str, dict[str, Any]]]:
+    def _job_changed(self, job_id: int, items: list[StoredEvent]) -> list[tuple[str, groups.GroupMessage]]:
         changed = any(r.type in (protocol.STATE, protocol.STALLED) for r in items)
         now = time.monotonic()
         due = any(r.type == protocol.METRIC for r in items) and (
@@ -88,7 +88,7 @@ class Broadcast(BatchListener):
             return self._last_sent[job_id]
         return JobEvent.objects.filter(job_id=job_id, id__lt=first).aggregate(last=Max("id"))["last"] or 0
 
-    def _send(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+    def _send(self, messages: list[tuple[str, groups.GroupMessage]]) -> None:
         try:
             self.sender.send(messages)
         except Exception as exc:  # the database has it; the next frame tells its clients to resume

@@ -42,13 +42,13 @@ class JobUpdates:
     """One client's pending job summaries, sent JOB_UPDATES_EVERY after the first of them came,
     only those of projects the client may see."""
 
-    def __init__(self, send: Callable[[dict[str, Any]], Awaitable[None]],
+    def __init__(self, send: Callable[[wire.ClusterStreamMessage], Awaitable[None]],
                  visible_projects: Callable[[], Awaitable[set[str]]]) -> None:
         self.send, self.visible_projects = send, visible_projects
         self.pending = LatestById()
         self._flush: asyncio.Task | None = None
 
-    def add(self, job: dict[str, Any]) -> None:
+    def add(self, job: wire.JobSummary) -> None:
         if self.pending.add(job["id"], job):
             self._flush = asyncio.get_running_loop().create_task(self._flush_later())
 
@@ -73,13 +73,13 @@ class QueueUpdates:
     JOB_UPDATES_EVERY after the first came, only the jobs of projects the client may see (with their
     place in the whole queue)."""
 
-    def __init__(self, send: Callable[[dict[str, Any]], Awaitable[None]],
+    def __init__(self, send: Callable[[wire.ClusterStreamMessage], Awaitable[None]],
                  visible_projects: Callable[[], Awaitable[set[str]]]) -> None:
         self.send, self.visible_projects = send, visible_projects
-        self.latest: list[dict[str, Any]] | None = None
+        self.latest: list[wire.QueueEntry] | None = None
         self._flush: asyncio.Task | None = None
 
-    def add(self, entries: list[dict[str, Any]]) -> None:
+    def add(self, entries: list[wire.QueueEntry]) -> None:
         first = self.latest is None
         self.latest = entries
         if first:

@@ -28,6 +28,7 @@ from ..jobs.states import JOB_LIVE, JOB_TRANSITIONS
 _SCALARS = {int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"},
             bool: {"type": "boolean"}}
 _REF = "#/components/schemas/"
+_ENVELOPE = frozenset(contract.EventEnvelope.__annotations__)
 
 
 def _ref(name: str) -> dict[str, Any]:
@@ -67,6 +68,8 @@ def _schema(hint: Any) -> dict[str, Any]:
         return _ref(name) if name else {"oneOf": [_schema(m) for m in members]}
     if hint in _SCALARS:
         return dict(_SCALARS[hint])
+    if hint is Any:  # any JSON (a script's own metadata)
+        return {}
     raise TypeError(f"the stream contract uses a type the schema cannot describe: {hint!r}")
 
 
@@ -86,16 +89,19 @@ def _object(cls: type, *, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
 
 
 def _component(cls: type) -> dict[str, Any]:
-    body = _object(cls)
     if cls in typing.get_args(contract.JobEvent):
-        body = {"allOf": [_ref(contract.ENVELOPE_COMPONENT), body]}
+        # The envelope the event extends is EventOut's part of it.
+        body = {"allOf": [_ref(contract.ENVELOPE_COMPONENT), _object(cls, skip=_ENVELOPE)]}
+    else:
+        body = _object(cls)
     return {**body, "description": inspect.cleandoc(cls.__doc__)} if cls.__doc__ else body
 
 
 def stream_components() -> dict[str, dict[str, Any]]:
     """Every component the contract defines: its TypedDicts, its named unions, the close codes and
     the live job statuses."""
-    typeddicts = [v for v in vars(contract).values() if _is_typeddict(v)]
+    # The envelope is no component of its own: EventOut publishes it, as the routes send it.
+    typeddicts = [v for v in vars(contract).values() if _is_typeddict(v) and v is not contract.EventEnvelope]
     components = {cls.__name__: _component(cls) for cls in typeddicts}
     for name, union in contract.NAMED_UNIONS.items():
         components[name] = {"oneOf": [_schema(m) for m in typing.get_args(union)]}

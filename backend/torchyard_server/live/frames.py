@@ -9,7 +9,7 @@ without decoding it), from each event's JSON (jsontext.event_text); replayed fra
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from ..streaming import jsontext
 
@@ -31,10 +31,20 @@ def events_frame(events: list[dict[str, Any]], *, prev: int | None, replay: bool
     return frame_text([_encode(e) for e in events], prev=prev, last=events[-1]["id"], replay=replay)
 
 
-def live_frames(events: list[tuple[int, str]], *, prev: int | None) -> list[dict[str, Any]]:
+class LiveFrame(TypedDict):
+    """A frame of a job's group message: its events' `prev`, `first` and `last` ids (what a consumer
+    checks against its cursor) and the frame's JSON, written once for every consumer."""
+
+    prev: int | None
+    first: int
+    last: int
+    text: str
+
+
+def live_frames(events: list[tuple[int, str]], *, prev: int | None) -> list[LiveFrame]:
     """One batch of a job's events, (id, JSON) in id order, as the frames of its group message: each
     with its `prev`, `first` and `last` (what a consumer checks against its cursor) and its text."""
-    frames = []
+    frames: list[LiveFrame] = []
     for start in range(0, len(events), FRAME_EVENTS):
         chunk = events[start:start + FRAME_EVENTS]
         first, last = chunk[0][0], chunk[-1][0]

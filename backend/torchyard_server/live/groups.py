@@ -5,14 +5,48 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from channels.layers import get_channel_layer
+from torchyard.stream_contract import JobSummary, QueueEntry
+
+from .frames import LiveFrame
 
 log = logging.getLogger(__name__)
 CLUSTER = "cluster"
 # Batches handed to the channel layer and not sent yet, at most (GroupSender).
 MAX_PENDING = 64
+
+
+class JobEventsMessage(TypedDict):
+    """To a job's group: a batch of its events as frames (the consumers forward them as they are)."""
+
+    type: Literal["job.events"]
+    frames: list[LiveFrame]
+
+
+class JobChangedMessage(TypedDict):
+    """To a job's group: its detail changed (a state, fresh progress): consumers send it again."""
+
+    type: Literal["job.changed"]
+
+
+class ClusterJobMessage(TypedDict):
+    """To the cluster group: a job's latest summary (JobSummaryOut, as msgpack takes it)."""
+
+    type: Literal["cluster.job"]
+    job: JobSummary
+
+
+class ClusterQueueMessage(TypedDict):
+    """To the cluster group: the queue after a pass (jobs/placement/queue.py queue_entries)."""
+
+    type: Literal["cluster.queue"]
+    jobs: list[QueueEntry]
+
+
+# What is sent to the groups; `type` names the consumers' handler (channels: "job.events" -> job_events).
+GroupMessage = JobEventsMessage | JobChangedMessage | ClusterJobMessage | ClusterQueueMessage
 
 
 def job_group(job_id: int) -> str:
@@ -38,16 +72,16 @@ class GroupSender:
         self._thread = threading.Thread(target=self.loop.run_forever, name="group-sender", daemon=True)
         self._thread.start()
 
-    def send(self, messages: list[tuple[str, dict[str, Any]]], timeout: float = 30.0) -> None:
+    def send(self, messages: list[tuple[str, GroupMessage]], timeout: float = 30.0) -> None:
         """Send each (group, message): the groups at once, each group's messages in order. A failure
         is logged; raises TimeoutError when no room was made for `timeout` seconds."""
-        by_group: dict[str, list[dict[str, Any]]] = {}
+        by_group: dict[str, list[GroupMessage]] = {}
         for group, message in messages:
             by_group.setdefault(group, []).append(message)
         if not self._room.acquire(timeout=timeout):
             raise TimeoutError(f"the channel layer took no batch for {timeout:.0f} s")
 
-        async def in_order(group: str, queued: list[dict[str, Any]]) -> None:
+        async def in_order(group: str, queued: list[GroupMessage]) -> None:
             for message in queued:
                 await self.layer.group_send(group, message)
 

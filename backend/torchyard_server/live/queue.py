@@ -9,14 +9,13 @@ import functools
 import hashlib
 import json
 import logging
-from typing import Any
 
 import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from ..jobs.registries import QueueListener
+from ..jobs.registries import QueuedJob, QueueListener
 from ..streaming import telemetry
 from . import groups
 
@@ -32,11 +31,11 @@ def _redis(url: str) -> redis.Redis:
 class QueueBroadcast(QueueListener):
     type = "live_queue"
 
-    def queue_changed(self, entries: list[dict[str, Any]]) -> None:
+    def queue_changed(self, entries: list[QueuedJob]) -> None:
         broadcast_queue(entries)
 
 
-def broadcast_queue(entries: list[dict[str, Any]]) -> None:
+def broadcast_queue(entries: list[QueuedJob]) -> None:
     """Send the queue to the cluster group, unless it is the one sent last or nobody listens."""
     digest = hashlib.sha256(json.dumps(entries, sort_keys=True, default=str).encode()).hexdigest()
     try:

@@ -10,7 +10,8 @@ are kept while one of its consumers is open in the process.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+
+from .frames import LiveFrame
 
 # Per job: about 6 s of a 5,000 events/s job, what a client that stalled for a moment needs.
 RECENT_BYTES = 8 << 20
@@ -18,11 +19,11 @@ RECENT_BYTES = 8 << 20
 
 class RecentFrames:
     def __init__(self) -> None:
-        self.frames: deque[dict[str, Any]] = deque()
+        self.frames: deque[LiveFrame] = deque()
         self.size = 0
         self.followers = 0
 
-    def add(self, frame: dict[str, Any]) -> None:
+    def add(self, frame: LiveFrame) -> None:
         """A live frame (frames.live_frames), once: every consumer of the job offers it."""
         if self.frames and frame["last"] <= self.frames[-1]["last"]:
             return
@@ -37,7 +38,7 @@ class RecentFrames:
         self.frames.clear()
         self.size = 0
 
-    def after(self, cursor: int) -> list[dict[str, Any]] | None:
+    def after(self, cursor: int) -> list[LiveFrame] | None:
         """The frames that hold every event after the cursor, in order (the first may begin at or
         below it); [] when there is none; None when the oldest kept frame begins above the cursor
         (read the database)."""

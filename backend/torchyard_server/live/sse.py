@@ -32,7 +32,7 @@ import asyncio
 import functools
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -72,7 +72,24 @@ class EventStreamRenderer(StreamRenderer):
     format = "sse"
 
 
-def sse_message(data: dict[str, Any], *, event: str, id: int | None = None) -> bytes:
+class StreamEnd(TypedDict):
+    """The `end` event's data: the job's final status (null: no such job, `detail` says so) and the
+    last event id sent (LogStreamEventOut)."""
+
+    job: int
+    status: str | None
+    status_reason: NotRequired[str]
+    last_id: NotRequired[int]
+    detail: NotRequired[str]
+
+
+class JobState(TypedDict):
+    status: str
+    status_reason: str
+    finished: bool  # a final status, and no node left running
+
+
+def sse_message(data: StreamEnd, *, event: str, id: int | None = None) -> bytes:
     head = f"id: {id}\n" if id is not None else ""
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n".encode()
 
@@ -92,7 +109,7 @@ def _start_cursor(request, job_id: int, rank: int | None) -> int:
     return after
 
 
-def _job_state(user: Any, job_id: int) -> dict[str, Any] | None:
+def _job_state(user: Any, job_id: int) -> JobState | None:
     """None when the job is gone (deleted, or the user may no longer see it); else its status and
     whether it has finished: a final status and no node left running (a node that is being stopped
     still sends its last lines)."""
@@ -100,11 +117,12 @@ def _job_state(user: Any, job_id: int) -> dict[str, Any] | None:
     if job is None:
         return None
     live_nodes = JobNode.objects.filter(job_id=job_id, status__in=NODE_LIVE).exists()
-    return {**job, "finished": job["status"] in JOB_FINAL and not live_nodes}
+    return {"status": job["status"], "status_reason": job["status_reason"],
+            "finished": job["status"] in JOB_FINAL and not live_nodes}
 
 
 def _read(user: Any, job_id: int, after: int,
-          rank: int | None) -> tuple[dict[str, Any] | None, list[int], bytes, int | None]:
+          rank: int | None) -> tuple[JobState | None, list[int], bytes, int | None]:
     """The job's state, then the ids of the lines stored after the cursor and their `log` events,
     written as one chunk (bulk.StoredEvent rows: no model instance, no encoding of a whole event
     per line, one send per batch), and `seen` (module docstring; None after a full batch)."""
@@ -124,12 +142,12 @@ def _read(user: Any, job_id: int, after: int,
     return state, [row.pk for row in rows], chunk, (upto if len(rows) < READ_BATCH else None)
 
 
-def _live_lines(message: dict[str, Any], seen: int, cursor: int,
+def _live_lines(message: groups.GroupMessage, seen: int, cursor: int,
                 rank: int | None) -> tuple[int, list[int], bytes] | None:
     """The log lines of a live message's frames after the cursor, as _read writes them, and the new
     `seen`; None when the message is not frames that follow on from `seen`. (The read that took
     `seen` may have read lines stored after it: the cursor, not `seen`, says which were sent.)"""
-    if message.get("type") != "job.events":
+    if message["type"] != "job.events":
         return None
     ids, texts = [], []
     for frame in message["frames"]:
@@ -185,7 +203,7 @@ class _Membership:
         if buffers is not None and self.channel is not None:
             buffers.pop(self.channel, None)
 
-    async def next(self, timeout: float) -> dict[str, Any] | None:
+    async def next(self, timeout: float) -> groups.GroupMessage | None:
         """The next group message; None after `timeout` (the receive stays pending for the next call)."""
         assert self.joined and self.channel is not None
         if self.wake is None:

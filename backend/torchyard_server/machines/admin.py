@@ -6,7 +6,10 @@ from .services import machine_release
 
 @admin.register(Machine)
 class MachineAdmin(admin.ModelAdmin):
-    list_display = ["name", "host", "port", "status", "cpus", "gpus", "agent_version", "last_heartbeat", "quarantined_at"]
+    list_display = ["name", "host", "port", "status", "cpus", "gpus", "price_per_gpu_hour", "price_per_machine_hour",
+                    "agent_version", "last_heartbeat", "quarantined_at"]
+    # Prices are set here or with PATCH /api/machines/{id}; the goodput roll-ups cost nodes' time with them.
+    list_editable = ["price_per_gpu_hour", "price_per_machine_hour"]
     list_filter = ["status"]
     search_fields = ["name", "host"]
     readonly_fields = ["capabilities", "current_load", "agent_version", "last_heartbeat", "created_at", "updated_at",

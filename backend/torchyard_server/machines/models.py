@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 
+from django.core.validators import MinValueValidator
 from django.db import models
 
 
@@ -49,6 +50,13 @@ class Machine(models.Model):
     # Volumes the operator declared here on the server ({name: absolute path}); the agent's own
     # (`--volume`) come in its heartbeat's capabilities. machines/volumes.py merges the two.
     volumes = models.JSONField(default=dict, blank=True)
+    # What an hour here costs, as the operator sets it (any currency, one for every machine): the
+    # goodput roll-ups (GET /api/usage/goodput) price each node's time with them. Null: not priced.
+    price_per_gpu_hour = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)], help_text=(
+        "What one GPU of this machine costs per hour; a node pays it for each GPU it holds."))
+    price_per_machine_hour = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)], help_text=(
+        "What the whole machine costs per hour (CPU machines); a node pays its share: its GPUs of the machine's, "
+        "or without GPUs its processes of the machine's CPUs."))
     agent_version = models.CharField(max_length=64, blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     token_hash = models.CharField(max_length=64, editable=False)

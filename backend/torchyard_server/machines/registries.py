@@ -4,22 +4,30 @@ app registers its instance in its AppConfig.ready()."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from ..core.registry import Instance, Registry
 from .models import Machine
 
 
+class ProjectUsage(TypedDict):
+    """What a project's live nodes take on a machine (never which jobs: every user sees the cluster)."""
+
+    project: str
+    gpus: int
+    processes: int
+
+
 class UsageLookup(Instance):
-    def usage(self) -> dict[int, list[dict[str, Any]]]:
-        """{machine id: [{"project": name, "gpus": n, "processes": n}, ...]}: what live nodes take there."""
+    def usage(self) -> dict[int, list[ProjectUsage]]:
+        """{machine id: what live nodes take there, per project}."""
         raise NotImplementedError
 
 
 usage_lookups: Registry[UsageLookup] = Registry("machine usage lookup", single=True)
 
 
-def machine_usage() -> dict[int, list[dict[str, Any]]]:
+def machine_usage() -> dict[int, list[ProjectUsage]]:
     # Without the jobs app nothing runs anywhere.
     lookup = usage_lookups.one_or_none()
     return lookup.usage() if lookup is not None else {}

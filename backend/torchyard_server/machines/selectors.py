@@ -71,7 +71,8 @@ def machine_list_json() -> str:
             'volumes', ({_VOLUMES}), 'declared_volumes', m.volumes,
             'quarantined_at', {_iso("m.quarantined_at")}, 'quarantine_reason', m.quarantine_reason,
             'quarantine_job', m.quarantine_job, 'probation_until', {_iso("m.probation_until")},
-            'health', m.health, 'measured_links', m.measured_links
+            'health', m.health, 'measured_links', m.measured_links,
+            'price_per_gpu_hour', m.price_per_gpu_hour, 'price_per_machine_hour', m.price_per_machine_hour
         ) ORDER BY m.name), '[]'::json)::text
         FROM {table} AS m"""
     with connection.cursor() as cursor:

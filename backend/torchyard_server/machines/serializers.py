@@ -144,6 +144,7 @@ class MachineOut(serializers.ModelSerializer):
             "id", "name", "host", "port", "status", "drained", "capabilities", "current_load", "labels",
             "agent_version", "last_heartbeat", "created_at", "usage", "volumes", "declared_volumes",
             "quarantined_at", "quarantine_reason", "quarantine_job", "probation_until", "health", "measured_links",
+            "price_per_gpu_hour", "price_per_machine_hour",
         ]
         # A thousand machines are listed on every GET /api/machines and cluster-stream snapshot.
         list_serializer_class = FlatListSerializer
@@ -186,6 +187,10 @@ class MachinePatch(serializers.Serializer):
     volumes = serializers.DictField(child=serializers.CharField(max_length=4096), required=False, help_text=(
         "the volumes declared on the server, name: absolute path, replacing the ones declared before "
         "(the agent's own --volume win for a name both declare)"))
+    price_per_gpu_hour = serializers.FloatField(min_value=0, max_value=1e9, allow_null=True, required=False, help_text=(
+        "what one of its GPUs costs per hour (null: not priced); the goodput roll-ups cost nodes' time with it"))
+    price_per_machine_hour = serializers.FloatField(min_value=0, max_value=1e9, allow_null=True, required=False, help_text=(
+        "what the whole machine costs per hour, for CPU machines (null: not priced); a node pays its share"))
 
     def validate_quarantined(self, value: bool) -> bool:
         if value:

@@ -3,8 +3,9 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -65,7 +66,7 @@ def machine_authenticate(*, token: str) -> Machine | None:
     return machine
 
 
-def machine_record_heartbeat(*, event: dict[str, Any]) -> Machine | None:
+def machine_record_heartbeat(*, event: protocol.MachineHeartbeat) -> Machine | None:
     """Apply one agent heartbeat (machine_record_heartbeats); the machine, or None when its token
     is wrong."""
     applied = machine_record_heartbeats(events=[event])
@@ -78,7 +79,7 @@ HEARTBEAT_FROM = sorted(set.intersection(*(set(machine_sources(s)) for s in (
     Machine.Status.ONLINE, Machine.Status.BUSY, Machine.Status.DRAINING, Machine.Status.QUARANTINED))))
 
 
-def machine_record_heartbeats(*, events: list[dict[str, Any]]) -> list[int]:
+def machine_record_heartbeats(*, events: list[protocol.MachineHeartbeat]) -> list[int]:
     """Apply agent heartbeats: capabilities, load, version, the host its agent gives (`torchyard agent
     --addr`; the registered one stays otherwise), and the status each says (quarantined while
     quarantined, draining while drained, busy while its agent runs nodes, online otherwise);
@@ -87,7 +88,7 @@ def machine_record_heartbeats(*, events: list[dict[str, Any]]) -> list[int]:
     Heartbeats with a wrong token are ignored: Redis is shared infrastructure, the token is what
     proves which machine is talking. Of several beats of one machine, the last counts. A thousand
     agents beat 500 times a second, so a batch is one UPDATE on PostgreSQL, whatever its size."""
-    claimed: dict[int, tuple[str, dict[str, Any]]] = {}
+    claimed: dict[int, tuple[str, protocol.MachineHeartbeat]] = {}
     for event in events:
         try:
             machine_id, secret = protocol.parse_machine_token(str(event.get("token", "")))
@@ -101,7 +102,8 @@ def machine_record_heartbeats(*, events: list[dict[str, Any]]) -> list[int]:
     return _heartbeats_one_by_one(claimed, timezone.now())
 
 
-def _heartbeat_values(event: dict[str, Any]) -> tuple[dict | None, dict, dict, str, bool, str]:
+def _heartbeat_values(event: protocol.MachineHeartbeat) -> tuple[
+        protocol.Capabilities | None, Mapping[str, object], Mapping[str, object], str, bool, str]:
     """capabilities (None: keep the stored ones), cache, load, agent version, running, host ("": keep
     the stored one)."""
     return (event.get("capabilities") or None, event.get("cache") or {}, event.get("load") or {},
@@ -109,7 +111,7 @@ def _heartbeat_values(event: dict[str, Any]) -> tuple[dict | None, dict, dict, s
             str(event.get("host") or "")[:Machine._meta.get_field("host").max_length])
 
 
-def _heartbeats_in_one_update(claimed: dict[int, tuple[str, dict[str, Any]]], now: Any) -> list[int]:
+def _heartbeats_in_one_update(claimed: dict[int, tuple[str, protocol.MachineHeartbeat]], now: Any) -> list[int]:
     # The status is worked out from the row's own `quarantined_at` and `drained` inside the UPDATE
     # (reported_status's rule), so a drain or a quarantine landing meanwhile is never overwritten. The token check compares SHA-256 hashes, as the lookup does.
     rows = []
@@ -141,7 +143,7 @@ def _heartbeats_in_one_update(claimed: dict[int, tuple[str, dict[str, Any]]], no
         return [row[0] for row in cursor.fetchall()]
 
 
-def _heartbeats_one_by_one(claimed: dict[int, tuple[str, dict[str, Any]]], now: Any) -> list[int]:
+def _heartbeats_one_by_one(claimed: dict[int, tuple[str, protocol.MachineHeartbeat]], now: Any) -> list[int]:
     """Elsewhere than PostgreSQL (the embedded SQLite, a few machines): one UPDATE per machine,
     in one transaction."""
     applied = []
@@ -255,7 +257,17 @@ def _update(machine: Machine, **fields: Any) -> None:
 HEALTH_CHECK_WAIT_S = 120.0
 
 
-def machines_record_links(*, figures: dict[str, dict[str, dict[str, Any]]]) -> None:
+class InterfaceFigure(TypedDict):
+    """What a job's preflight measured on one interface of a machine (Machine.measured_links)."""
+
+    mb_per_s: float  # the median over the pairs it was in
+    latency_ms: float
+    pairs: int
+    job: int  # the job whose preflight measured it
+    measured_at: float  # epoch seconds
+
+
+def machines_record_links(*, figures: dict[str, dict[str, InterfaceFigure]]) -> None:
     """Record what a job's preflight measured on machines' interfaces ({machine name: {interface:
     figure}}): each interface keeps its latest figure, the others theirs."""
     with transaction.atomic():
@@ -279,7 +291,7 @@ def machines_due_a_health_check() -> list[Machine]:
 
 
 def machine_update(*, machine: Machine, **fields: Any) -> Machine:
-    """Change host, port or labels; `status` "draining" / "online" sets or clears the drain, and moves
+    """Change host, port, labels, volumes or prices; `status` "draining" / "online" sets or clears the drain, and moves
     a machine whose agent reports at once (an offline or pending machine keeps its status until its
     agent reports, then takes the drain into account)."""
     status = fields.pop("status", None)
@@ -299,7 +311,7 @@ def machine_update(*, machine: Machine, **fields: Any) -> Machine:
 
 
 def _audit_update(machine: Machine, before: dict[str, Any], after: dict[str, Any]) -> None:
-    """A drain (or its undoing) is an entry of its own; a change of host, port or labels another."""
+    """A drain (or its undoing) is an entry of its own; a change of host, port, labels or prices another."""
     if "drained" in after:
         action = audit.Action.MACHINE_DRAIN if after["drained"] else audit.Action.MACHINE_UNDRAIN
         audit.record(None, action, machine, was_drained=before["drained"])

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
 from django.db.models import TextField
 from django.db.models.functions import Cast
+from torchyard import stream_contract as contract
 
 from . import jsontext
 from .models import JobEvent, event_message, seq_of
@@ -47,6 +48,15 @@ class StoredEvent:
         return event_message(pk=self.pk, job_id=self.job_id, node_id=self.node_id, node_rank=self.node_rank,
                              rank=self.rank, attempt=self.attempt, dedupe_key=self.dedupe_key, type=self.type,
                              ts=self.ts, payload=self.payload)
+
+    def event(self) -> contract.JobEvent:
+        """The event as its producer wrote it, typed by the stream contract: the payload under the
+        envelope of the row's columns (`ts` in epoch seconds). What the appliers read
+        (stream_contract.AppliedEvent); ingest took it from a producer the contract types."""
+        event = {**self.payload, "type": self.type, "job": self.job_id, "node": self.node_id,
+                 "node_rank": self.node_rank, "rank": self.rank, "attempt": self.attempt,
+                 "seq": seq_of(self.dedupe_key), "ts": self.ts.timestamp()}
+        return cast("contract.JobEvent", event)
 
     def text(self) -> str:
         """JobEvent.as_message as JSON."""

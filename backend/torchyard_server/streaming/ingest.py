@@ -29,11 +29,12 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 import redis
 from django.db import IntegrityError, close_old_connections, transaction
 from torchyard import protocol
+from torchyard import stream_contract as contract
 
 from ..jobs.control.reports import node_record_heartbeats
 from ..jobs.models import Job, JobNode
@@ -48,7 +49,8 @@ from .telemetry import IngestStats
 log = logging.getLogger(__name__)
 PERSISTED = {protocol.STATE, protocol.LOG, protocol.METRIC, protocol.RESOURCE, protocol.CHECKPOINT, protocol.ARTIFACT,
              protocol.RESULT, protocol.PREFLIGHT, protocol.STALLED, protocol.STACKS, protocol.PACE, protocol.STRAGGLER}
-ENVELOPE = {"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts", "key"}
+# What ingest keeps in an event's columns (and its dedupe key): the rest is its payload.
+ENVELOPE = contract.STORED_APART
 CONSUMER = "controller"
 # Entries read per stream in one batch: a supervisor packs up to protocol.PACKED_MAX_EVENTS events
 # in one, so a batch holds up to ~10,000 events per stream under a flood, one entry per event for the
@@ -245,13 +247,15 @@ class Ingest:
 
     # --- one batch ------------------------------------------------------------------------------
     def process(self, events: list[dict[str, Any]]) -> None:
-        machine_beats: dict[Any, dict[str, Any]] = {}
+        machine_beats: dict[object, protocol.MachineHeartbeat] = {}
         node_beats: dict[int, float] = {}
         persisted = []
         for event in events:
             kind = event.get("type")
             if kind == protocol.MACHINE_HEARTBEAT:
-                machine_beats[event.get("machine")] = event
+                # Its agent's (authorize() kept only a machine's own): machine_record_heartbeats reads
+                # each field defensively.
+                machine_beats[event.get("machine")] = cast("protocol.MachineHeartbeat", event)
             elif kind == protocol.HEARTBEAT and event.get("node") is not None:
                 node_beats[int(event["node"])] = float(event.get("ts") or time.time())
             elif kind in PERSISTED and event.get("job") is not None:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import NotSupportedError, connection
-from django.db.models import Avg, Count, F, FloatField, Func, Max, Min, Q, QuerySet
+from django.db.models import Aggregate, Avg, Count, F, FloatField, Func, Max, Min, Q, QuerySet
 from django.db.models.functions import Floor
 
 from .models import JobEvent
@@ -142,7 +142,58 @@ def _with_any(qs: QuerySet, names: list[str]) -> QuerySet:
     return qs.annotate(**values).filter(condition)
 
 
-def bucketed(events: QuerySet[JobEvent], name: str, grid: StepGrid) -> dict[int, list[dict[str, Any]]]:
+class MetricBucket(TypedDict):
+    """A bucket of one series (MetricBucketOut)."""
+
+    step: int  # the bucket's first step on the grid
+    first_step: int  # the steps seen in it
+    last_step: int
+    min: float
+    max: float
+    mean: float
+    count: int
+
+
+class MetricSeries(TypedDict):
+    """One metric over one attempt, on the grid (MetricSeriesOut)."""
+
+    name: str
+    attempt: int
+    buckets: list[MetricBucket]
+
+
+class JobMetrics(TypedDict):
+    """GET /api/jobs/{id}/metrics (JobMetricsOut)."""
+
+    job: int
+    names: list[str]
+    from_step: int | None
+    to_step: int | None
+    bucket_steps: int | None
+    series: list[MetricSeries]
+
+
+class MetricSummary(TypedDict):
+    """One metric over one attempt (MetricSummaryOut)."""
+
+    last: float | None
+    last_step: int | None
+    min: float
+    max: float
+    mean: float
+    count: int
+
+
+class MetricFinal(TypedDict):
+    """One metric's last value (and step), min and max over one attempt (metric_finals)."""
+
+    last: float
+    last_step: int | None
+    min: float
+    max: float
+
+
+def bucketed(events: QuerySet[JobEvent], name: str, grid: StepGrid) -> dict[int, list[MetricBucket]]:
     """One series per attempt: for each bucket of the grid that holds a value of `name`, its
     `step` (the bucket's first step), `first_step`/`last_step` (the steps actually seen),
     `min`, `max`, `mean` and `count` (values over every rank)."""
@@ -156,7 +207,7 @@ def bucketed(events: QuerySet[JobEvent], name: str, grid: StepGrid) -> dict[int,
         .annotate(low=Min("value"), high=Max("value"), mean=Avg("value"), count=Count("id"),
                   first_step=Min("step_value"), last_step=Max("step_value"))
     )
-    series: dict[int, list[dict[str, Any]]] = {}
+    series: dict[int, list[MetricBucket]] = {}
     for row in rows:
         series.setdefault(row["attempt"], []).append({
             "step": grid.from_step + int(row["bucket"]) * grid.bucket_steps,
@@ -172,14 +223,14 @@ def bucketed(events: QuerySet[JobEvent], name: str, grid: StepGrid) -> dict[int,
 
 def metric_series(*, job_id: int, names: list[str] | None = None, attempt: int | None = None,
                   rank: int | None = None, from_step: int | None = None, to_step: int | None = None,
-                  points: int = 500) -> dict[str, Any]:
+                  points: int = 500) -> JobMetrics:
     """The job's series of `names` (default: every name it reported), one per name and attempt (a
     resumed attempt repeats the steps after its checkpoint), downsampled onto one step grid."""
     available = metric_names(job_id=job_id, attempt=attempt)
     wanted = available if names is None else names
     events = metric_events(job_id=job_id, attempt=attempt, rank=rank)
     grid = step_grid(events, wanted, from_step=from_step, to_step=to_step, points=points)
-    series = []
+    series: list[MetricSeries] = []
     if grid is not None:
         for name in wanted:
             for run_attempt, buckets in sorted(bucketed(events, name, grid).items()):
@@ -194,19 +245,19 @@ def metric_series(*, job_id: int, names: list[str] | None = None, attempt: int |
     }
 
 
-def metric_summary(*, job_id: int, attempt: int, names: list[str] | None = None) -> dict[str, dict[str, Any]]:
+def metric_summary(*, job_id: int, attempt: int, names: list[str] | None = None) -> dict[str, MetricSummary]:
     """Per name, over one attempt: the last value reported (and its step), min, max, mean, count."""
     events = metric_events(job_id=job_id, attempt=attempt)
     names = metric_names(job_id=job_id, attempt=attempt) if names is None else names
     if not names:
         return {}
     values = {f"v{i}": JsonNumber(F("payload"), name) for i, name in enumerate(names)}
-    aggregates: dict[str, Any] = {}
+    aggregates: dict[str, Aggregate] = {}
     for alias in values:
         aggregates |= {f"{alias}_min": Min(alias), f"{alias}_max": Max(alias), f"{alias}_mean": Avg(alias),
                        f"{alias}_count": Count(alias)}
     totals = events.annotate(**values).aggregate(**aggregates)
-    summary = {}
+    summary: dict[str, MetricSummary] = {}
     for alias, name in zip(values, names, strict=True):
         if not totals[f"{alias}_count"]:
             continue
@@ -223,7 +274,7 @@ def metric_summary(*, job_id: int, attempt: int, names: list[str] | None = None)
     return summary
 
 
-def metric_finals(*, job_ids: list[int]) -> dict[tuple[int, int], dict[str, dict[str, Any]]]:
+def metric_finals(*, job_ids: list[int]) -> dict[tuple[int, int], dict[str, MetricFinal]]:
     """Per (job, attempt) of these jobs, per name: the last value reported (and its step), min and
     max. One query for them all (a window over the metric events of the jobs), so a list of runs
     costs one scan of their metric events, not a query per run and name."""
@@ -251,7 +302,7 @@ def metric_finals(*, job_ids: list[int]) -> dict[tuple[int, int], dict[str, dict
         f"FROM {pairs} WHERE e.job_id IN ({', '.join(['%s'] * len(job_ids))}) AND e.type = %s AND {is_number}"
         f") finals WHERE newest = 1"
     )
-    finals: dict[tuple[int, int], dict[str, dict[str, Any]]] = {}
+    finals: dict[tuple[int, int], dict[str, MetricFinal]] = {}
     with connection.cursor() as cursor:
         cursor.execute(sql, [*job_ids, str(JobEvent.Type.METRIC)])
         for job_id, attempt, name, last, step, low, high in cursor.fetchall():

@@ -1,23 +1,42 @@
 from __future__ import annotations
 
+import typing
+from collections.abc import Callable
+
 from rest_framework import serializers
+from torchyard import stream_contract as contract
 
 from .models import JobEvent
 
 
-class EventOut(serializers.Serializer):
-    """One event of a job (DESIGN.md section 6): these fields, plus its type's own (a log's `line`
-    and `stream`, a metric's `step` and numbers, a state's `status` and `reason`, ...)."""
+def _envelope_fields() -> dict[str, serializers.Field]:
+    """EventOut's fields: the stream contract's envelope as the routes send it (EVENT_ENVELOPE), each
+    field of EventEnvelope made from its type (an int, or an int or null), with the event's type and
+    its time (stored as a datetime, sent as ISO 8601)."""
+    hints = typing.get_type_hints(contract.EventEnvelope)
+    # Made in EVENT_ENVELOPE's order: DRF orders a serializer's fields by when they were made.
+    special: dict[str, Callable[[], serializers.Field]] = {
+        "type": lambda: serializers.ChoiceField(choices=JobEvent.Type.choices),
+        "ts": serializers.DateTimeField,
+    }
+    fields = {}
+    for name in contract.EVENT_ENVELOPE:
+        if name in special:
+            fields[name] = special[name]()
+            continue
+        nullable = type(None) in typing.get_args(hints[name])
+        fields[name] = serializers.IntegerField(allow_null=nullable, **_ENVELOPE_HELP.get(name, {}))
+    return fields
 
-    id = serializers.IntegerField(help_text="the resume cursor: ids grow in the order events were accepted")
-    job = serializers.IntegerField()
-    node = serializers.IntegerField(allow_null=True)
-    node_rank = serializers.IntegerField(allow_null=True)
-    rank = serializers.IntegerField(allow_null=True)
-    attempt = serializers.IntegerField()
-    seq = serializers.IntegerField(allow_null=True, help_text="the node supervisor's own number for it (1, 2, ... per node)")
-    type = serializers.ChoiceField(choices=JobEvent.Type.choices)
-    ts = serializers.DateTimeField()
+
+_ENVELOPE_HELP = {"id": {"help_text": "the resume cursor: ids grow in the order events were accepted"},
+                  "seq": {"help_text": "the node supervisor's own number for it (1, 2, ... per node)"}}
+
+EventOut = type("EventOut", (serializers.Serializer,), {
+    "__module__": __name__, **_envelope_fields(),
+    "__doc__": """One event of a job (DESIGN.md section 6): these fields, plus its type's own (a log's `line`
+    and `stream`, a metric's `step` and numbers, a state's `status` and `reason`, ...).""",
+})
 
 
 class EventPageOut(serializers.Serializer):

@@ -57,7 +57,10 @@ def moment(raw: str | None, name: str, default: dt.datetime, now: dt.datetime) -
         return default
     relative = RELATIVE.match(raw.strip())
     if relative:
-        return now - dt.timedelta(seconds=int(relative[1]) * UNIT_SECONDS[relative[2]])
+        try:
+            return now - dt.timedelta(seconds=int(relative[1]) * UNIT_SECONDS[relative[2]])
+        except OverflowError:  # 999999w: before the year 1
+            raise ValidationError({name: ["an age that reaches back before the year 1."]}) from None
     try:
         parsed = parse_datetime(raw)
         if parsed is None and (day := parse_date(raw)) is not None:

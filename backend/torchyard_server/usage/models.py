@@ -39,3 +39,38 @@ class NodeUsage(models.Model):
 
     def __str__(self) -> str:
         return f"node {self.node_id} of job {self.job_id} on {self.machine_name}: {self.gpus} GPUs, {self.processes} processes"
+
+
+class JobGoodput(models.Model):
+    """The goodput ledger (DESIGN.md section 15): one ended job's wall time split into what it went
+    to (queued, training, recovery, lost work...; reports/goodput.py computes it from the job's
+    events), written once the job has ended and its last events are in. Like NodeUsage it names the
+    job, project and user as well as referencing them, and outlives them: the /metrics counters
+    and past roll-ups do not change when a job is purged."""
+
+    job_id = models.BigIntegerField(unique=True)
+    job_name = models.CharField(max_length=200)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                             related_name="+")
+    username = models.CharField(max_length=150)
+    project = models.ForeignKey("projects.Project", on_delete=models.SET_NULL, null=True, blank=True,
+                                related_name="+")
+    project_name = models.CharField(max_length=63, db_index=True)
+    created_at = models.DateTimeField(help_text="The job's submission: where its wall time starts.")
+    finished_at = models.DateTimeField(db_index=True)
+    wall_seconds = models.FloatField()
+    # {category: seconds}, every category of reports/goodput.py CATEGORIES.
+    parts = models.JSONField(default=dict)
+    # [{"attempt", "start", "end" (epoch seconds), "parts", "machines": [names of its nodes' machines]}]
+    attempts = models.JSONField(default=list)
+    # Of the split's rules (reports/goodput.py RULES): an entry of older rules is computed again
+    # while its job exists.
+    rules = models.PositiveSmallIntegerField(default=1)
+    computed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["finished_at", "id"]
+        verbose_name_plural = "job goodput"
+
+    def __str__(self) -> str:
+        return f"goodput of job {self.job_id} ({self.project_name})"

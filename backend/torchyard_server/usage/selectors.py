@@ -13,7 +13,7 @@ from typing import Any
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from .models import NodeUsage
+from .models import JobGoodput, NodeUsage
 
 # by= -> the ledger's column that names it.
 GROUPS = {"project": "project_name", "user": "username", "machine": "machine_name"}
@@ -103,3 +103,13 @@ def usage_seconds_by_project(*, now: dt.datetime | None = None) -> dict[str, tup
         totals[name][0] += gpus * seconds
         totals[name][1] += processes * seconds
     return {name: (g, p) for name, (g, p) in totals.items()}
+
+
+def goodput_seconds_by_project() -> dict[str, dict[str, float]]:
+    """Every project's seconds per goodput category over the jobs in the goodput ledger (the ended
+    ones): what the /metrics counters say."""
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for name, parts in JobGoodput.objects.order_by().values_list("project_name", "parts").iterator(chunk_size=2000):
+        for category, seconds in (parts or {}).items():
+            totals[name][category] += float(seconds)
+    return {name: dict(parts) for name, parts in totals.items()}

@@ -1,13 +1,14 @@
-"""Every write to the usage ledger. The jobs app calls these from its node transitions (a node
-that starts running opens a row, its end closes it), inside the transition's transaction: a
-transition that rolls back leaves no row, and one that commits leaves exactly one."""
+"""Every write to the usage ledgers. The jobs app calls the node ones from its node transitions (a
+node that starts running opens a row, its end closes it), inside the transition's transaction: a
+transition that rolls back leaves no row, and one that commits leaves exactly one. The goodput
+ledger is written by reports/goodput_ledger.py, which computes each ended job's split."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
-from .models import NodeUsage
+from .models import JobGoodput, NodeUsage
 
 
 def usage_open(*, node_id: int, job_id: int, attempt: int, user_id: int | None, username: str,
@@ -41,3 +42,16 @@ def usage_close_many(*, ends: dict[int, Any]) -> int:
     """Close the rows of nodes that ended without their transition closing them (a job deleted
     while a node was still counted live): node id -> when it ended."""
     return sum(usage_close(node_id=node_id, ended_at=ended_at) for node_id, ended_at in ends.items())
+
+
+def goodput_record(*, job_id: int, job_name: str, user_id: int | None, username: str, project_id: int | None,
+                   project_name: str, created_at: dt.datetime, finished_at: dt.datetime, wall_seconds: float,
+                   parts: dict[str, float], attempts: list[dict[str, Any]], rules: int) -> JobGoodput:
+    """An ended job's goodput split, into the ledger (reports/goodput_ledger.py computes it). Written
+    again only by newer rules: the same job folded by two processes at once writes the same row."""
+    row, _ = JobGoodput.objects.update_or_create(job_id=job_id, defaults={
+        "job_name": job_name, "user_id": user_id, "username": username, "project_id": project_id,
+        "project_name": project_name, "created_at": created_at, "finished_at": finished_at,
+        "wall_seconds": wall_seconds, "parts": parts, "attempts": attempts, "rules": rules,
+    })
+    return row

@@ -2,7 +2,8 @@
 
 One collector builds every family at scrape time, from a few aggregate queries (jobs, nodes and
 machines counted by state in the database; GPUs from the machines' reported capabilities and the
-live nodes' GPU lists) and two small Redis hashes that the processes owning the other numbers keep
+live nodes' GPU lists; the usage and goodput ledgers, a scrape folding a few newly ended jobs into
+the latter) and two small Redis hashes that the processes owning the other numbers keep
 current (streaming/telemetry.py: the ingest loop's entries and lag, the web processes' WebSocket
 clients). Nothing is counted in this process, so it does not matter which web process answers.
 
@@ -24,6 +25,7 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import Count
 from django.http import HttpResponse
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from prometheus_client import CollectorRegistry, exposition
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -39,6 +41,8 @@ from ..jobs.models import Job, JobNode
 from ..jobs.states import NODE_LIVE
 from ..machines.models import Machine
 from ..machines.states import MACHINE_SCHEDULABLE
+from ..reports.goodput import CATEGORIES
+from ..reports.goodput_ledger import goodput_counters
 from ..streaming import telemetry
 from ..usage.selectors import usage_seconds_by_project
 
@@ -84,6 +88,7 @@ class TorchyardCollector(Collector):
                            "that take new nodes, unavailable (offline, pending or draining machines).",
                            gpu_counts(), ["used", "free", "unavailable"])
         yield from self._usage(usage_seconds_by_project())
+        yield self._goodput(goodput_counters(now=timezone.now()))
         try:
             client = redis_client(settings.REDIS_URL)
             yield from self._ingest(telemetry.ingest_report(client))
@@ -112,6 +117,18 @@ class TorchyardCollector(Collector):
             processes.add_metric([project], process_seconds)
         yield gpus
         yield processes
+
+    @staticmethod
+    def _goodput(totals: dict[str, dict[str, float]]) -> Metric:
+        family = CounterMetricFamily("torchyard_goodput_seconds", "Wall time of ended jobs, by project and what it "
+                                     "went to (reports/goodput.py: queued, preempted, code_fetch, environment_build, "
+                                     "launch, training, checkpoint, recovery, lost_work, hang, idle); goodput is "
+                                     "training over the sum. A job counts once it has ended, from the goodput ledger.",
+                                     labels=["project", "category"])
+        for project, parts in sorted(totals.items()):
+            for category in CATEGORIES:  # every category, 0 included, so a ratio never lacks a term
+                family.add_metric([project, category], parts.get(category, 0.0))
+        return family
 
     @staticmethod
     def _ingest(report: dict[str, float]) -> Iterator[Metric]:

@@ -521,6 +521,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/jobs/{job_id}/goodput": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description Where the job's wall time went, from its submission to its end (or now): queued, preempted,
+         *     code fetch, environment build, launch, training, checkpoints, recovery, lost work, hangs and idle
+         *     time, overall and per attempt. The parts add up to the wall time; goodput is training over it.
+         */
+        get: operations["jobs_goodput_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/jobs/{job_id}/logs": {
         parameters: {
             query?: never;
@@ -1517,6 +1538,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/usage/goodput": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description Goodput per project, user or machine over the jobs of the projects you may see that ended in
+         *     the window or still run, with their GPU-hours and what those cost at the machines' prices (staff
+         *     set them on each machine).
+         */
+        get: operations["usage_goodput_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -2116,6 +2158,11 @@ export interface components {
              */
             heartbeat_timeout?: number;
             /**
+             * @description how many times a failure with the same Python exception (type, message, innermost frame of your code) at the same step is retried before the job fails: retrying a deterministic error spends GPU time for nothing. 0: a raised exception fails the job at once. Lost machines, killed processes (OOM kills included) and hangs are faults of the cluster and keep max_restarts
+             * @default 1
+             */
+            retry_same_error?: number;
+            /**
              * Format: double
              * @description seconds before the first restart, doubling for each next one up to 60 s (the Rust coordinator's schedule is 0.5: 500 ms, then 1 s, 2 s ...); 0: the first restart at once (a single failure says nothing about the next try), then 2 s, 4 s, 8 s ...
              * @default 0
@@ -2263,6 +2310,138 @@ export interface components {
          * @enum {string}
          */
         GoalEnum: "min" | "max";
+        GoodputAttemptOut: {
+            attempt: number;
+            /**
+             * Format: date-time
+             * @description its dispatch; attempt 0's is the job's submission
+             */
+            started_at: string;
+            /**
+             * Format: date-time
+             * @description the next attempt's dispatch, or the job's end (or now)
+             */
+            ended_at: string;
+            /** Format: double */
+            wall_seconds: number;
+            /**
+             * Format: double
+             * @description training / wall_seconds
+             */
+            goodput: number;
+            parts: components["schemas"]["GoodputPartsOut"];
+        };
+        /** @description Seconds of wall time per category; they add up to the wall time (reports/goodput.py). */
+        GoodputPartsOut: {
+            /**
+             * Format: double
+             * @description waiting in the queue to start
+             */
+            queued: number;
+            /**
+             * Format: double
+             * @description yielding to another job after a preemption, then waiting to resume
+             */
+            preempted: number;
+            /**
+             * Format: double
+             * @description before the first step: fetching and unpacking the code bundle
+             */
+            code_fetch: number;
+            /**
+             * Format: double
+             * @description before the first step: building the job's environment
+             */
+            environment_build: number;
+            /**
+             * Format: double
+             * @description before the first step: the launch, preflight, rendezvous and the script's own start
+             */
+            launch: number;
+            /**
+             * Format: double
+             * @description stepping: the productive time (goodput)
+             */
+            training: number;
+            /**
+             * Format: double
+             * @description checkpoint saves holding the training loop
+             */
+            checkpoint: number;
+            /**
+             * Format: double
+             * @description after a failure: stopping the other nodes, the back-off, the re-plan, waiting for machines
+             */
+            recovery: number;
+            /**
+             * Format: double
+             * @description steps computed, then redone after resuming from an earlier checkpoint
+             */
+            lost_work: number;
+            /**
+             * Format: double
+             * @description from the last progress to the detection of a stall or a lost node
+             */
+            hang: number;
+            /**
+             * Format: double
+             * @description running without stepping: long pauses, after the last step, stopping
+             */
+            idle: number;
+        };
+        GoodputRollupOut: {
+            by: components["schemas"]["ByEnum"];
+            /**
+             * Format: date-time
+             * @description jobs that ended since then are counted, whole, with the live ones
+             */
+            since: string;
+            /**
+             * Format: date-time
+             * @description now
+             */
+            until: string;
+            /** @description most wall time first */
+            rows: components["schemas"]["GoodputRollupRowOut"][];
+            /** @description every counted job once (by machine, the rows may share a job) */
+            overall: components["schemas"]["GoodputRollupRowOut"];
+        };
+        GoodputRollupRowOut: {
+            /** @description the project's, user's or machine's name; `all` for the overall row */
+            key: string;
+            jobs: number;
+            /**
+             * Format: double
+             * @description the parts' sum
+             */
+            wall_seconds: number;
+            /**
+             * Format: double
+             * @description training / wall_seconds
+             */
+            goodput: number;
+            parts: components["schemas"]["GoodputPartsOut"];
+            /**
+             * Format: double
+             * @description what the jobs' nodes held, from their start to their end (or now)
+             */
+            gpu_hours: number;
+            /**
+             * Format: double
+             * @description of those, the ones spent training
+             */
+            productive_gpu_hours: number;
+            /**
+             * Format: double
+             * @description the nodes' time at their machines' prices; null when none of them ran on a priced machine
+             */
+            cost: number | null;
+            /**
+             * Format: double
+             * @description the part of `cost` not spent training
+             */
+            wasted_cost: number | null;
+        };
         GpuModelOut: {
             name: string;
             count: number;
@@ -2398,6 +2577,8 @@ export interface components {
             max_restarts: number;
             /** Format: double */
             heartbeat_timeout: number;
+            /** @description how many times a failure with the same Python exception (type, message, innermost frame of your code) at the same step is retried; lost machines, killed processes and hangs keep the whole max_restarts */
+            retry_same_error: number;
             /**
              * Format: double
              * @description seconds before the first restart, doubling for each next one (at most 60 s); 0: the first at once, then 2 s, 4 s, 8 s ...
@@ -2447,6 +2628,32 @@ export interface components {
             /** @description the payload bundle's archive bytes */
             size?: number;
             result_max_bytes?: number;
+        };
+        JobGoodputOut: {
+            job: number;
+            status: components["schemas"]["JobStatusEnum"];
+            /** @description not ended: ended_at is now, and the parts still grow */
+            live: boolean;
+            /**
+             * Format: date-time
+             * @description the job's submission
+             */
+            started_at: string;
+            /**
+             * Format: date-time
+             * @description when it ended, or now
+             */
+            ended_at: string;
+            /** Format: double */
+            wall_seconds: number;
+            /**
+             * Format: double
+             * @description training / wall_seconds
+             */
+            goodput: number;
+            parts: components["schemas"]["GoodputPartsOut"];
+            /** @description each attempt's share of the wall time, split the same way */
+            attempts: components["schemas"]["GoodputAttemptOut"][];
         };
         /**
          * @description The link matrix between the job's machines, measured by the preflight of the attempt that
@@ -3131,6 +3338,16 @@ export interface components {
             measured_links: {
                 [key: string]: components["schemas"]["MachineLinkOut"];
             };
+            /**
+             * Format: double
+             * @description What one GPU of this machine costs per hour; a node pays it for each GPU it holds.
+             */
+            price_per_gpu_hour: number | null;
+            /**
+             * Format: double
+             * @description What the whole machine costs per hour (CPU machines); a node pays its share: its GPUs of the machine's, or without GPUs its processes of the machine's CPUs.
+             */
+            price_per_machine_hour: number | null;
         };
         /**
          * @description * `auto` - auto
@@ -3243,6 +3460,16 @@ export interface components {
             measured_links: {
                 [key: string]: components["schemas"]["MachineLinkOut"];
             };
+            /**
+             * Format: double
+             * @description What one GPU of this machine costs per hour; a node pays it for each GPU it holds.
+             */
+            price_per_gpu_hour: number | null;
+            /**
+             * Format: double
+             * @description What the whole machine costs per hour (CPU machines); a node pays its share: its GPUs of the machine's, or without GPUs its processes of the machine's CPUs.
+             */
+            price_per_machine_hour: number | null;
             /** @description the machine's token: shown this once, never again */
             token: string;
             /** @description the command that starts its agent */
@@ -3422,6 +3649,16 @@ export interface components {
             volumes?: {
                 [key: string]: string;
             };
+            /**
+             * Format: double
+             * @description what one of its GPUs costs per hour (null: not priced); the goodput roll-ups cost nodes' time with it
+             */
+            price_per_gpu_hour?: number | null;
+            /**
+             * Format: double
+             * @description what the whole machine costs per hour, for CPU machines (null: not priced); a node pays its share
+             */
+            price_per_machine_hour?: number | null;
         };
         /**
          * @description What `PATCH /api/projects/{name}` changes; every field optional. The project's admins change the
@@ -4334,6 +4571,44 @@ export interface components {
             reason: string;
             priority?: number;
             previous_priority?: number;
+            preempted?: number[];
+            spares?: number[];
+        };
+        /** @description One of the last lines a node's processes printed (a failed node's state quotes them). */
+        LogLine: {
+            rank: number | null;
+            /** @enum {string} */
+            stream: "stdout" | "stderr";
+            line: string;
+        };
+        /**
+         * @description framework ray: a node's Ray processes, as its `running` report gives them (supervisor/commands.py);
+         *     the job page shows them, and the head's dashboard is proxied at /api/jobs/{id}/ray/.
+         */
+        RayNode: {
+            head: boolean;
+            address: string;
+            gcs: string;
+            ports: {
+                [key: string]: number;
+            };
+            temp_dir: string;
+            object_store_bytes: number;
+            num_cpus: number;
+            num_gpus: number;
+            dashboard_port?: number;
+        };
+        /**
+         * @description A Python exception a rank's script raised: its type (module-qualified, builtins bare), its
+         *     message (at most 500 characters), the innermost frame of the user's code ("train.py:42 in step"),
+         *     the global rank, and the step the rank last reported (null when it reported none).
+         */
+        RankError: {
+            type: string;
+            message: string;
+            frame: string;
+            rank: number;
+            step: number | null;
         };
         /** @description A node's transition, or its own report (its supervisor's, its agent's), without `previous`. */
         NodeStateEvent: components["schemas"]["EventOut"] & {
@@ -4345,6 +4620,15 @@ export interface components {
             previous?: components["schemas"]["NodeStatusEnum"] | null;
             reason: string;
             warning?: string;
+            supervisor_pid?: number;
+            hostname?: string;
+            pid?: number | null;
+            ray?: components["schemas"]["RayNode"];
+            exit_code?: number | null;
+            last_lines?: components["schemas"]["LogLine"][];
+            fatal?: boolean;
+            yielded?: boolean;
+            error?: components["schemas"]["RankError"];
         };
         LogEvent: components["schemas"]["EventOut"] & {
             /** @enum {string} */
@@ -4352,6 +4636,8 @@ export interface components {
             /** @enum {string} */
             stream: "stdout" | "stderr";
             line: string;
+            source?: string;
+            local_rank?: number;
         };
         /** @description `step`, and whichever numbers the script reports (loss, throughput, lr, ...): one rank's own. */
         MetricEvent: components["schemas"]["EventOut"] & ({
@@ -4361,6 +4647,8 @@ export interface components {
             loss?: number;
             throughput?: number;
             lr?: number;
+            total_steps?: number;
+            samples_per_second?: number;
         } & {
             [key: string]: unknown;
         });
@@ -4383,11 +4671,49 @@ export interface components {
             processes: number;
             gpus?: components["schemas"]["GpuUse"][];
         };
+        ManifestFile: {
+            path: string;
+            size: number;
+            sha256: string;
+        };
+        SaveTiming: {
+            async: boolean;
+            blocking_seconds: number;
+            background_seconds: number | null;
+        };
+        /**
+         * @description A committed checkpoint's manifest.json (sdk/checkpoint): what a resume reads, and what its
+         *     `checkpoint` event carries for the control plane's list of the job's checkpoints.
+         */
+        Manifest: {
+            format: string;
+            job_id: (number | string) | null;
+            attempt: number;
+            step: number;
+            epoch: number | null;
+            strategy: string;
+            backend: string | null;
+            optimizer_state: boolean;
+            rng_state: boolean;
+            world_size: number;
+            sharded: boolean;
+            /** @enum {string} */
+            layout: "torch.save" | "torch.distributed.checkpoint";
+            files: components["schemas"]["ManifestFile"][];
+            total_bytes: number;
+            torch_version: string;
+            created_at: string;
+            save: components["schemas"]["SaveTiming"];
+            metadata: {
+                [key: string]: unknown;
+            };
+        };
         CheckpointEvent: components["schemas"]["EventOut"] & {
             /** @enum {string} */
             type: "checkpoint";
             step: number;
             uri: string;
+            manifest?: components["schemas"]["Manifest"];
         };
         ArtifactFile: {
             path: string;
@@ -4485,6 +4811,7 @@ export interface components {
             hostname: string;
             /** @enum {string} */
             on_stall: "report" | "recover";
+            pid?: number | null;
             waits_in?: string | null;
             frame?: string | null;
             silent?: boolean;
@@ -4559,11 +4886,23 @@ export interface components {
             evidence?: string;
             replace?: string;
         };
-        /** @description A function job's rank returned or raised (GET /api/jobs/{id}/results holds the result). */
+        /**
+         * @description A function job's rank returned or raised (GET /api/jobs/{id}/results holds the result): what
+         *     the rank left (function_results.ResultFile), its pickle stored at `uri`.
+         */
         ResultEvent: components["schemas"]["EventOut"] & {
             /** @enum {string} */
             type: "result";
             ok: boolean;
+            size?: number;
+            repr?: string;
+            error_type?: string;
+            error?: string;
+            traceback?: string;
+            raised_at?: number | null;
+            peer_failure?: boolean | null;
+            sha256?: string;
+            uri?: string;
         };
         JobMessage: {
             /** @enum {string} */
@@ -6496,6 +6835,63 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["EventPageOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    jobs_goodput_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobGoodputOut"];
                 };
             };
             /** @description Bad input: the messages of each field that was wrong. */
@@ -10743,6 +11139,59 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["UsageOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    usage_goodput_retrieve: {
+        parameters: {
+            query?: {
+                /** @description group by project (default), user or machine */
+                by?: "machine" | "project" | "user";
+                /** @description only this project's jobs */
+                project?: string;
+                /** @description jobs that ended since then (and the live ones): ISO date-time, date, or an age such as 7d (default 7d) */
+                since?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GoodputRollupOut"];
                 };
             };
             /** @description Bad input: the messages of each field that was wrong. */

@@ -136,3 +136,13 @@ export type ClusterStreamMessage = Schemas['ClusterStreamMessage']
 export type StreamRefusedCloseCode = Schemas['StreamRefusedCloseCode']
 /** Fell behind: reconnect at once; the URL's cursor resumes the replay. */
 export type StreamResumeCloseCode = Schemas['StreamResumeCloseCode']
+
+/** GET /api/jobs/{id}/goodput: where the job's wall time went, overall and per attempt. */
+export type JobGoodput = Schemas['JobGoodputOut']
+export type GoodputAttempt = Schemas['GoodputAttemptOut']
+/** Seconds per category; they add up to the wall time. */
+export type GoodputParts = Schemas['GoodputPartsOut']
+export type GoodputCategory = keyof GoodputParts
+/** GET /api/usage/goodput: goodput, GPU-hours and cost per project, user or machine. */
+export type GoodputRollup = Schemas['GoodputRollupOut']
+export type GoodputRollupRow = Schemas['GoodputRollupRowOut']

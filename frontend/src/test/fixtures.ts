@@ -1,4 +1,4 @@
-import type { JobDetail, JobNode, JobProgress, JobSpec, JobSummary, Machine } from '../lib/types'
+import type { JobDetail, JobGoodput, JobNode, JobProgress, JobSpec, JobSummary, Machine } from '../lib/types'
 
 export function machine(overrides: Partial<Machine> = {}): Machine {
   return {
@@ -30,6 +30,8 @@ export function machine(overrides: Partial<Machine> = {}): Machine {
     probation_until: null,
     health: {},
     measured_links: {},
+    price_per_gpu_hour: null,
+    price_per_machine_hour: null,
     ...overrides,
   }
 }
@@ -90,7 +92,7 @@ export function jobSpec(overrides: Partial<JobSpec> = {}): JobSpec {
     scaling: { mode: 'keep_global_batch', lr_rule: 'linear', warmup_steps: 0 },
     checkpointing: { enabled: true, every_n_steps: 200, store: 'default', keep: 3 },
     fault_tolerance: {
-      max_restarts: 3, heartbeat_timeout: 10, restart_delay: 0, stall_timeout: null, on_stall: 'report', exit_grace: 30, stragglers: 'report',
+      max_restarts: 3, heartbeat_timeout: 10, retry_same_error: 1, restart_delay: 0, stall_timeout: null, on_stall: 'report', exit_grace: 30, stragglers: 'report',
       straggler_threshold: 0.3, straggler_window: 60,
     },
     compression: { enabled: false, hook: 'fp16' },
@@ -137,4 +139,14 @@ export function jobDetail(overrides: Partial<JobDetail> = {}): JobDetail {
     ],
     ...overrides,
   }
+}
+
+/** GET /api/jobs/{id}/goodput of a job that ran one attempt: queued a minute, trained four. */
+export function jobGoodput(overrides: Partial<JobGoodput> = {}): JobGoodput {
+  const parts = {
+    queued: 60, preempted: 0, code_fetch: 0, environment_build: 0, launch: 10, training: 240, checkpoint: 5, recovery: 0,
+    lost_work: 0, hang: 0, idle: 5,
+  }
+  const span = { started_at: '2025-01-01T09:55:00Z', ended_at: '2025-01-01T10:00:20Z', wall_seconds: 320, goodput: 0.75, parts }
+  return { job: 5, status: 'running', live: true, ...span, attempts: [{ attempt: 0, ...span }], ...overrides }
 }

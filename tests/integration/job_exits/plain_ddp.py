@@ -1,6 +1,7 @@
 """A plain DDP training script as people write them (no Torchyard SDK): DDP over gloo, a few dozen
 steps, the group destroyed at the end, the model dropped as main() returns (torchyard/rank_main.py:
-where torch's teardown deadlocks). `--hold-last-rank`: the last rank never ends its teardown; `--hold-every-rank`: none does."""
+where torch's teardown deadlocks). `--hold-last-rank`: the last rank never ends its teardown; `--hold-every-rank`: none does;
+`--raise-on-last-rank`: the last rank raises the same ValueError at step 20 on every attempt."""
 
 import sys
 import threading
@@ -17,7 +18,9 @@ def main():
     torch.manual_seed(0)
     model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for _ in range(40):
+    for step in range(40):
+        if "--raise-on-last-rank" in sys.argv and rank == world - 1 and step == 20:
+            raise ValueError("a batch this script cannot take")
         loss = model(torch.randn(16, 32)).pow(2).mean()
         opt.zero_grad()
         loss.backward()

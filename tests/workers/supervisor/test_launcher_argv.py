@@ -40,11 +40,13 @@ def launch(**overrides) -> NodeLaunch:
 
 def test_launcher_none_runs_the_script_once_with_the_training_python():
     argv = build_plain_argv(launch(), Path("/work/train.py"), python="/venv/bin/python")
-    assert argv == ["/venv/bin/python", "/work/train.py", "--lr", "0.1", "two words; rm -rf /"]
+    assert argv == ["/venv/bin/python", "-m", "torchyard.rank_main", "/work/train.py", "--lr", "0.1",
+                    "two words; rm -rf /"]
 
 
 def test_launcher_none_runs_a_module_with_dash_m():
-    assert build_plain_argv(launch(module="pkg.train"), None)[:3] == [sys.executable, "-m", "pkg.train"]
+    assert build_plain_argv(launch(module="pkg.train"), None)[:5] == [
+        sys.executable, "-m", "torchyard.rank_main", "-m", "pkg.train"]
 
 
 def test_a_command_gets_exactly_its_placeholders_replaced_and_nothing_else():

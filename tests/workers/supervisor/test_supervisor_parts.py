@@ -32,7 +32,8 @@ def test_it_publishes_a_burst_in_order_with_the_envelope(redis_url: str):
     launch = a_launch()
     publisher = EventPublisher(launch, connect(redis_url), batch_size=500)
     for i in range(1200):
-        publisher.emit(protocol.LOG, rank=2, stream="stdout", line=f"line {i}", seq=999, job=1)
+        # An envelope the event carries is the node's: its seq and job are replaced.
+        publisher.emit({"type": protocol.LOG, "stream": "stdout", "line": f"line {i}", "seq": 999, "job": 1}, rank=2)
     assert publisher.flush(budget_s=5)
     events = stream_events(redis_url, launch.job_id)
     assert [e["seq"] for e in events] == list(range(1, 1201))
@@ -54,13 +55,13 @@ def test_it_publishes_a_burst_in_order_with_the_envelope(redis_url: str):
 def test_an_unreachable_redis_keeps_events_and_never_stalls_the_loop(redis_url: str):
     launch = a_launch()
     publisher = EventPublisher(launch, connect(f"redis://127.0.0.1:{free_port()}/0"))
-    publisher.emit(protocol.STATE, status="running")
+    publisher.emit({"type": protocol.STATE, "status": "running", "reason": "", "scope": "node"})
     assert publisher.flush() is False
     assert publisher.flush() is False  # backing off: no second attempt right away
     assert publisher.pending == 1 and publisher.last_error
 
     publisher.client = connect(redis_url)  # Redis is back
-    publisher.emit(protocol.STATE, status="completed")
+    publisher.emit({"type": protocol.STATE, "status": "completed", "reason": "", "scope": "node"})
     assert publisher.drain(timeout_s=5)
     assert [(e["seq"], e["status"]) for e in stream_events(redis_url, launch.job_id)] == [
         (1, "running"),
@@ -70,18 +71,18 @@ def test_an_unreachable_redis_keeps_events_and_never_stalls_the_loop(redis_url: 
 
 def test_a_full_buffer_drops_resource_samples_then_oldest_logs_but_never_states_and_keeps_one_heartbeat():
     publisher = EventPublisher(a_launch(), None, max_buffer=100)
-    publisher.emit(protocol.STATE, status="running")
+    publisher.emit({"type": protocol.STATE, "status": "running", "reason": "", "scope": "node"})
     for i in range(10):
-        publisher.emit(protocol.HEARTBEAT, n=i)
-        publisher.emit(protocol.RESOURCE)
-        publisher.emit(protocol.METRIC, step=i)
+        publisher.emit({"type": protocol.HEARTBEAT, "status": "running", "pid": None, "pending_events": i})
+        publisher.emit({"type": protocol.RESOURCE, "cpu_percent": 0.0, "rss_mb": 0.0, "processes": 0})
+        publisher.emit({"type": protocol.METRIC, "step": i})
     for i in range(95):
-        publisher.emit(protocol.LOG, line=f"line {i}")
+        publisher.emit({"type": protocol.LOG, "stream": "stdout", "line": f"line {i}"})
     # 116 buffered; past 100 it sheds to 90 at once: twice, then 4 more arrive. Heartbeats are
     # not buffered: the newest waits, alone, to go first.
     assert publisher.pending == 94 + 1
     assert publisher.dropped == {"resource": 10, "log": 12}
-    assert publisher._beat is not None and publisher._beat["n"] == 9 and publisher._beat["seq"] is None
+    assert publisher._beat is not None and publisher._beat["pending_events"] == 9 and publisher._beat["seq"] is None
     kept = list(publisher._buffer)
     assert [e["seq"] for e in kept][:2] == [1, 3]  # persisted events are numbered without heartbeats
     assert kept[0]["type"] == "state" and sum(e["type"] == "metric" for e in kept) == 10
@@ -96,7 +97,7 @@ def test_a_flush_packs_its_events_into_few_entries_that_decode_to_the_same_event
     before = client.xlen(protocol.EVENT_STREAM)
     lines = [f"line {i} \u00e9 \" \\ \t" for i in range(1500)] + ["x" * 100_000]
     for line in lines:
-        publisher.emit(protocol.LOG, rank=2, stream="stdout", line=line)
+        publisher.emit({"type": protocol.LOG, "stream": "stdout", "line": line}, rank=2)
     assert publisher.flush(budget_s=5)
     entries = client.xlen(protocol.EVENT_STREAM) - before
     assert entries <= 10  # up to 500 events or ~64 KB an entry, not one per event
@@ -111,7 +112,7 @@ def test_it_stops_adding_while_ingest_is_behind_and_goes_on_once_it_caught_up(re
     client = redis.Redis.from_url(redis_url)
     publisher = EventPublisher(launch, connect(redis_url), batch_size=100)
     for i in range(300):
-        publisher.emit(protocol.LOG, line=f"line {i}")
+        publisher.emit({"type": protocol.LOG, "stream": "stdout", "line": f"line {i}"})
     assert publisher.flush(budget_s=5)  # nobody reads the stream yet: nothing to wait for
 
     # Ingest reads it now, and is behind by more than the high-water mark.
@@ -119,7 +120,7 @@ def test_it_stops_adding_while_ingest_is_behind_and_goes_on_once_it_caught_up(re
     publisher._group_checked_at = -publisher_module.GROUP_CHECK_S  # look again now
     backlog = [client.xadd(publisher.event_stream, {"e": "{}"}) for _ in range(publisher_module.STREAM_HIGH_WATER)]
     for i in range(300, 600):
-        publisher.emit(protocol.LOG, line=f"line {i}")
+        publisher.emit({"type": protocol.LOG, "stream": "stdout", "line": f"line {i}"})
     assert publisher.flush(budget_s=5) is False  # one batch went, then it waits
     held = client.xlen(publisher.event_stream)
     assert publisher.flush(budget_s=1) is False and client.xlen(publisher.event_stream) == held

@@ -13,15 +13,16 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import psutil
 
 from torchyard.agent.volumes import report as volume_report
 from torchyard.node.network import local_addresses
+from torchyard.protocol import Capabilities, GpuInfo, Load
 
 
-def _gpus() -> tuple[list[dict[str, Any]], list[float]]:
+def _gpus() -> tuple[list[GpuInfo], list[float]]:
     """NVIDIA GPUs through NVML when a driver is there; none otherwise (this is not an error)."""
     try:
         import pynvml  # from nvidia-ml-py
@@ -31,7 +32,8 @@ def _gpus() -> tuple[list[dict[str, Any]], list[float]]:
         pynvml.nvmlInit()
     except Exception:  # no driver / no GPU: the NVML library raises its own error types
         return [], []
-    gpus, usage = [], []
+    gpus: list[GpuInfo] = []
+    usage: list[float] = []
     try:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -46,6 +48,14 @@ def _gpus() -> tuple[list[dict[str, Any]], list[float]]:
     finally:
         pynvml.nvmlShutdown()
     return gpus, usage
+
+
+class DeclaredGpus(TypedDict, total=False):
+    """Under `--gpus`: that the GPUs reported are the declared ones, NVML's, and how they differ."""
+
+    gpus_declared: bool
+    gpus_detected: list[GpuInfo]
+    gpu_warnings: list[str]
 
 
 @dataclass(frozen=True)
@@ -93,7 +103,7 @@ def parse_gpu_declaration(gpus: str | None, models: str | None = None,
     return GpuDeclaration(tuple(indices), tuple(names), tuple(sizes))
 
 
-def check_declaration(declaration: GpuDeclaration, detected: list[dict[str, Any]] | None = None) -> None:
+def check_declaration(declaration: GpuDeclaration, detected: list[GpuInfo] | None = None) -> None:
     """ValueError when the declaration names a GPU that NVML does not see (it would fail every job
     placed there); nothing to check when NVML sees no GPU at all."""
     detected = _gpus()[0] if detected is None else detected
@@ -113,17 +123,18 @@ def _same_model(declared: str, seen: str) -> bool:
     return squash(declared) in squash(seen)
 
 
-def declared_gpus(declaration: GpuDeclaration, detected: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+def declared_gpus(declaration: GpuDeclaration, detected: list[GpuInfo]) -> tuple[list[GpuInfo], list[str]]:
     """The GPUs to schedule under the declaration, and how it differs from what NVML sees."""
     by_index = {g["index"]: g for g in detected}
-    gpus, warnings = [], []
+    gpus: list[GpuInfo] = []
+    warnings: list[str] = []
     if not detected:
         warnings.append(f"NVML sees no GPU here: GPU{'s' if len(declaration.indices) > 1 else ''} "
                         f"{', '.join(map(str, declaration.indices))} scheduled as declared")
     for position, index in enumerate(declaration.indices):
         seen = by_index.get(index)
-        name = declaration.models[position] if declaration.models else (seen or {}).get("name", "GPU")
-        memory = declaration.memories[position] if declaration.memories else int((seen or {}).get("memory_mb", 0))
+        name = declaration.models[position] if declaration.models else seen["name"] if seen else "GPU"
+        memory = declaration.memories[position] if declaration.memories else seen["memory_mb"] if seen else 0
         if detected and seen is None:
             warnings.append(f"GPU {index}: declared, but NVML does not see it; not scheduled")
             continue
@@ -137,14 +148,14 @@ def declared_gpus(declaration: GpuDeclaration, detected: list[dict[str, Any]]) -
 
 
 def capabilities(work_dir: str, volumes: dict[str, str] | None = None,
-                 declaration: GpuDeclaration | None = None) -> dict[str, Any]:
+                 declaration: GpuDeclaration | None = None) -> Capabilities:
     """`volumes`: the agent's declared volumes (name -> path, a path parsed from `--volume` carrying
     its storage class), reported with whether each exists, how full it is and its class
     (agent/volumes.py report). `declaration`: the agent's `--gpus`: the
     GPUs reported for scheduling are the declared ones, and NVML's (`gpus_detected`) and the
     differences (`gpu_warnings`) come with them."""
     detected, _ = _gpus()
-    gpus, declared = detected, {}
+    gpus, declared = detected, DeclaredGpus()
     if declaration is not None:
         gpus, warnings = declared_gpus(declaration, detected)
         declared = {"gpus_declared": True, "gpus_detected": detected, "gpu_warnings": warnings}
@@ -162,7 +173,7 @@ def capabilities(work_dir: str, volumes: dict[str, str] | None = None,
     }
 
 
-def load(declaration: GpuDeclaration | None = None) -> dict[str, Any]:
+def load(declaration: GpuDeclaration | None = None) -> Load:
     """`gpu_usage` by position in the reported GPUs: the declared ones (0 for one NVML does not see)."""
     detected, usage = _gpus()
     if declaration is not None:

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from torchyard import protocol, tls
 
@@ -131,7 +131,8 @@ def own_address(server: str) -> str:
         return "127.0.0.1"
 
 
-def run_checks(python: str, work_dir: Path, address: str, gpus: int = 0, timeout: float = TIMEOUT_S) -> dict[str, Any]:
+def run_checks(python: str, work_dir: Path, address: str, gpus: int = 0,
+               timeout: float = TIMEOUT_S) -> protocol.HealthReport:
     """Run every check in `python`; {"ok": every check passed, "checks": [{name, ok, detail, seconds}]}."""
     started = time.monotonic()
     ask = json.dumps({"address": address, "gpus": gpus, "work_dir": str(work_dir)})
@@ -144,21 +145,22 @@ def run_checks(python: str, work_dir: Path, address: str, gpus: int = 0, timeout
         stderr, code = f"no answer within {timeout:.0f} s", None
     except OSError as exc:
         stdout, stderr, code = "", f"cannot start {python}: {exc}", None
-    checks = []
+    checks: list[protocol.HealthCheck] = []
     for line in stdout.splitlines():
         try:
             found = json.loads(line)
         except ValueError:
             continue
         if isinstance(found, dict) and {"name", "ok", "detail", "seconds"} <= found.keys():
-            checks.append(found)
+            checks.append(cast("protocol.HealthCheck", found))  # the CHECKS program's line, every field there
     if code != 0 or not checks:
         checks.append({"name": "python", "ok": False, "seconds": round(time.monotonic() - started, 3),
                        "detail": (stderr.strip().splitlines() or [f"{python} exited with {code}"])[-1][:500]})
     return {"ok": all(c["ok"] for c in checks), "checks": checks}
 
 
-def report(server: str, token: str, result: dict[str, Any], ca_file: str | None = None, timeout: float = 30.0) -> bool:
+def report(server: str, token: str, result: protocol.HealthReport, ca_file: str | None = None,
+           timeout: float = 30.0) -> bool:
     """POST the result to the control plane; False (logged) when it cannot be delivered: the
     controller asks again later."""
     request = urllib.request.Request(server.rstrip("/") + protocol.HEALTH_PATH, data=json.dumps(result).encode(),

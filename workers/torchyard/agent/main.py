@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import redis
 from celery import Celery
@@ -26,10 +26,19 @@ from torchyard import lifeline, protocol, tls
 from torchyard.bundles.cache import BundleSource
 from torchyard.node.versions import PreflightError, training_versions
 from torchyard.protocol import NodeLaunch
+from torchyard.stream_contract import JobEvent
 from torchyard.warm.pools import WarmPools
 
 from . import capabilities, health, runs, stacks, warm
 from .standby import StandbySupervisor
+
+
+class TrainingVersions(TypedDict):
+    """The training Python's versions, in the machine's capabilities (protocol.Capabilities)."""
+
+    python_version: str
+    torch_version: str
+
 
 log = logging.getLogger("torchyard.agent")
 HEARTBEAT_EVERY = 2.0
@@ -126,7 +135,7 @@ class Agent:
         # A node supervisor started ahead, imports done, for the next launch (agent/standby.py).
         self.standby = StandbySupervisor(self.work_dir / "standby")
 
-    def _training_versions(self) -> dict[str, str]:
+    def _training_versions(self) -> TrainingVersions:
         """The training Python's and its torch's versions, read once: the plan shows whether the
         machines of a job agree, before any node's preflight has to refuse it."""
         try:
@@ -137,29 +146,28 @@ class Agent:
         return {"python_version": found.python, "torch_version": found.torch}
 
     # --- events ---------------------------------------------------------------------------------
-    def publish(self, event: dict[str, Any]) -> None:
+    def publish(self, event: JobEvent) -> None:
         event.setdefault("key", uuid.uuid4().hex)
         self.redis.xadd(self.event_stream, protocol.encode_event(event),
                         maxlen=protocol.EVENT_STREAM_MAXLEN, approximate=True)
 
     def heartbeat_once(self) -> None:
-        self.redis.xadd(
-            self.liveness_stream,
-            protocol.encode_event({
-                "type": protocol.MACHINE_HEARTBEAT,
-                "machine": self.machine_id,
-                "token": self.token,
-                "hostname": socket.gethostname(),
-                "agent_version": torchyard.__version__,
-                "capabilities": capabilities.capabilities(str(self.work_dir), self.volumes, self.gpus) | self.training,
-                "cache": warm.cache_summary(self.work_dir / "cache"),
-                "load": capabilities.load(self.gpus),
-                "running": runs.running_nodes(self.work_dir),
-                **({"host": self.addr} if self.addr else {}),
-                "ts": time.time(),
-            }),
-            maxlen=protocol.LIVENESS_STREAM_MAXLEN, approximate=True,
-        )
+        beat: protocol.MachineHeartbeat = {
+            "type": protocol.MACHINE_HEARTBEAT,
+            "machine": self.machine_id,
+            "token": self.token,
+            "hostname": socket.gethostname(),
+            "agent_version": torchyard.__version__,
+            "capabilities": {**capabilities.capabilities(str(self.work_dir), self.volumes, self.gpus), **self.training},
+            "cache": warm.cache_summary(self.work_dir / "cache"),
+            "load": capabilities.load(self.gpus),
+            "running": runs.running_nodes(self.work_dir),
+            "ts": time.time(),
+        }
+        if self.addr:
+            beat["host"] = self.addr
+        self.redis.xadd(self.liveness_stream, protocol.encode_event(beat),
+                        maxlen=protocol.LIVENESS_STREAM_MAXLEN, approximate=True)
 
     def _heartbeat_loop(self) -> None:
         while not self.stop.is_set():
@@ -189,7 +197,7 @@ class Agent:
         )
 
         @app.task(name=protocol.TASK_LAUNCH_NODE)
-        def launch_node(launch: dict[str, Any]) -> dict[str, Any]:
+        def launch_node(launch: dict[str, Any]) -> runs.Launched:
             node = NodeLaunch.from_dict(launch)
             node.redis_url = self.redis_url
             node.server_url = self.server_url
@@ -201,26 +209,28 @@ class Agent:
             return result
 
         @app.task(name=protocol.TASK_STOP_NODE)
-        def stop_node(job_id: int, attempt: int, node_rank: int, node_id: int) -> dict[str, Any]:
+        def stop_node(job_id: int, attempt: int, node_rank: int, node_id: int) -> runs.Stopped:
             result = runs.stop_node(self.work_dir, job_id, attempt, node_rank, node_id, self.publish)
             log.info("stop job %s attempt %s node %s: %s", job_id, attempt, node_rank, result)
             return result
 
         @app.task(name=protocol.TASK_PREEMPT_NODE)
-        def preempt_node(job_id: int, attempt: int, node_rank: int, grace: float, reason: str = "") -> dict[str, Any]:
+        def preempt_node(job_id: int, attempt: int, node_rank: int, grace: float,
+                         reason: str = "") -> runs.PreemptionRequested:
             # Idempotent: a redelivered request keeps the first one's clock.
             result = runs.request_preemption(self.work_dir, job_id, attempt, node_rank, grace=grace, reason=reason)
             log.info("preempt job %s attempt %s node %s: %s", job_id, attempt, node_rank, result)
             return result
 
         @app.task(name=protocol.TASK_UPDATE_PEERS)
-        def update_peers(job_id: int, attempt: int, node_rank: int, membership: dict[str, Any]) -> dict[str, Any]:
+        def update_peers(job_id: int, attempt: int, node_rank: int,
+                         membership: protocol.Membership) -> runs.PeersWritten:
             # Idempotent: an older version (a redelivery, or two updates taken by two threads) never
             # replaces a newer one.
             return runs.write_peers(self.work_dir, job_id, attempt, node_rank, membership)
 
         @app.task(name=protocol.TASK_WARM_CACHES)
-        def warm_caches(code: dict[str, Any], pip: list[str], pool: bool = False) -> dict[str, Any]:
+        def warm_caches(code: dict[str, Any], pip: list[str], pool: bool = False) -> warm.WarmResult:
             # pool: a job's hot spare, which also keeps a warm pool of the environment's Python.
             source = BundleSource(code, self.server_url, self.token)
             result = warm.warm_caches(self.work_dir / "cache", source, pip, self.python, pool=pool)
@@ -228,7 +238,7 @@ class Agent:
             return result
 
         @app.task(name=protocol.TASK_HEALTH_CHECK)
-        def health_check() -> dict[str, Any]:
+        def health_check() -> protocol.HealthReport:
             # The machine is quarantined and its probation is over: the control plane releases it on a pass.
             gpus = int(capabilities.capabilities(str(self.work_dir), self.volumes, self.gpus).get("gpu_count") or 0)
             result = health.run_checks(self.python or sys.executable, self.work_dir,

@@ -14,8 +14,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import psutil
 
@@ -23,8 +24,12 @@ from torchyard import protocol
 from torchyard.node.preemption import write_request
 from torchyard.node.proctree import sweep_job_processes
 from torchyard.protocol import NodeLaunch
+from torchyard.stream_contract import JobEvent
 
 from .standby import StandbySupervisor
+
+# The agent's publish (agent/main.py): one event to its machine's event stream.
+Publish = Callable[[JobEvent], None]
 
 _locks: dict[Path, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -51,7 +56,37 @@ def supervisor_pid(directory: Path) -> int | None:
         return None
 
 
-def launch_node(work_dir: Path, launch: NodeLaunch, publish, standby: StandbySupervisor | None = None) -> dict[str, Any]:
+class Launched(TypedDict, total=False):
+    """The launch task's result: whether a supervisor was started (its pid, whether the standby took
+    the launch), or why not."""
+
+    started: bool
+    pid: int | None
+    standby: bool
+    reason: str
+
+
+class Stopped(TypedDict, total=False):
+    """The stop task's result: who stopped the node (its supervisor, or the agent: the processes killed)."""
+
+    stopped: bool
+    by: str
+    killed: list[int]
+
+
+class PreemptionRequested(TypedDict):
+    requested: bool  # the request was written (a redelivery keeps the first one's)
+    running: bool  # the node's supervisor is alive to act on it
+
+
+class PeersWritten(TypedDict, total=False):
+    written: bool
+    version: int
+    reason: str  # why not
+
+
+def launch_node(work_dir: Path, launch: NodeLaunch, publish: Publish,
+                standby: StandbySupervisor | None = None) -> Launched:
     """Start a detached supervisor for `launch` unless one runs or ran already (Celery may deliver
     a task twice) or a stop came first: the agent's standby when it has one ready (standby.py),
     else a new process."""
@@ -87,8 +122,8 @@ def launch_node(work_dir: Path, launch: NodeLaunch, publish, standby: StandbySup
         return {"started": True, "pid": proc.pid}
 
 
-def stop_node(work_dir: Path, job_id: int, attempt: int, node_rank: int, node_id: int, publish,
-              grace: float = 20.0) -> dict[str, Any]:
+def stop_node(work_dir: Path, job_id: int, attempt: int, node_rank: int, node_id: int, publish: Publish,
+              grace: float = 20.0) -> Stopped:
     """SIGTERM the node's supervisor (it stops torchrun and reports `stopped`). With no supervisor
     alive, kill whatever still carries the job's environment and report `stopped` ourselves."""
     directory = run_dir(work_dir, job_id, attempt, node_rank)
@@ -112,7 +147,7 @@ def stop_node(work_dir: Path, job_id: int, attempt: int, node_rank: int, node_id
 
 
 def request_preemption(work_dir: Path, job_id: int, attempt: int, node_rank: int, *, grace: float,
-                       reason: str) -> dict[str, Any]:
+                       reason: str) -> PreemptionRequested:
     """Ask the node to checkpoint and yield (node/preemption.py): the request file in its run
     directory, which its ranks and its supervisor watch. A node that has not started yet finds it
     there when it does and yields at its first step."""
@@ -125,7 +160,7 @@ def request_preemption(work_dir: Path, job_id: int, attempt: int, node_rank: int
 
 
 def write_peers(work_dir: Path, job_id: int, attempt: int, node_rank: int,
-                membership: dict[str, Any]) -> dict[str, Any]:
+                membership: protocol.Membership) -> PeersWritten:
     """Write the job's membership as the node's peers.json (what sdk.peers() reads), atomically, unless
     the file already holds a newer version. The run directory may not exist yet (the update overtook
     the launch): it is made as launch_node makes it."""
@@ -144,17 +179,17 @@ def write_peers(work_dir: Path, job_id: int, attempt: int, node_rank: int,
     return {"written": True, "version": version}
 
 
-def publish_stopped(job_id: int, attempt: int, node_id: int, node_rank: int, publish, *, reason: str) -> None:
+def publish_stopped(job_id: int, attempt: int, node_id: int, node_rank: int, publish: Publish, *, reason: str) -> None:
     publish({
         "type": protocol.STATE, "job": job_id, "attempt": attempt, "node": node_id, "node_rank": node_rank,
-        "status": protocol.NODE_STOPPED, "reason": reason, "ts": time.time(),
+        "status": protocol.NODE_STOPPED, "reason": reason, "scope": "node", "ts": time.time(),
         "key": f"agent-stop-{node_id}",
     })
 
 
-def running_nodes(work_dir: Path) -> list[dict[str, Any]]:
+def running_nodes(work_dir: Path) -> list[protocol.RunningNode]:
     """Supervisors alive under work_dir: how a restarted agent re-attaches to its nodes."""
-    found = []
+    found: list[protocol.RunningNode] = []
     for pid_file in (work_dir / "runs").glob("job-*/attempt-*/node-*/supervisor.pid"):
         directory = pid_file.parent
         pid = supervisor_pid(directory)

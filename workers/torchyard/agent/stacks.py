@@ -12,13 +12,13 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from torchyard import protocol
 from torchyard.node.proctree import find_job_processes
 from torchyard.node.stacks import process_state, python_stack, stack_facts
+from torchyard.stream_contract import JobEvent, RankStack
 
 
 def rank_processes(job_id: int, attempt: int, node_rank: int, runs_dir: Path | None = None) -> dict[int, psutil.Process]:
@@ -41,9 +41,9 @@ def rank_processes(job_id: int, attempt: int, node_rank: int, runs_dir: Path | N
     return ranks
 
 
-def node_stacks(job_id: int, attempt: int, node_rank: int, runs_dir: Path | None = None) -> list[dict[str, Any]]:
-    """Every rank's stack on this node, in rank order (stream_contract.RankStack)."""
-    stacks = []
+def node_stacks(job_id: int, attempt: int, node_rank: int, runs_dir: Path | None = None) -> list[RankStack]:
+    """Every rank's stack on this node, in rank order."""
+    stacks: list[RankStack] = []
     for rank, proc in sorted(rank_processes(job_id, attempt, node_rank, runs_dir).items()):
         stack = python_stack(proc.pid)
         waits_in, frame = stack_facts(stack)
@@ -53,7 +53,7 @@ def node_stacks(job_id: int, attempt: int, node_rank: int, runs_dir: Path | None
 
 
 def publish_stacks(job_id: int, attempt: int, node_rank: int, node_id: int, request: str,
-                   publish: Callable[[dict[str, Any]], None], runs_dir: Path | None = None) -> int:
+                   publish: Callable[[JobEvent], None], runs_dir: Path | None = None) -> int:
     """Read and publish one STACKS event for the node; returns how many ranks it holds."""
     ranks = node_stacks(job_id, attempt, node_rank, runs_dir)
     publish({"type": protocol.STACKS, "job": job_id, "attempt": attempt, "node": node_id, "node_rank": node_rank,

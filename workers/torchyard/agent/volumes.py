@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Any
 
 from torchyard import protocol
+from torchyard.protocol import VolumeReport
 
 NAME = re.compile(protocol.VOLUME_NAME_PATTERN)
 
@@ -43,11 +43,11 @@ def parse_declaration(text: str) -> tuple[str, DeclaredPath]:
     return name, DeclaredPath(os.path.normpath(path), storage_class or None)
 
 
-def report(declared: dict[str, str]) -> list[dict[str, Any]]:
+def report(declared: dict[str, str]) -> list[VolumeReport]:
     """What an agent says of its declared volumes in its heartbeat: whether each path is a
     directory here, how big its filesystem is and how much is free (None when it does not exist),
     and the storage class its declaration names, when it names one."""
-    found = []
+    found: list[VolumeReport] = []
     for name, path in sorted(declared.items()):
         exists = os.path.isdir(path)
         total = free = None
@@ -58,7 +58,7 @@ def report(declared: dict[str, str]) -> list[dict[str, Any]]:
                 exists = False
             else:
                 total, free = usage.total, usage.free
-        entry: dict[str, Any] = {"name": name, "path": str(path), "exists": exists, "total_bytes": total,
+        entry: VolumeReport = {"name": name, "path": str(path), "exists": exists, "total_bytes": total,
                                  "free_bytes": free}
         storage_class = getattr(path, "storage_class", None)
         if storage_class:

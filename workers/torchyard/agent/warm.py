@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from torchyard.bundles.cache import OK_SUFFIX, BundleSource, PrepareError, cached_bundle, make_workdir
 from torchyard.node.environments import prepared_environment, requirements_for
@@ -18,8 +18,18 @@ from torchyard.warm import pools
 log = logging.getLogger(__name__)
 
 
+class WarmResult(TypedDict, total=False):
+    """What warm_caches did (the task's result): ok, with the bundle and the environment's Python
+    (None: the machine's own), or why it failed."""
+
+    ok: bool
+    bundle: str | None
+    environment: str | None
+    error: str
+
+
 def warm_caches(cache_dir: Path, source: BundleSource, pip: list[str], python: str = "", *,
-                pool: bool = False) -> dict[str, Any]:
+                pool: bool = False) -> WarmResult:
     """Fetch the bundle and build its environment into the machine's cache; what a node of a job with
     this code will then find ready; with `pool` (a hot spare) the agent also keeps a warm pool of the
     Python that node would run. Returns what was done, or why it failed."""

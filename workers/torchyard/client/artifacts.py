@@ -11,7 +11,7 @@ import hashlib
 import http.client
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from rich import box
 from rich.console import Console
@@ -28,7 +28,19 @@ from .output import say, size_text
 CHUNK = 1 << 20
 
 
-def artifact_destination(root: Path, artifact: dict[str, Any]) -> Path:
+class Artifact(TypedDict):
+    """A file a job's node collected (the REST schema's ArtifactOut)."""
+
+    id: int
+    attempt: int
+    node_rank: int
+    path: str
+    size: int
+    sha256: str
+    created_at: str
+
+
+def artifact_destination(root: Path, artifact: Artifact) -> Path:
     """Where an artifact goes under `root`: attempt-<a>/node-<r>/<path>. Raises CliError for a path
     that is absolute, climbs out with `..`, or resolves outside `root`."""
     path = str(artifact.get("path") or "")
@@ -47,7 +59,7 @@ def artifact_destination(root: Path, artifact: dict[str, Any]) -> Path:
     return dest
 
 
-def artifacts_table(job_id: int, artifacts: list[dict[str, Any]]) -> Table:
+def artifacts_table(job_id: int, artifacts: list[Artifact]) -> Table:
     """The artifacts as a table: id, attempt, node, size, sha256 (short), path."""
     table = Table(title=f"job {job_id}: {len(artifacts)} artifact(s)", box=box.SIMPLE, title_justify="left")
     for header in ("id", "attempt", "node", "size"):
@@ -69,7 +81,7 @@ class DownloadSummary:
     bytes: int = 0
 
 
-def _fetch(api: ApiClient, job_id: int, artifact: dict[str, Any], dest: Path, progress: Progress,
+def _fetch(api: ApiClient, job_id: int, artifact: Artifact, dest: Path, progress: Progress,
            task: Any) -> None:
     """Stream one artifact into `dest` through a `.part` file, renamed once its sha256 checks out."""
     partial = dest.with_name(dest.name + ".part")
@@ -92,7 +104,7 @@ def _fetch(api: ApiClient, job_id: int, artifact: dict[str, Any], dest: Path, pr
     partial.replace(dest)
 
 
-def download_artifacts(api: ApiClient, job_id: int, artifacts: list[dict[str, Any]], root: Path,
+def download_artifacts(api: ApiClient, job_id: int, artifacts: list[Artifact], root: Path,
                        console: Console) -> DownloadSummary:
     """Download every artifact into `root` (files already there with the right sha256 are kept).
     Every destination is checked before the first byte is written."""

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
@@ -87,6 +87,16 @@ class StepRate:
         return (s1 - s0) / (t1 - t0) if t1 > t0 else None
 
 
+class RowFields(TypedDict):
+    """The texts of a row's columns (the progress bars' task fields)."""
+
+    label: str
+    state: str
+    steps: str
+    rate: str
+    eta: str
+
+
 @dataclass
 class Row:
     """One progress bar: the job's or a node's state, step and speed."""
@@ -106,7 +116,7 @@ class Row:
     def label(self) -> str:
         return ""
 
-    def fields(self, total: int | None) -> dict[str, Any]:
+    def fields(self, total: int | None) -> RowFields:
         """The texts of this row's columns, given the job's total steps (None when unknown)."""
         step = "-" if self.step is None else str(self.step)
         rate = self.rate.per_second() if self.status not in NODE_FINAL | set(FINAL) else None
@@ -171,7 +181,7 @@ class JobRenderer:
         self.total_steps: int | None = None
         self.detail_status: str | None = None  # from the latest job snapshot
         self.detail_reason = ""
-        self.final_event: dict[str, Any] | None = None  # the job's final `state` event, once seen
+        self.final_event: wire.StateEvent | None = None  # the job's final `state` event, once seen
         self._progress: Progress | None = None
         if console.is_terminal if live is None else live:
             self._progress = Progress(
@@ -201,26 +211,30 @@ class JobRenderer:
             self._progress.stop()
 
     # --- messages ---------------------------------------------------------------------------------
-    def handle(self, message: dict[str, Any]) -> None:
+    def handle(self, message: wire.JobStreamMessage) -> None:
         """Render one stream message (unknown types are ignored)."""
-        kind = message.get("type")
-        if kind == wire.JOB:
+        if message["type"] == wire.JOB:
             self._job(message.get("job") or {})
-        elif kind == wire.EVENTS:
+        elif message["type"] == wire.EVENTS:
             for event in message.get("events") or []:
                 self.event(event)
         self._refresh()
 
-    def event(self, event: dict[str, Any]) -> None:
+    def events(self, events: list[wire.JobEvent]) -> None:
+        """Render a page of events (GET /api/jobs/{id}/logs), as a frame of them."""
+        for event in events:
+            self.event(event)
+        self._refresh()
+
+    def event(self, event: wire.JobEvent) -> None:
         """Render one event: a log line, a state change, a metric (moves the bars), a straggler."""
-        kind = event.get("type")
-        if kind == "log":
+        if event["type"] == "log":
             self._log(event)
-        elif kind == "state":
+        elif event["type"] == "state":
             self._state(event)
-        elif kind == "metric":
+        elif event["type"] == "metric":
             self._metric(event)
-        elif kind == "straggler":
+        elif event["type"] == "straggler":
             named = event.get("state") == "named"
             say(self.console, f"== straggler: {event.get('summary')}", style="yellow" if named else "")
 
@@ -240,7 +254,7 @@ class JobRenderer:
         return FINAL.get(status, 1)
 
     # --- parts ------------------------------------------------------------------------------------
-    def _job(self, detail: dict[str, Any]) -> None:
+    def _job(self, detail: wire.JobDetail) -> None:
         self.detail_status = detail.get("status")
         self.detail_reason = detail.get("status_reason") or ""
         self.job.name = detail.get("name") or self.job.name
@@ -275,7 +289,7 @@ class JobRenderer:
             self.nodes[node_rank] = NodeRow(node_rank=node_rank)
         return self.nodes[node_rank]
 
-    def _node_of(self, event: dict[str, Any]) -> NodeRow | None:
+    def _node_of(self, event: wire.JobEvent) -> NodeRow | None:
         """The row of the node an event comes from (by its node rank, else by the node whose ranks
         hold its rank); None for earlier attempts' events and events of no node."""
         attempt = event.get("attempt")
@@ -293,7 +307,7 @@ class JobRenderer:
                      if node.rank_start is not None and node.rank_end is not None
                      and node.rank_start <= rank <= node.rank_end), None)
 
-    def _log(self, event: dict[str, Any]) -> None:
+    def _log(self, event: wire.LogEvent) -> None:
         rank = event.get("rank")
         if rank is not None:
             prefix = Text(f"[rank {rank}]", style=RANK_COLOURS[int(rank) % len(RANK_COLOURS)])
@@ -305,7 +319,7 @@ class JobRenderer:
         line = Text(str(event.get("line", "")), style="red" if event.get("stream") == "stderr" else "")
         say(self.console, Text.assemble(prefix, " ", line))
 
-    def _state(self, event: dict[str, Any]) -> None:
+    def _state(self, event: wire.StateEvent) -> None:
         status = str(event.get("status"))
         reason = str(event.get("reason") or "")
         if event.get("scope") == "job":
@@ -326,7 +340,7 @@ class JobRenderer:
         style = STATE_STYLES.get(status, "") if status in FINAL else "bold"
         say(self.console, f"== job {status}: {reason}", style=style)
 
-    def _metric(self, event: dict[str, Any]) -> None:
+    def _metric(self, event: wire.MetricEvent) -> None:
         step = event.get("step")
         if not isinstance(step, int):
             return

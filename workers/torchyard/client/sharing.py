@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from rich import box
 from rich.console import Console
@@ -54,7 +54,55 @@ def _ago(stamp: str | None, now: datetime) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
-def queue_table(answer: dict[str, Any], now: datetime) -> Table:
+class QueuedJob(TypedDict, total=False):
+    """What the queue table shows of an entry of GET /api/queue (the REST schema's QueueEntryOut)."""
+
+    id: int
+    name: str
+    project: str
+    owner: str
+    priority: int
+    position: int
+    reason: str
+    head: bool
+    borrowing: bool
+    waiting_since: str
+    gpus: int
+    processes: int
+
+
+class QueueAnswer(TypedDict):
+    """GET /api/queue (QueueOut): the queued jobs you can see, and how many there are in all."""
+
+    jobs: list[QueuedJob]
+    total: int
+
+
+class UsageTotal(TypedDict):
+    key: str
+    gpu_hours: float
+    process_hours: float
+    nodes: int
+
+
+class UsageSeries(TypedDict):
+    key: str
+    gpu_hours: list[float]  # per bucket
+
+
+class UsageAnswer(TypedDict):
+    """GET /api/usage (UsageOut), as the tables read it."""
+
+    by: str
+    since: str
+    until: str
+    bucket: str | None
+    totals: list[UsageTotal]
+    buckets: NotRequired[list[str]]
+    series: NotRequired[list[UsageSeries]]
+
+
+def queue_table(answer: QueueAnswer, now: datetime) -> Table:
     jobs = answer.get("jobs") or []
     total = answer.get("total", len(jobs))
     title = f"{len(jobs)} queued job(s) you can see" + (f", {total} in the whole queue" if total != len(jobs) else "")
@@ -91,7 +139,7 @@ def show_queue(api: ApiClient, console: Console, *, project: str | None, as_json
     return 0
 
 
-def usage_table(answer: dict[str, Any]) -> Table:
+def usage_table(answer: UsageAnswer) -> Table:
     title = f"usage by {answer['by']}, {answer['since'][:16]} to {answer['until'][:16]} (UTC)"
     table = Table(title=title, box=box.SIMPLE, title_justify="left")
     table.add_column(str(answer["by"]), no_wrap=True)
@@ -102,7 +150,7 @@ def usage_table(answer: dict[str, Any]) -> Table:
     return table
 
 
-def series_table(answer: dict[str, Any]) -> Table:
+def series_table(answer: UsageAnswer) -> Table:
     """With --bucket: GPU-hours per bucket (rows) and key (columns)."""
     series = answer.get("series") or []
     table = Table(title="GPU-hours per " + str(answer.get("bucket")), box=box.SIMPLE, title_justify="left")

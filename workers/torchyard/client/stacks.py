@@ -5,21 +5,34 @@ the answers arrive as the job's `stacks` events, one per node."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TypedDict
 
 from rich.console import Console
 
+from ..stream_contract import StacksEvent
 from . import CliError
 from .http import ApiClient
 
 POLL_S = 0.5
 
 
-def collect(api: ApiClient, job: int, timeout: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+class StacksNode(TypedDict):
+    node_rank: int
+    machine: str
+
+
+class StacksRequested(TypedDict):
+    """POST /api/jobs/{id}/stacks (StacksRequestedOut): the request's name and the nodes asked."""
+
+    request: str
+    nodes: list[StacksNode]
+
+
+def collect(api: ApiClient, job: int, timeout: float) -> tuple[StacksRequested, list[StacksEvent]]:
     """Ask, then wait up to `timeout` s for every node's answer; (what was asked, the answers)."""
     asked = api.call("POST", f"/api/jobs/{job}/stacks")
     wanted = {node["node_rank"] for node in asked["nodes"]}
-    answers: dict[int, dict[str, Any]] = {}
+    answers: dict[int, StacksEvent] = {}
     after, deadline = 0, time.monotonic() + timeout
     while wanted - answers.keys() and time.monotonic() < deadline:
         page = api.call("GET", f"/api/jobs/{job}/events?type=stacks&after={after}")

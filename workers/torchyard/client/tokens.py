@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 from datetime import datetime
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from rich.console import Console
 
@@ -21,24 +21,45 @@ def default_token_name() -> str:
     return f"cli on {socket.gethostname()}"
 
 
-def token_spec(name: str, expires_days: int | None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"name": name}
+class TokenSpec(TypedDict):
+    """A new token's name and life (the REST schema's TokenSpecIn)."""
+
+    name: str
+    expires_in_days: NotRequired[int | None]
+
+
+class ApiToken(TypedDict):
+    """A token as GET /api/auth/tokens lists it (ApiTokenOut); a new one also has its `token`, shown
+    once, and its user's name (ApiTokenCreatedOut)."""
+
+    id: int
+    name: str
+    prefix: str
+    created: str
+    expiry: str | None
+    last_used: str | None
+    token: NotRequired[str]
+    username: NotRequired[str]
+
+
+def token_spec(name: str, expires_days: int | None) -> TokenSpec:
+    spec: TokenSpec = {"name": name}
     if expires_days is not None:
         spec["expires_in_days"] = expires_days
     return spec
 
 
-def sign_in(api: ApiClient, *, username: str, password: str, name: str, expires_days: int | None) -> dict[str, Any]:
+def sign_in(api: ApiClient, *, username: str, password: str, name: str, expires_days: int | None) -> ApiToken:
     """`POST /api/auth/token`: a new token of this user's (the password is the credential)."""
     return api.call("POST", "/api/auth/token", {"username": username, "password": password,
                                                  **token_spec(name, expires_days)}, anonymous=True)
 
 
-def create_token(api: ApiClient, *, name: str, expires_days: int | None) -> dict[str, Any]:
+def create_token(api: ApiClient, *, name: str, expires_days: int | None) -> ApiToken:
     return api.call("POST", "/api/auth/tokens", token_spec(name, expires_days))
 
 
-def list_tokens(api: ApiClient) -> list[dict[str, Any]]:
+def list_tokens(api: ApiClient) -> list[ApiToken]:
     return api.call("GET", "/api/auth/tokens")
 
 
@@ -52,14 +73,14 @@ def _when(value: str | None, empty: str) -> str:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d %H:%M")
 
 
-def show_created(created: dict[str, Any], out: Console, err: Console) -> None:
+def show_created(created: ApiToken, out: Console, err: Console) -> None:
     say(out, created["token"])
     say(err, f"API token {created['id']} {created['name']!r} for {created.get('username', 'you')}, "
              f"expires {_when(created.get('expiry'), 'never')}: shown this once, keep it "
              "(use it as TORCHYARD_TOKEN or --api-token)")
 
 
-def token_lines(tokens: list[dict[str, Any]]) -> list[str]:
+def token_lines(tokens: list[ApiToken]) -> list[str]:
     """One line per token, the name last (it may be long): a pipe gets whole lines, unwrapped."""
     lines = [f"{'ID':>5}  {'STARTS WITH':<11}  {'CREATED':<16}  {'EXPIRES':<16}  {'LAST USED':<16}  NAME"]
     for t in tokens:

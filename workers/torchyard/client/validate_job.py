@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
+from ..stream_contract import CheckpointEvent, EventEnvelope, JobEvent, LogEvent, MetricEvent, StateEvent
 from . import CliError
 from .http import ApiClient
 from .upload import upload_project
@@ -41,8 +42,9 @@ RESUMED = re.compile(r"resumed from checkpoint at step (\d+)")  # what the recip
 T = TypeVar("T")
 
 
-def _ts(event: dict[str, Any]) -> float:
-    return datetime.fromisoformat(event["ts"]).timestamp()
+def _ts(event: EventEnvelope) -> float:
+    """An event's time, as the REST routes send it (ISO 8601)."""
+    return datetime.fromisoformat(str(event.get("ts"))).timestamp()
 
 
 def job_spec(bundle: str) -> dict[str, Any]:
@@ -65,7 +67,7 @@ class ValidationJob:
         self.timeout = timeout
         self.bundle = ""
         self.job_id: int | None = None
-        self.events: list[dict[str, Any]] = []
+        self.events: list[JobEvent] = []
         self.after = 0
         self.submitted = 0.0
 
@@ -84,8 +86,8 @@ class ValidationJob:
 
         def every_rank_stepped() -> dict[int, float] | None:
             first: dict[int, float] = {}
-            for e in self.of_type("metric", attempt=0):
-                first.setdefault(int(e["rank"]), _ts(e))
+            for e in self.metrics(attempt=0):
+                first.setdefault(int(e.get("rank") or 0), _ts(e))
             return first if len(first) >= world else None
 
         first = self.wait("every rank's first step", every_rank_stepped)
@@ -95,39 +97,42 @@ class ValidationJob:
                 f"every rank reported a step {max(first.values()) - self.submitted:.1f} s after submission")
 
     def first_checkpoint(self) -> str:
-        event = self.wait("a committed checkpoint", lambda: next(iter(self.of_type("checkpoint", attempt=0)), None))
-        manifest = event.get("manifest") or {}
+        event = self.wait("a committed checkpoint", lambda: next(iter(self.checkpoints(attempt=0)), None))
+        manifest = event.get("manifest")
         # Retention (keep 3) deletes none of attempt 0's while it runs: one at least is listed.
         recorded = self.api.call("GET", f"/api/jobs/{self.job_id}/checkpoints")
         if not any(c["attempt"] == 0 for c in recorded):
             raise self.Failed(f"the checkpoint at step {event['step']} was announced, but the server lists none")
-        save = manifest.get("save") or {}
-        files = manifest.get("files") or []
-        return (f"step {event['step']} of attempt 0: {len(files)} file(s), {manifest.get('total_bytes', 0) / 1e3:.0f} kB, "
-                f"sha256 each, written in {save.get('blocking_seconds', 0):.3f} s, to {_store_of(event['uri'])}")
+        # Read defensively, as an older SDK may have written it.
+        files = (manifest.get("files") if manifest else None) or []
+        size = (manifest.get("total_bytes") if manifest else None) or 0
+        save = manifest.get("save") if manifest else None
+        blocked = (save.get("blocking_seconds") if save else None) or 0
+        return (f"step {event['step']} of attempt 0: {len(files)} file(s), {size / 1e3:.0f} kB, "
+                f"sha256 each, written in {blocked:.3f} s, to {_store_of(event['uri'])}")
 
     def recovery(self) -> str:
         final = self.wait("the job's end", lambda: self.job_state(FINAL))
-        states = self.of_type("state")
-        killed = [e for e in states if e.get("scope") == "node" and e["attempt"] == 0 and e["status"] == "failed"]
+        states = self.states()
+        killed = [e for e in states if e.get("scope") == "node" and e.get("attempt") == 0 and e["status"] == "failed"]
         if final["status"] != "completed":
             raise self.Failed(f"the job {final['status']}: {final.get('reason')}")
-        if final["attempt"] == 0:
+        if final.get("attempt") == 0:
             raise self.Failed(f"the job completed without the rank being killed (the kill is armed "
                               f"{CHECKPOINT_EVERY} steps in; was a checkpoint saved?)")
         if not any("SIGKILL" in str(e.get("reason")) for e in killed):
             raise self.Failed("the job restarted, but not because of the killed rank: "
                               + "; ".join(str(e.get("reason")) for e in killed))
         recovering = next((e for e in states if e.get("scope") == "job" and e["status"] == "recovering"), final)
-        resumed = {int(m.group(1)) for e in self.of_type("log", attempt=1) if (m := RESUMED.search(e["line"]))}
-        committed = {e["step"] for e in self.of_type("checkpoint", attempt=0)}
+        resumed = {int(m.group(1)) for e in self.logs(attempt=1) if (m := RESUMED.search(e["line"]))}
+        committed = {e["step"] for e in self.checkpoints(attempt=0)}
         if not resumed:
             raise self.Failed("attempt 1 started from scratch: no rank resumed from the committed checkpoint "
                               f"(steps {sorted(committed)} of attempt 0)")
         if not resumed <= committed:
             raise self.Failed(f"attempt 1 resumed from step(s) {sorted(resumed)}, not a checkpoint attempt 0 "
                               f"committed ({sorted(committed)})")
-        first_step = min((_ts(e) for e in self.of_type("metric", attempt=1)), default=_ts(final))
+        first_step = min((_ts(e) for e in self.metrics(attempt=1)), default=_ts(final))
         job = self.api.call("GET", f"/api/jobs/{self.job_id}")
         done = (job.get("progress") or {}).get("step")
         if done != STEPS:
@@ -167,12 +172,20 @@ class ValidationJob:
             self.events.extend(page["events"])
             self.after = page["next_after"]
 
-    def of_type(self, kind: str, attempt: int | None = None) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["type"] == kind and (attempt is None or e["attempt"] == attempt)]
+    def states(self) -> list[StateEvent]:
+        return [e for e in self.events if e["type"] == "state"]
 
-    def job_state(self, statuses: tuple[str, ...]) -> dict[str, Any] | None:
-        return next((e for e in reversed(self.of_type("state")) if e.get("scope") == "job"
-                     and e["status"] in statuses), None)
+    def metrics(self, *, attempt: int) -> list[MetricEvent]:
+        return [e for e in self.events if e["type"] == "metric" and e.get("attempt") == attempt]
+
+    def checkpoints(self, *, attempt: int) -> list[CheckpointEvent]:
+        return [e for e in self.events if e["type"] == "checkpoint" and e.get("attempt") == attempt]
+
+    def logs(self, *, attempt: int) -> list[LogEvent]:
+        return [e for e in self.events if e["type"] == "log" and e.get("attempt") == attempt]
+
+    def job_state(self, statuses: tuple[str, ...]) -> StateEvent | None:
+        return next((e for e in reversed(self.states()) if e.get("scope") == "job" and e["status"] in statuses), None)
 
     def wait(self, what: str, found: Callable[[], T | None]) -> T:
         """Poll the job's events until `found()` returns something; the job ending first, or the
@@ -186,7 +199,7 @@ class ValidationJob:
             if ended is not None:
                 raise self.Failed(f"the job {ended['status']} before {what}: {ended.get('reason')}")
             if time.monotonic() > self.deadline:
-                last = next((e for e in reversed(self.of_type("state")) if e.get("scope") == "job"), None)
+                last = next((e for e in reversed(self.states()) if e.get("scope") == "job"), None)
                 where = f"the job is {last['status']}: {last.get('reason')}" if last else "the job has no state yet"
                 raise self.Failed(f"{what} did not come within {self.timeout:g} s (--timeout); {where}")
             time.sleep(POLL_S)
@@ -197,6 +210,6 @@ def _store_of(uri: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path.rsplit('/job-', 1)[0]}"
 
 
-def _reason_tail(event: dict[str, Any]) -> str:
+def _reason_tail(event: StateEvent) -> str:
     reason = str(event.get("reason") or "")
     return reason.split("first failure: ", 1)[-1].split("\n", 1)[0]

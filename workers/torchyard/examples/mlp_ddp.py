@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         # A checkpoint from before the position was kept: every step took one global batch.
-        sampler.load_state_dict(state.get("data") or {"position": start * sampler.global_batch_size})
+        sampler.load_state_dict(state["data"] if state.get("data") else {"position": start * sampler.global_batch_size})
         if "rng" in state:
             sdk.checkpoint.restore_rng(state["rng"])
         print(f"rank {rank}: resumed from checkpoint at step {start}", flush=True)

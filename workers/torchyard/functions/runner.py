@@ -23,12 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from torchyard import protocol
-from torchyard.function_results import META_FILE, REPR_LIMIT, RESULT_FILE_SUFFIX, result_stem, size_text
+from torchyard.function_results import (
+    META_FILE,
+    REPR_LIMIT,
+    RESULT_FILE_SUFFIX,
+    ResultFile,
+    result_stem,
+    size_text,
+)
 
 EXIT_RAISED = 1
 
 
-def _write(directory: Path, rank: int, data: bytes | None, meta: dict[str, Any]) -> None:
+def _write(directory: Path, rank: int, data: bytes | None, meta: ResultFile) -> None:
     """Both files, atomically (a reader sees all of one or none): the pickle first, the JSON last."""
     directory.mkdir(parents=True, exist_ok=True)
     stem = result_stem(rank)
@@ -83,7 +90,7 @@ def peer_failure(exc: BaseException) -> bool:
 
 
 def _failure(rank: int, error_type: str, message: str, trace: str, pickled: bytes | None,
-             *, peer: bool = False) -> dict[str, Any]:
+             *, peer: bool = False) -> ResultFile:
     return {"rank": rank, "ok": False, "size": len(pickled or b""), "repr": "", "error_type": error_type,
             "error": message[:REPR_LIMIT], "traceback": trace[-20000:], "raised_at": time.time(),
             "peer_failure": peer}

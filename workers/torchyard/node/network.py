@@ -8,10 +8,11 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import psutil
+
+from torchyard.protocol import AddressInfo
 
 
 def network_stack() -> str:
@@ -37,8 +38,9 @@ class Address:
     network: str  # "10.0.1.0/24"
     speed_mbit: int = 0  # the link speed the kernel reports (0: it does not say, e.g. a veth)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> AddressInfo:
+        return {"interface": self.interface, "address": self.address, "network": self.network,
+                "speed_mbit": self.speed_mbit}
 
 
 def local_addresses() -> list[Address]:

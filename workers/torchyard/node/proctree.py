@@ -14,11 +14,11 @@ import signal
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from torchyard import protocol
+from torchyard.stream_contract import ResourceEvent
 
 
 def find_job_processes(
@@ -215,8 +215,9 @@ class TreeSampler:
     def __init__(self) -> None:
         self._known: dict[int, psutil.Process] = {}
 
-    def sample(self, *root_pids: int) -> dict[str, Any]:
-        """{"cpu_percent", "rss_mb", "processes"} of the trees under root_pids (100 = one full core)."""
+    def sample(self, *root_pids: int) -> ResourceEvent:
+        """The `resource` event of the trees under root_pids: cpu_percent (100 = one full core),
+        rss_mb, processes."""
         tree: list[psutil.Process] = []
         for root in root_pids:
             tree += [proc for proc in process_tree(root) if proc not in tree]
@@ -234,4 +235,5 @@ class TreeSampler:
                 continue
             current[proc.pid] = proc
         self._known = current
-        return {"cpu_percent": round(cpu, 1), "rss_mb": round(rss / 2**20, 1), "processes": len(current)}
+        return {"type": "resource", "cpu_percent": round(cpu, 1), "rss_mb": round(rss / 2**20, 1),
+                "processes": len(current)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from typing import NotRequired, TypedDict, TypeVar
 
 from torchyard.sdk import context
 from torchyard.sdk.line_shards import LineShards, ShardPosition, line_shards
@@ -44,6 +44,14 @@ def shard(items: Iterable[T], rank: int | None = None, world_size: int | None = 
         return list(items[start + rank::world_size])
     return list(itertools.islice(items, start + rank, None, world_size))
 
+
+
+class SamplerState(TypedDict):
+    """A sampler's place, as a checkpoint keeps it."""
+
+    position: int  # in the global order
+    seed: NotRequired[int]  # (a position alone resumes with the sampler's own seed)
+    size: NotRequired[int]
 
 class GlobalSampler:
     """This rank's sample indices, batch after batch, by global position.
@@ -105,11 +113,11 @@ class GlobalSampler:
         self.position += self.global_batch_size
         return indices
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> SamplerState:
         """What a checkpoint keeps: the global position (and the order's seed), no per-rank state."""
         return {"position": self.position, "seed": self.seed, "size": self.size}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: SamplerState) -> None:
         position = state.get("position")
         if isinstance(position, bool) or not isinstance(position, int) or position < 0:
             raise ValueError(f"a sampler state needs a global position, 0 or more; got {position!r}")

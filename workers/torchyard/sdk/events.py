@@ -24,12 +24,15 @@ from json.encoder import encode_basestring
 from typing import Any
 
 from torchyard import protocol
+from torchyard.stream_contract import CheckpointEvent, LogEvent, Manifest, MetricEvent
 
 # Linux queues only net.unix.max_dgram_qlen (default 10) datagrams per receiving socket; this covers
 # a supervisor that is briefly busy without letting a dead one grow our memory.
 MAX_PENDING = 256
 # Built once: json.dumps with non-default separators would build a new encoder on every call.
 _encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
+# What a rank sends its node's supervisor (which forwards them: supervisor/output_pump.py).
+SdkEvent = MetricEvent | CheckpointEvent | LogEvent
 RESERVED_KEYS = frozenset({"type", "rank", "step", "ts", "dropped"})
 # While the receiver is absent, try to reach it at most this often: a failing connect() per report
 # would cost a syscall each time for nothing.
@@ -70,7 +73,7 @@ class EventChannel:
         self._sock.setblocking(False)
         self._connected = False
 
-    def emit(self, event: dict[str, Any], retry_for: float = 0.0) -> bool:
+    def emit(self, event: SdkEvent, retry_for: float = 0.0) -> bool:
         """Send ``event``; True when it left the process now. ``retry_for`` seconds of retries are
         for rare events that matter (checkpoint commits), never for metrics."""
         if self.path is None:
@@ -163,8 +166,8 @@ def _format_number(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _format_line(event: dict[str, Any]) -> str:
-    if event.get("type") == protocol.METRIC:
+def _format_line(event: SdkEvent) -> str:
+    if event["type"] == protocol.METRIC:
         fields = [f"step={event['step']}"]
         fields += [f"{k}={_format_number(v)}" for k, v in event.items() if k not in RESERVED_KEYS]
     else:
@@ -241,6 +244,8 @@ def _json_number(value: Any) -> str:
 
 
 _total_steps: int | None = None
+# The last step this process reported: what a rank that raises was at (rank_main.note_error reads it).
+_last_step: int | None = None
 
 
 def set_total_steps(total: int) -> None:
@@ -273,8 +278,9 @@ def report(step: int, **numbers: Any) -> None:
         set_total_steps(numbers.pop("total_steps"))
     if _total_steps is not None:
         numbers["total_steps"] = _total_steps
+    global _last_step
     ch = _channel or reset()
-    step = int(step)
+    step = _last_step = int(step)
     if ch.path is None:
         fields = "".join(
             f" {k}={_format_number(_as_number(v))}" for k, v in numbers.items() if k not in RESERVED_KEYS
@@ -290,10 +296,10 @@ def report(step: int, **numbers: Any) -> None:
     ch.send_encoded("".join(parts).encode())
 
 
-def emit_checkpoint(step: int, uri: str, manifest: dict[str, Any]) -> bool:
+def emit_checkpoint(step: int, uri: str, manifest: Manifest) -> bool:
     """Announce a committed checkpoint (rank 0 only); retried briefly because it matters."""
     ch = channel()
-    event = {
+    event: CheckpointEvent = {
         "type": protocol.CHECKPOINT,
         "rank": ch.rank,
         "step": int(step),

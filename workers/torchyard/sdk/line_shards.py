@@ -26,9 +26,9 @@ import fnmatch
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from torchyard.sdk import context, distributed
 from torchyard.storage import s3_client
@@ -47,6 +47,26 @@ class ShardPosition:
     line_idx: int = 0
     offset: int = 0
     step: int = 0
+
+
+class PositionState(TypedDict):
+    """A ShardPosition as a checkpoint keeps it."""
+
+    epoch: int
+    shard_idx: int
+    line_idx: int
+    offset: int
+    step: int
+
+
+class LineShardsState(TypedDict):
+    """Every rank's position, as a checkpoint keeps it (rank 0's copy holds them all)."""
+
+    format: str  # FORMAT
+    source: str
+    shards: int
+    world_size: int
+    ranks: dict[str, PositionState]  # by rank
 
 
 def _is_s3(source: str) -> bool:
@@ -175,12 +195,14 @@ class LineShards:
                 yield raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
 
     # --- checkpoint state -------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> LineShardsState:
         """The position of every rank, for the checkpoint. In a distributed run every rank must
         call it (it gathers the ranks' positions, as checkpoint.save gathers its results); rank
         0's copy, which checkpoint.save writes, then holds them all."""
-        mine = {str(self.rank): asdict(self.position)}
-        ranks: dict[str, Any] = {}
+        mine: dict[str, PositionState] = {str(self.rank): {
+            "epoch": self.position.epoch, "shard_idx": self.position.shard_idx, "line_idx": self.position.line_idx,
+            "offset": self.position.offset, "step": self.position.step}}
+        ranks: dict[str, PositionState] = {}
         if distributed.is_initialized() and self.world_size > 1:
             import torch.distributed as dist
 
@@ -193,7 +215,7 @@ class LineShards:
         return {"format": FORMAT, "source": self.source, "shards": len(self.shards),
                 "world_size": self.world_size, "ranks": ranks}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: LineShardsState) -> None:
         """Go on from a checkpointed state: this rank reads on at the line after its last one."""
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise ValueError(f"not a line-shards position ({FORMAT}): {state!r:.200}")

@@ -31,7 +31,7 @@ UP = frozenset({RUNNING, "completed"})
 class PeersTimeout(TimeoutError):
     """Fewer than `quorum` nodes of the job came up within the timeout; `missing` names the others."""
 
-    def __init__(self, message: str, missing: list[dict[str, Any]]) -> None:
+    def __init__(self, message: str, missing: list[protocol.MemberNode]) -> None:
         super().__init__(message)
         self.missing = missing
 
@@ -39,7 +39,7 @@ class PeersTimeout(TimeoutError):
 @dataclass(frozen=True)
 class _View:
     version: int
-    nodes: list[dict[str, Any]]  # [{"node_rank", "host", "machine", "status"}], node-rank order
+    nodes: list[protocol.MemberNode]  # node-rank order
 
 
 def _own_rank() -> int:
@@ -53,21 +53,22 @@ def _own_rank() -> int:
 def _read(run_dir: Path) -> _View:
     """The membership as the newest peers.json says, else as the plan does (nobody known to be up)."""
     hosts = [h.strip() for h in os.environ.get(protocol.ENV_PEERS, "").split(",") if h.strip()]
-    planned = [{"node_rank": rank, "host": host, "machine": "", "status": ""} for rank, host in enumerate(hosts)]
+    planned: list[protocol.MemberNode] = [{"node_rank": rank, "host": host, "machine": "", "status": ""}
+                                          for rank, host in enumerate(hosts)]
     try:
         data = json.loads((run_dir / protocol.PEERS_FILE).read_text())
-        nodes = sorted((dict(n) for n in data["nodes"]), key=lambda n: int(n["node_rank"]))
+        nodes: list[protocol.MemberNode] = sorted((n.copy() for n in data["nodes"]), key=lambda n: int(n["node_rank"]))
         return _View(int(data.get("version") or 0), nodes)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return _View(-1, planned)
 
 
-def _up(view: _View, own: int) -> list[dict[str, Any]]:
+def _up(view: _View, own: int) -> list[protocol.MemberNode]:
     """The nodes that are up: running (or done with exit 0) as the controller last said, and this node itself."""
     return [n for n in view.nodes if n.get("status") in UP or int(n["node_rank"]) == own]
 
 
-def _describe(node: dict[str, Any]) -> str:
+def _describe(node: protocol.MemberNode) -> str:
     where = node.get("machine") or node.get("host") or "?"
     status = f", {node['status']}" if node.get("status") else ""
     return f"node {node['node_rank']} ({where}{status})"
@@ -111,7 +112,7 @@ def pod_ips(quorum_workers: int | None = None, quorum_timeout: float = 300.0) ->
     return peers(quorum=quorum_workers, timeout=quorum_timeout)
 
 
-def on_membership_change(callback: Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]) -> threading.Thread:
+def on_membership_change(callback: Callable[[list[protocol.MemberNode], list[protocol.MemberNode]], Any]) -> threading.Thread:
     """Call `callback(old_nodes, new_nodes)` whenever the job's membership changes (a node started
     running, or ended: failed, lost, stopped), from one daemon thread that polls the node's
     peers.json. Each node is {"node_rank", "host", "machine", "status"}. Off Torchyard nothing ever

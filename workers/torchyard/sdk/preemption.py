@@ -22,7 +22,8 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from dataclasses import dataclass
+from typing import NoReturn, cast
 
 from torchyard import protocol
 from torchyard.sdk import context, events
@@ -31,7 +32,16 @@ __all__ = ["committing", "preemption_requested", "request", "should_yield", "yie
 
 # How long a look at the request file is trusted: a training step may ask every few milliseconds.
 CACHE_SECONDS = 0.5
-_cache: dict[str, Any] = {"path": None, "checked": 0.0, "requested": False}
+@dataclass
+class _Look:
+    """The last look at the request file: its path, when, and whether it was there."""
+
+    path: str | None = None
+    checked: float = 0.0
+    requested: bool = False
+
+
+_cache = _Look()
 
 
 def _path() -> str:
@@ -45,13 +55,13 @@ def preemption_requested() -> bool:
     if not path:
         return False
     now = time.monotonic()
-    if _cache["path"] == path and (_cache["requested"] or now - _cache["checked"] < CACHE_SECONDS):
-        return bool(_cache["requested"])
-    _cache.update(path=path, checked=now, requested=os.path.exists(path))
-    return bool(_cache["requested"])
+    if _cache.path == path and (_cache.requested or now - _cache.checked < CACHE_SECONDS):
+        return _cache.requested
+    _cache.path, _cache.checked, _cache.requested = path, now, os.path.exists(path)
+    return _cache.requested
 
 
-def request() -> dict[str, Any]:
+def request() -> protocol.PreemptRequest:
     """What the request says (``grace`` seconds, ``reason``, ``at``), or {} when there is none."""
     path = _path()
     if not path:
@@ -61,7 +71,8 @@ def request() -> dict[str, Any]:
             value = json.load(handle)
     except (OSError, ValueError):
         return {}
-    return value if isinstance(value, dict) else {}
+    # As the agent wrote it (node/preemption.py write_request).
+    return cast("protocol.PreemptRequest", value) if isinstance(value, dict) else {}
 
 
 def should_yield() -> bool:

@@ -222,9 +222,11 @@ def plain_log_dir(run_dir: Path, launch: NodeLaunch) -> Path:
 
 
 def build_plain_argv(launch: NodeLaunch, script: Path | None, python: str | None = None) -> list[str]:
-    """`launcher: none`: the entrypoint script (or `-m module`) once per node, as a plain process."""
+    """`launcher: none` (and a Ray job's driver): the entrypoint script (or `-m module`) once per node,
+    through rank_main as a torchrun rank runs it (a plain `python SCRIPT` as far as the script can
+    tell), so that an exception it raises is reported the same way (rank_main.note_error)."""
     target = ["-m", launch.module] if script is None else [str(script)]
-    return [python or sys.executable, *target, *[str(arg) for arg in launch.args]]
+    return [python or sys.executable, *RANK_MAIN, *target, *[str(arg) for arg in launch.args]]
 
 
 def command_values(launch: NodeLaunch) -> dict[str, str]:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from torchyard.bundles import size_text
 from torchyard.protocol import NodeLaunch
+from torchyard.stream_contract import RayNode
 
 from . import accelerate_launch, ray_launch, warm_launch
 from .argv import (
@@ -52,7 +52,7 @@ class Command:
     # None: stderr goes with stdout (torchrun and the warm launcher write one log of their own).
     stderr: Path | None
     what: str
-    ray: dict[str, Any] = field(default_factory=dict)  # framework ray: the node's ports (its `running` event)
+    ray: RayNode | None = None  # framework ray: the node's Ray processes (its `running` event)
     warm_pids_file: Path | None = None  # a warm start: where the launcher writes its ranks' pids
     ray_temp: Path | None = None  # framework ray: the node's --temp-dir, removed at the end
 
@@ -112,7 +112,7 @@ def node_command(launch: NodeLaunch, run_dir: Path, workdir: Path, pump: OutputP
 
 
 def _ray_command(launch: NodeLaunch, run_dir: Path, pump: OutputPump, *, python: str,
-                 script: Path | None) -> tuple[list[str], dict[str, Any], Path]:
+                 script: Path | None) -> tuple[list[str], RayNode, Path]:
     """framework ray: the runner's argv (ray_node.py), with its plan written to RUN_DIR/ray.json, what
     the node's `running` event says of it (ports, temp dir, the dashboard on the head), its temp dir."""
     address = ray_launch.node_address(launch)
@@ -128,7 +128,7 @@ def _ray_command(launch: NodeLaunch, run_dir: Path, pump: OutputPump, *, python:
                                  timeout=ray_launch.quorum_timeout())
     plan_file = run_dir / ray_launch.RAY_PLAN_FILE
     write_json_atomic(plan_file, plan)
-    info: dict[str, Any] = {"head": launch.node_rank == 0, "address": address, "gcs": ray_launch.head_address(launch),
+    info: RayNode = {"head": launch.node_rank == 0, "address": address, "gcs": ray_launch.head_address(launch),
                             "ports": ports, "temp_dir": str(temp), "object_store_bytes": object_store,
                             "num_cpus": ray_launch.num_cpus(launch), "num_gpus": ray_launch.num_gpus(launch)}
     if launch.node_rank == 0:

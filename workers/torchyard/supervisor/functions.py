@@ -5,7 +5,6 @@ tell the ranks where it is and where their results go, and collect those results
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from torchyard import protocol
 from torchyard.function_results import (
@@ -16,6 +15,7 @@ from torchyard.function_results import (
     first_failure,
 )
 from torchyard.protocol import NodeLaunch
+from torchyard.stream_contract import ResultEvent
 
 from .outputs import upload_file
 
@@ -33,13 +33,13 @@ def function_env(launch: NodeLaunch, run_dir: Path, payload_dir: Path) -> dict[s
     }
 
 
-def collect(launch: NodeLaunch, run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def collect(launch: NodeLaunch, run_dir: Path) -> tuple[list[ResultEvent], list[str]]:
     """Every rank's result of this node, stored under the job's results folder of the store."""
     destination = f"{launch.function['results_url'].rstrip('/')}/attempt-{launch.attempt}"
     return collect_results(results_dir(run_dir), upload_file, destination)
 
 
-def raised(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+def raised(results: list[ResultEvent]) -> ResultEvent | None:
     """The rank of this node whose own function raised first (or whose result could not come back).
     None when every failure here only says a peer went away: that is a failure like a lost node's,
     which recovery may fix."""

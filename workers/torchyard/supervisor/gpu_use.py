@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from torchyard.stream_contract import GpuUse as GpuFigures
+
 
 def node_gpus(env: Mapping[str, str]) -> list[int]:
     """The node's GPUs as the plan gave them: the NVML indices of its CUDA_VISIBLE_DEVICES."""
@@ -37,13 +39,13 @@ class GpuUse:
             self._nvml = pynvml
         return self._nvml
 
-    def sample(self) -> list[dict[str, Any]] | None:
+    def sample(self) -> list[GpuFigures] | None:
         """[{index, utilization_percent, memory_used_mb, memory_total_mb}] of the GPUs NVML could
         read, or None (nothing to put in the event)."""
         nvml = self._library()
         if nvml is None:
             return None
-        found = []
+        found: list[GpuFigures] = []
         for index in self.indices:
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)

@@ -34,7 +34,10 @@ import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Literal, NotRequired, TypedDict, TypeGuard
+
+from torchyard.protocol import AddressInfo
+from torchyard.stream_contract import LinkNetwork, LinkPair, LinkReport
 
 PING = b"p"
 BULK = b"b"
@@ -49,17 +52,52 @@ PREFER_REGISTERED = 1.1
 FLAG_BELOW = 0.5
 
 
+class RosterEntry(TypedDict):
+    """A node in the master's roster (preflight.py): where to probe it, and on which stack it is."""
+
+    probe_port: int
+    addresses: list[AddressInfo]
+    stack: str  # node.network.network_stack(): nodes on one stack have nothing between them
+    hostname: NotRequired[str]
+
+
+# Node rank -> its entry.
+Roster = dict[int, RosterEntry]
+
+
+class PairFigures(TypedDict, total=False):
+    """One probe's figures (latency, bandwidth), or why there are none (`error`)."""
+
+    latency_ms: float
+    bytes: int
+    mb_per_s: float
+    error: str
+
+
+class MeasuredPair(TypedDict):
+    """A pair a node probed on one network (a: itself, b: the peer) with its figures (PairFigures):
+    what it sends the master, which flags it into the report (stream_contract.LinkPair)."""
+
+    network: str
+    a: int
+    b: int
+    latency_ms: NotRequired[float]
+    bytes: NotRequired[int]
+    mb_per_s: NotRequired[float]
+    error: NotRequired[str]
+
+
 def burst_seconds(nnodes: int) -> float:
     """How long each probe streams: short for a small job, longer for a big one, whose all-at-once
     probes share each machine's link between more peers (8 machines: 1 s, within the 10 s asked)."""
     return round(min(1.0, 0.2 + 0.1 * nnodes), 2)
 
 
-def address_on(addresses: list[dict[str, Any]], network: str) -> dict[str, Any] | None:
+def address_on(addresses: list[AddressInfo], network: str) -> AddressInfo | None:
     return next((a for a in addresses if a.get("network") == network), None)
 
 
-def network_of(addresses: list[dict[str, Any]], address: str) -> str:
+def network_of(addresses: list[AddressInfo], address: str) -> str:
     """The network of `addresses` that holds `address` ("" when none does)."""
     try:
         wanted = ipaddress.ip_address(address)
@@ -72,7 +110,7 @@ def network_of(addresses: list[dict[str, Any]], address: str) -> str:
     return ""
 
 
-def shared_networks(roster: dict[int, dict[str, Any]]) -> list[str]:
+def shared_networks(roster: Roster) -> list[str]:
     """The networks on which every node of the roster has an address, in the master's order."""
     if not roster:
         return []
@@ -81,14 +119,14 @@ def shared_networks(roster: dict[int, dict[str, Any]]) -> list[str]:
             if all(address_on(node.get("addresses", []), a["network"]) for node in roster.values())]
 
 
-def together(roster: dict[int, dict[str, Any]], a: int, b: int) -> bool:
+def together(roster: Roster, a: int, b: int) -> bool:
     """Whether nodes `a` and `b` share one network stack (node/network.py network_stack: one
     machine, one namespace): nothing between them to measure."""
     stack = roster[a].get("stack")
     return bool(stack) and stack == roster[b].get("stack")
 
 
-def pairs_apart(roster: dict[int, dict[str, Any]]) -> int:
+def pairs_apart(roster: Roster) -> int:
     """How many pairs of the roster's nodes are on different network stacks (each is measured)."""
     ranks = sorted(roster)
     return sum(not together(roster, a, b) for i, a in enumerate(ranks) for b in ranks[i + 1:])
@@ -169,7 +207,7 @@ class ProbeServer:
 
 
 # --- Probing ----------------------------------------------------------------------------------------
-def probe(local: str, remote: str, port: int, seconds: float) -> dict[str, Any]:
+def probe(local: str, remote: str, port: int, seconds: float) -> PairFigures:
     """One pair on one network, from this node's `local` address: {"latency_ms", "mb_per_s", "bytes"},
     or {"error"} in the kernel's words."""
     try:
@@ -215,7 +253,7 @@ def _burst(sock: socket.socket, seconds: float) -> None:
             break
 
 
-def measure(roster: dict[int, dict[str, Any]], me: int, seconds: float) -> list[dict[str, Any]]:
+def measure(roster: Roster, me: int, seconds: float) -> list[MeasuredPair]:
     """This node's share of the pairs on every shared network, all probed at once."""
     own = roster[me].get("addresses", [])
     tasks = []
@@ -236,7 +274,7 @@ def measure(roster: dict[int, dict[str, Any]], me: int, seconds: float) -> list[
 
 
 # --- The master's choice ----------------------------------------------------------------------------
-def well_formed(figure: Any, rank: int) -> bool:
+def well_formed(figure: object, rank: int) -> TypeGuard[MeasuredPair]:
     """Whether a node's figure is one the master can use: a pair it probed itself, with numbers or an
     error (a node's figures cross the network like any input)."""
     if not isinstance(figure, dict) or figure.get("a") != rank or not isinstance(figure.get("b"), int):
@@ -249,29 +287,29 @@ def well_formed(figure: Any, rank: int) -> bool:
                for k in ("mb_per_s", "latency_ms"))
 
 
-def choose(roster: dict[int, dict[str, Any]], pairs: list[dict[str, Any]], *, master_addr: str,
-           machines: dict[int, str], seconds: float) -> dict[str, Any]:
+def choose(roster: Roster, measured: list[MeasuredPair], *, master_addr: str,
+           machines: dict[int, str], seconds: float) -> LinkReport:
     """The job's link report (stream_contract.LinkReport): every pair's figures, the networks with
     their slowest pair, the pairs flagged below half the median, the chosen network and why."""
     networks = shared_networks(roster)
     master = roster[min(roster)]
     registered = network_of(master.get("addresses", []), master_addr)
-    rates = [p["mb_per_s"] for p in pairs if p.get("mb_per_s") is not None]
+    rates = [rate for p in measured if (rate := p.get("mb_per_s")) is not None]
     median = statistics.median(rates) if rates else None
-    for pair in pairs:
-        pair["flagged"] = bool(median and pair.get("mb_per_s") is not None and pair["mb_per_s"] < FLAG_BELOW * median)
+    pairs: list[LinkPair] = [{**pair, "flagged": bool(median and (rate := pair.get("mb_per_s")) is not None
+                                                      and rate < FLAG_BELOW * median)} for pair in measured]
     expected = pairs_apart(roster)
-    rows = []
+    rows: list[LinkNetwork] = []
     for network in networks:
         mine = [p for p in pairs if p["network"] == network]
-        measured = [p for p in mine if p.get("mb_per_s") is not None]
-        usable = len(measured) == expected and expected > 0
+        rates = [rate for p in mine if (rate := p.get("mb_per_s")) is not None]
+        latencies = [p.get("latency_ms", 0.0) for p in mine if p.get("mb_per_s") is not None]
+        usable = len(rates) == expected and expected > 0
         rows.append({
             "network": network,
-            "interfaces": {str(rank): (address_on(node.get("addresses", []), network) or {}).get("interface", "")
-                           for rank, node in sorted(roster.items())},
-            "slowest_mb_per_s": min(p["mb_per_s"] for p in measured) if measured else None,
-            "latency_ms": statistics.median(p["latency_ms"] for p in measured) if measured else None,
+            "interfaces": {str(rank): _on(node, network, "interface") for rank, node in sorted(roster.items())},
+            "slowest_mb_per_s": min(rates) if rates else None,
+            "latency_ms": statistics.median(latencies) if latencies else None,
             "usable": usable, "registered": network == registered, "chosen": False,
         })
     chosen = _pick([r for r in rows if r["usable"]], registered)
@@ -284,31 +322,36 @@ def choose(roster: dict[int, dict[str, Any]], pairs: list[dict[str, Any]], *, ma
         "pairs": pairs,
         "median_mb_per_s": median,
         "chosen": chosen["network"] if chosen else "",
-        "addresses": ({machines.get(rank, str(rank)): (address_on(node.get("addresses", []), chosen["network"]) or {})
-                       .get("address", "") for rank, node in sorted(roster.items())} if chosen else {}),
-        "master_address": ((address_on(master.get("addresses", []), chosen["network"]) or {}).get("address", "")
-                           if chosen else ""),
+        "addresses": ({machines.get(rank, str(rank)): _on(node, chosen["network"], "address")
+                       for rank, node in sorted(roster.items())} if chosen else {}),
+        "master_address": _on(master, chosen["network"], "address") if chosen else "",
         "summary": summarize(rows, pairs, machines, median, chosen),
     }
 
 
-def _pick(usable: list[dict[str, Any]], registered: str) -> dict[str, Any] | None:
+def _on(node: RosterEntry, network: str, field: Literal["interface", "address"]) -> str:
+    """The node's interface or address on `network` ("" when it has none there)."""
+    found = address_on(node.get("addresses", []), network)
+    return found.get(field, "") if found is not None else ""
+
+
+def _pick(usable: list[LinkNetwork], registered: str) -> LinkNetwork | None:
     if not usable:
         return None
-    best = max(usable, key=lambda r: r["slowest_mb_per_s"])
+    best = max(usable, key=lambda r: r["slowest_mb_per_s"] or 0.0)
     home = next((r for r in usable if r["network"] == registered), None)
-    if home is not None and best["slowest_mb_per_s"] <= PREFER_REGISTERED * home["slowest_mb_per_s"]:
+    if home is not None and (best["slowest_mb_per_s"] or 0.0) <= PREFER_REGISTERED * (home["slowest_mb_per_s"] or 0.0):
         return home
     return best
 
 
-def _between(pair: dict[str, Any], machines: dict[int, str]) -> str:
+def _between(pair: LinkPair, machines: dict[int, str]) -> str:
     a, b = (machines.get(pair[end]) or f"node {pair[end]}" for end in ("a", "b"))
     return f"{a} and {b}"
 
 
-def summarize(rows: list[dict[str, Any]], pairs: list[dict[str, Any]], machines: dict[int, str],
-              median: float | None, chosen: dict[str, Any] | None) -> str:
+def summarize(rows: list[LinkNetwork], pairs: list[LinkPair], machines: dict[int, str],
+              median: float | None, chosen: LinkNetwork | None) -> str:
     """The report in one paragraph, for the preflight's log line and the job page."""
     parts = []
     for row in rows:

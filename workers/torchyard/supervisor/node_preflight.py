@@ -10,17 +10,17 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from torchyard import protocol
 from torchyard.node.network import local_addresses, network_stack
 from torchyard.node.versions import training_versions
 from torchyard.protocol import NodeLaunch
+from torchyard.stream_contract import PreflightEvent, PreflightPeer
 
 from . import links as link_probes
 from .argv import LAUNCHER_NONE
 from .output_pump import OutputPump
-from .preflight import LinkProbe, MasterListener, PreflightError, Versions, reach_master
+from .preflight import Hello, LinkProbe, MasterListener, PreflightError, Reached, Versions, reach_master
 from .volumes import remove_probes, write_probes
 
 
@@ -56,6 +56,8 @@ def run_preflight(launch: NodeLaunch, pump: OutputPump, *, python: str, interfac
         return Agreement(all_warm=warm)
     publisher = pump.publisher
     probe, server = _probe(launch)
+    reached: Reached | None = None  # a node's; the master's has heard every node instead
+    heard: dict[str, PreflightPeer] = {}
     try:
         versions = known or training_versions(python)
         if listener is not None:
@@ -64,11 +66,13 @@ def run_preflight(launch: NodeLaunch, pump: OutputPump, *, python: str, interfac
                                    versions=versions, tick=tick, volumes=launch.volumes, warm=warm,
                                    links=probe, master_addr=launch.master_addr, machines=machines)
             all_warm = warm and all(hello.get("warm") is True for hello in peers.values())
-            result: dict[str, Any] = {"role": "master", "peers": {
-                str(rank): {k: hello.get(k) for k in ("hostname", "address", "interface")}
-                for rank, hello in sorted(peers.items())}}
+            heard = {
+                # No hello names its node's address: `address` has always been null here.
+                str(rank): {"hostname": hello.get("hostname"), "address": None,
+                            "interface": hello.get("interface")}
+                for rank, hello in sorted(peers.items())}
         else:
-            hello = {"job": launch.job_id, "attempt": launch.attempt, "node_rank": launch.node_rank,
+            hello: Hello = {"job": launch.job_id, "attempt": launch.attempt, "node_rank": launch.node_rank,
                      "hostname": socket.gethostname(), "interface": interface,
                      "python": versions.python, "torch": versions.torch, "warm": warm}
             # ReadWriteMany volumes: files the master must find in its own path of each (volumes.py).
@@ -80,27 +84,34 @@ def run_preflight(launch: NodeLaunch, pump: OutputPump, *, python: str, interfac
                 reached = reach_master(launch.master_addr, launch.master_port, hello, tick, links=probe)
             finally:
                 remove_probes(probes)
-            result = {"role": "node", **reached.to_dict()}
             all_warm = warm and reached.warm
     except PreflightError as exc:
-        publisher.emit(protocol.PREFLIGHT, ok=False, error=str(exc), interface=interface, hostname=socket.gethostname())
+        publisher.emit({"type": protocol.PREFLIGHT, "ok": False, "error": str(exc), "interface": interface,
+                        "hostname": socket.gethostname()})
         raise PreflightError(f"preflight: {exc}") from exc
     finally:
         if server is not None:
             server.close()
     report = probe.report if probe is not None else None
-    if report is not None and result["role"] == "master":
-        result["links"] = report  # the job's link matrix: the controller keeps it on the job
     seconds = time.monotonic() - since
-    publisher.emit(protocol.PREFLIGHT, ok=True, interface=interface, hostname=socket.gethostname(),
-                   python=versions.python, torch=versions.torch, seconds=round(seconds, 2), **result)
+    passed: PreflightEvent = {"type": protocol.PREFLIGHT, "ok": True, "interface": interface,
+                              "hostname": socket.gethostname(), "python": versions.python, "torch": versions.torch,
+                              "seconds": round(seconds, 2)}
+    if reached is None:
+        passed["role"], passed["peers"] = "master", heard
+        if report is not None:
+            passed["links"] = report  # the job's link matrix: the controller keeps it on the job
+    else:
+        passed["role"], passed["master"], passed["local_address"] = "node", reached.master, reached.local_address
+        passed["connect_ms"], passed["waited_s"], passed["warm"] = reached.connect_ms, reached.waited_s, reached.warm
+    publisher.emit(passed)
     where = f" through {interface}" if interface else ""
     pump.supervisor_line(
         f"preflight passed in {seconds:.2f} s: master {launch.master_addr}:{launch.master_port}{where}, "
         f"{versions.describe()} on every node"
-        if result["role"] == "master" else
-        f"preflight passed: reached the master {result['master']} from {result['local_address']}{where} "
-        f"in {result['connect_ms']:.1f} ms, {versions.describe()} like the master")
+        if reached is None else
+        f"preflight passed: reached the master {reached.master} from {reached.local_address}{where} "
+        f"in {reached.connect_ms:.1f} ms, {versions.describe()} like the master")
     if probe is not None and probe.one_stack:
         pump.supervisor_line("links: every node of the job shares this machine's network stack, so its traffic "
                              "never leaves the machine: nothing measured, nothing pinned")

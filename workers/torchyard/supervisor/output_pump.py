@@ -12,9 +12,10 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from torchyard import protocol
+from torchyard.stream_contract import CheckpointEvent, LogEvent, LogLine, MetricEvent
 
 from .event_socket import EventSocket
 from .publisher import EventPublisher
@@ -65,7 +66,7 @@ class OutputPump:
         self._socket: EventSocket | None = None
         self.last_line: dict[int, str] = {}  # global rank -> its newest log line
         self.heard_at: dict[int, float] = {}  # global rank -> when it last printed or reported (monotonic)
-        self.recent: dict[str, deque[dict[str, Any]]] = {
+        self.recent: dict[str, deque[LogLine]] = {
             kind: deque(maxlen=keep) for kind in ("prepare", "stderr", "stdout", "torchrun")}
 
     def attach(self, *, tailer: RankLogTailer, socket: EventSocket, torchrun_tail: FileTail | None,
@@ -76,12 +77,12 @@ class OutputPump:
     def supervisor_line(self, line: str) -> None:
         line = self.mask(line)
         log.info(line)
-        self.publisher.emit(protocol.LOG, stream="stderr", line=line, source="supervisor")
+        self.publisher.emit({"type": protocol.LOG, "stream": "stderr", "line": line, "source": "supervisor"})
 
     def prepare_line(self, line: str, source: str = "prepare") -> None:
         line = self.mask(line)
         self.recent["prepare"].append({"rank": None, "stream": "stdout", "line": line})
-        self.publisher.emit(protocol.LOG, stream="stdout", line=line, source=source)
+        self.publisher.emit({"type": protocol.LOG, "stream": "stdout", "line": line, "source": source})
 
     # --- the processes' ----------------------------------------------------------------------------
     def drain(self, final: bool = False) -> None:
@@ -93,16 +94,16 @@ class OutputPump:
                 self.recent[item.stream].append({"rank": rank, "stream": item.stream, "line": line})
                 self.last_line[rank] = line
                 self.heard_at[rank] = time.monotonic()
-                self.publisher.emit(protocol.LOG, rank=rank, stream=item.stream, line=line,
-                                    local_rank=item.local_rank, source="worker")
+                self.publisher.emit({"type": protocol.LOG, "stream": item.stream, "line": line,
+                                     "local_rank": item.local_rank, "source": "worker"}, rank=rank)
         if self._torchrun_tail is not None:
             for line in map(self.mask, self._torchrun_tail.read_lines(final=final)):
                 self.recent["torchrun"].append({"rank": None, "stream": "stderr", "line": line})
                 self._on_torchrun_line(line)
-                self.publisher.emit(protocol.LOG, stream="stderr", line=line, source="torchrun")
+                self.publisher.emit({"type": protocol.LOG, "stream": "stderr", "line": line, "source": "torchrun"})
         if self._ray_logs is not None:
             for line in map(self.mask, self._ray_logs.poll(final=final)):
-                self.publisher.emit(protocol.LOG, stream="stderr", line=line, source="ray")
+                self.publisher.emit({"type": protocol.LOG, "stream": "stderr", "line": line, "source": "ray"})
         if self._socket is not None:
             for event in self._socket.receive():
                 self._sdk_event(event)
@@ -126,7 +127,9 @@ class OutputPump:
         if event_type == protocol.METRIC and rank is not None and isinstance(step, int) and not isinstance(step, bool):
             total = event.get("total_steps")
             self._on_step(rank, step, total if isinstance(total, int) and not isinstance(total, bool) else None)
-        self.publisher.emit(event_type, rank=rank, ts=ts if _number(ts) else None, **event)
+        # Our SDK's events (sdk/events.py), of the types it may send: forwarded as they came.
+        sdk_event = cast("MetricEvent | CheckpointEvent | LogEvent", {"type": event_type, **event})
+        self.publisher.emit(sdk_event, rank=rank, ts=ts if _number(ts) else None)
 
     def drain_to_the_end(self, *, heartbeat: Callable[[], None], heartbeat_interval: float, give_up_after: float,
                          poll_interval: float) -> None:
@@ -153,7 +156,7 @@ class OutputPump:
             if self.publisher.room == 0:
                 time.sleep(poll_interval)
 
-    def last_lines(self, *, started: bool) -> list[dict[str, Any]]:
+    def last_lines(self, *, started: bool) -> list[LogLine]:
         """The newest lines that explain a failure: the preparation's when nothing was started, else
         the workers' stderr, else their stdout, else torchrun's."""
         for stream in ("stderr", "stdout", "torchrun") if started else ("prepare",):

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlparse
 
 from torchyard.bundles import sha256_file
 from torchyard.storage import s3_client
+from torchyard.stream_contract import ArtifactFile
 
 
 def upload_file(source: Path, uri: str) -> None:
@@ -29,11 +29,12 @@ def upload_file(source: Path, uri: str) -> None:
     os.replace(tmp, target)
 
 
-def collect_outputs(output_dir: Path, destination: str) -> tuple[list[dict[str, Any]], list[str]]:
+def collect_outputs(output_dir: Path, destination: str) -> tuple[list[ArtifactFile], list[str]]:
     """Upload every regular file under output_dir below `destination` (a file:// or s3:// URL).
 
     Returns ([{"path", "size", "sha256", "uri"}], ["path: why it failed"])."""
-    collected, failures = [], []
+    collected: list[ArtifactFile] = []
+    failures: list[str] = []
     for root, dirs, files in os.walk(output_dir, followlinks=False):
         dirs.sort()
         for name in sorted(files):

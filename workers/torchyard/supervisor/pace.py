@@ -22,9 +22,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
+
+from torchyard.stream_contract import OtherProcess, PaceEvent, PaceHost, RankPace
 
 from .stall import TIMED_SLEEP
 
@@ -147,15 +148,15 @@ class PaceWatch:
         """The window has lasted window_s: `report` it."""
         return self._started is not None and now - self._started >= self.window_s
 
-    def report(self, pids: dict[int, int], now: float, own_pids: set[int]) -> dict[str, Any] | None:
-        """The window's `pace` payload (a new window begins); None when no rank reported two steps.
+    def report(self, pids: dict[int, int], now: float, own_pids: set[int]) -> PaceEvent | None:
+        """The window's `pace` event (a new window begins); None when no rank reported two steps.
         `own_pids`: the job's processes on this node, never named as another process."""
         if self._started is None:
             return None
         elapsed = now - self._started
         # Read once: the end of this window and the start of the next.
         counters = {pid: _counters(pid) for pid in pids.values()}
-        ranks: dict[str, dict[str, Any]] = {}
+        ranks: dict[str, RankPace] = {}
         waited_for_cpu = False
         for rank, pid in sorted(pids.items()):
             figures = self._rank_figures(self._ranks.get(rank), counters[pid], elapsed)
@@ -163,17 +164,17 @@ class PaceWatch:
                 ranks[str(rank)] = figures
                 waited_for_cpu |= figures.get("cpu_wait", 0.0) >= CPU_WAIT_WORTH_NAMING
         steal_now = cpu_steal_s()
-        host: dict[str, Any] = {"cpus": os.cpu_count() or 1}
+        host: PaceHost = {"cpus": os.cpu_count() or 1}
         if steal_now is not None and self._steal is not None:
             host["steal"] = round((steal_now - self._steal) / elapsed / (os.cpu_count() or 1), 3)
         others = self._other_processes(own_pids, elapsed)
         if waited_for_cpu and others:
             host["others"] = others
         self._begin(now, counters, pids, steal_now)
-        return {"window_s": round(elapsed, 1), "ranks": ranks, "host": host} if ranks else None
+        return {"type": "pace", "window_s": round(elapsed, 1), "ranks": ranks, "host": host} if ranks else None
 
     def _rank_figures(self, window: _RankWindow | None, counters: tuple[float | None, int | None],
-                      elapsed: float) -> dict[str, Any] | None:
+                      elapsed: float) -> RankPace | None:
         """None for a rank that reported fewer than two steps in the window (no step time)."""
         if window is None or window.first is None or window.last is None or window.last[0] <= window.first[0]:
             return None
@@ -184,7 +185,7 @@ class PaceWatch:
             return None
         waiting = window.samples.get("S", 0)
         own_share = 1.0 - waiting / count
-        figures: dict[str, Any] = {"step_s": round(step_s, 4), "own_share": round(own_share, 3),
+        figures: RankPace = {"step_s": round(step_s, 4), "own_share": round(own_share, 3),
                                    "own_step_s": round(step_s * own_share, 4), "steps": steps,
                                    "stopped": round((window.samples.get("T", 0) + window.samples.get("t", 0)) / count, 3)}
         delay, throttled = counters
@@ -203,7 +204,7 @@ class PaceWatch:
                                          throttled=counters[pid][1], counted=True)
                        for rank, pid in pids.items()}
 
-    def _other_processes(self, own_pids: set[int], elapsed: float) -> list[dict[str, Any]]:
+    def _other_processes(self, own_pids: set[int], elapsed: float) -> list[OtherProcess]:
         """The processes outside the job that used the most CPU since the last window (their share
         of one CPU), busiest first; the first window only takes the baseline."""
         seen: dict[int, float] = {}

@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 from urllib.parse import urlparse
 
 from torchyard import protocol
@@ -40,7 +40,7 @@ class PreemptionWatch:
         parsed = urlparse(checkpoint_url or "")
         self.local_store = Path(parsed.path) if parsed.scheme == "file" and parsed.path else None
         self.seen_at: float | None = None
-        self.request: dict[str, Any] = {}
+        self.request: protocol.PreemptRequest = {}
         self.stopped_for_grace = False
         self._waiting_for_commit = False
         self._next_look = 0.0
@@ -66,7 +66,8 @@ class PreemptionWatch:
             self.seen_at = now
             try:
                 loaded = json.loads(self.request_file.read_text())
-                self.request = loaded if isinstance(loaded, dict) else {}
+                # As the agent wrote it (node/preemption.py): each field is read defensively.
+                self.request = cast("protocol.PreemptRequest", loaded) if isinstance(loaded, dict) else {}
             except (OSError, ValueError):
                 self.request = {}
             why = self.request.get("reason") or "a job of higher priority needs this node's GPUs"
@@ -98,7 +99,7 @@ class PreemptionWatch:
                 return False
         return False
 
-    def yielded(self) -> dict[str, Any] | None:
+    def yielded(self) -> protocol.Yielded | None:
         """What the ranks that yielded wrote ({"rank", "step", "ts"} of the last one), None when none did."""
         path = self.run_dir / protocol.YIELDED_FILE
         try:
@@ -111,5 +112,5 @@ class PreemptionWatch:
             except ValueError:
                 continue
             if isinstance(value, dict):
-                return value
+                return cast("protocol.Yielded", value)  # as the rank wrote it (sdk.yield_for_preemption)
         return {} if lines else None

@@ -27,13 +27,16 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypedDict, cast
 
 from torchyard.node.versions import PreflightError, Versions
+from torchyard.protocol import AddressInfo
+from torchyard.stream_contract import LinkReport
 
 from . import links as link_probes
-from .volumes import unshared
+from .links import MeasuredPair, Roster
+from .volumes import VolumeProbe, unshared
 
 PROTOCOL = "torchyard-preflight/1"
 # No route, host unreachable, timed out: the master's address cannot be reached from here.
@@ -48,6 +51,40 @@ MAX_REPORT_BYTES = 8 << 20
 # How long the master waits for a node's link figures beyond the burst itself: it then chooses with
 # what it has (the missing pairs make their networks unusable, never the preflight fail).
 FIGURES_GRACE_S = 10.0
+
+class Hello(TypedDict, total=False):
+    """A node's first line to the master: who it is, its versions and volumes' probes, and (links
+    measured) where to probe it. Read by the master as any peer's line: each field is checked."""
+
+    protocol: str
+    job: int
+    attempt: int
+    node_rank: int
+    hostname: str
+    interface: str
+    python: str
+    torch: str
+    warm: bool
+    machine: str
+    volumes: list[VolumeProbe]
+    probe_port: int
+    addresses: list[AddressInfo]
+    stack: str
+
+
+class Reply(TypedDict, total=False):
+    """A line the master sends a node: its answer (ok, or an error, `permanent` when a relaunch would
+    meet it again; whether the job starts warm; the roster when the links are measured), then the
+    link report (`links`). A node sends its figures back (`figures`)."""
+
+    ok: bool
+    error: str
+    permanent: bool
+    warm: bool
+    roster: dict[str, link_probes.RosterEntry]
+    links: LinkReport
+    figures: list[MeasuredPair]
+
 
 def release(version: str) -> str:
     """A version without its local build tag: 2.13.0+cu128 and 2.13.0+cpu are one release."""
@@ -78,13 +115,13 @@ class LinkProbe:
     burst's length; `report` is the master's once the exchange is over (None: nothing was measured)."""
 
     port: int
-    addresses: list[dict[str, Any]]
+    addresses: list[AddressInfo]
     seconds: float
     stack: str = ""  # node.network.network_stack(): nodes on one stack have no link between them
-    report: dict[str, Any] | None = None
+    report: LinkReport | None = None
     one_stack: bool = False  # the master's word: every node shares one stack, nothing was measured
 
-    def hello(self) -> dict[str, Any]:
+    def hello(self) -> Hello:
         return {"probe_port": self.port, "addresses": self.addresses, "stack": self.stack}
 
 
@@ -97,21 +134,18 @@ class Reached:
     connect_ms: float
     waited_s: float
     warm: bool = False  # the master's word: every node of the job starts warm
-    links: dict[str, Any] | None = field(default=None, repr=False)  # the master's link report
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k != "links"}
+    links: LinkReport | None = field(default=None, repr=False)  # the master's link report
 
 
 # `tick(phase)` is the supervisor's: heartbeats, stop checks (it raises to abort), status updates.
 Tick = Callable[[str], None]
 
 
-def _reply(sock: socket.socket, **answer: Any) -> None:
+def _reply(sock: socket.socket, answer: Reply) -> None:
     _send(sock, _line(answer))
 
 
-def _line(answer: dict[str, Any]) -> bytes:
+def _line(answer: Reply | Hello) -> bytes:
     return (json.dumps(answer) + "\n").encode()
 
 
@@ -122,7 +156,7 @@ def _send(sock: socket.socket, line: bytes) -> None:
         sock.sendall(line)
 
 
-def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
+def reach_master(address: str, port: int, hello: Hello, tick: Tick,
                  *, unreachable_after: float = UNREACHABLE_AFTER_S,
                  nothing_listens_after: float = NOTHING_LISTENS_AFTER_S, links: LinkProbe | None = None) -> Reached:
     """Connect to the master's preflight listener, introduce this node, wait for its answer (and,
@@ -152,7 +186,8 @@ def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
     local_address = sock.getsockname()[0]
     report = None
     try:
-        sock.sendall((json.dumps({"protocol": PROTOCOL, **hello, **(links.hello() if links else {})}) + "\n").encode())
+        introduced: Hello = {"protocol": PROTOCOL, **hello, **(links.hello() if links else {})}
+        sock.sendall(_line(introduced))
         sock.setblocking(False)
         answer = _read_line(sock, tick, "waiting for the master to be ready")
         if answer is not None and answer.get("ok") and isinstance(answer.get("roster"), dict) and links is not None:
@@ -175,40 +210,41 @@ def reach_master(address: str, port: int, hello: dict[str, Any], tick: Tick,
                    waited_s=round(time.monotonic() - started, 2), warm=answer.get("warm") is True, links=report)
 
 
-def _exchange_figures(sock: socket.socket, answer: dict[str, Any], hello: dict[str, Any], links: LinkProbe,
-                      tick: Tick) -> dict[str, Any] | None:
+def _exchange_figures(sock: socket.socket, answer: Reply, hello: Hello, links: LinkProbe,
+                      tick: Tick) -> LinkReport | None:
     """A node's side of the link measurement: probe its share of the pairs, send the figures, read
     the master's report (None when the master sent none)."""
-    roster = {int(rank): node for rank, node in answer["roster"].items()}
-    figures = _ticking(lambda: link_probes.measure(roster, int(hello["node_rank"]), links.seconds), tick,
+    roster: Roster = {int(rank): node for rank, node in answer.get("roster", {}).items()}
+    figures = _ticking(lambda: link_probes.measure(roster, int(hello.get("node_rank", 0)), links.seconds), tick,
                        "measuring the links to the other nodes")
     sock.setblocking(True)
     sock.settimeout(5.0)
-    sock.sendall((json.dumps({"figures": figures}) + "\n").encode())
+    sock.sendall(_line({"figures": figures}))
     sock.setblocking(False)
     final = _read_line(sock, tick, "waiting for the master's link report", limit=MAX_REPORT_BYTES)
-    report = (final or {}).get("links")
+    report = final.get("links") if final is not None else None
     return report if isinstance(report, dict) else None
 
 
-def _ticking(work: Callable[[], Any], tick: Tick, phase: str) -> Any:
+def _ticking(work: Callable[[], list[MeasuredPair]], tick: Tick, phase: str) -> list[MeasuredPair]:
     """`work()` in a thread while this one keeps ticking (heartbeats, stop checks)."""
-    outcome: dict[str, Any] = {}
+    value: list[list[MeasuredPair]] = []
+    error: list[BaseException] = []
 
     def run() -> None:
         try:
-            outcome["value"] = work()
+            value.append(work())
         except BaseException as exc:  # handed to the caller's thread
-            outcome["error"] = exc
+            error.append(exc)
 
     worker = threading.Thread(target=run, name="preflight-links", daemon=True)
     worker.start()
     while worker.is_alive():
         tick(phase)
         worker.join(timeout=0.1)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
+    if error:
+        raise error[0]
+    return value[0] if value else []
 
 
 def _connect(address: str, port: int, *, deadline: float, tick: Tick) -> socket.socket:
@@ -235,8 +271,9 @@ def _connect(address: str, port: int, *, deadline: float, tick: Tick) -> socket.
     return sock
 
 
-def _read_line(sock: socket.socket, tick: Tick, phase: str, *, limit: int = MAX_LINE_BYTES) -> dict[str, Any] | None:
-    """One JSON line from a non-blocking socket, ticking meanwhile; None when the peer closed first."""
+def _read_line(sock: socket.socket, tick: Tick, phase: str, *, limit: int = MAX_LINE_BYTES) -> Reply | None:
+    """The master's next line, ticking meanwhile; None when it closed first (or sent no JSON object).
+    What it holds crosses the network: each field is checked where it is read."""
     buffer = b""
     with selectors.DefaultSelector() as selector:
         selector.register(sock, selectors.EVENT_READ)
@@ -255,7 +292,8 @@ def _read_line(sock: socket.socket, tick: Tick, phase: str, *, limit: int = MAX_
         data = json.loads(line)
     except ValueError:
         return None
-    return data if isinstance(data, dict) else None
+    # The master's line, as it sent it: each field is checked where it is read.
+    return cast("Reply", data) if isinstance(data, dict) else None
 
 
 class MasterListener:
@@ -281,7 +319,7 @@ class MasterListener:
     def serve(self, *, job_id: int, attempt: int, peers: set[int], versions: Versions,
               tick: Tick, volumes: list[dict[str, Any]] | None = None,
               machine: str = "", warm: bool = False, links: LinkProbe | None = None,
-              master_addr: str = "", machines: dict[int, str] | None = None) -> dict[int, dict[str, Any]]:
+              master_addr: str = "", machines: dict[int, str] | None = None) -> dict[int, Hello]:
         """Answer peers once every node rank in `peers` has checked in; returns their hellos.
 
         A peer of another job or attempt is told so at once and ignored (it is not one of ours). A
@@ -293,7 +331,7 @@ class MasterListener:
         offering a probe port), the answer carries the roster, every node measures its share of the
         pairs, and the master answers again with its report (`links.report`; links.py)."""
         waiting = set(peers)
-        seen: dict[int, dict[str, Any]] = {}
+        seen: dict[int, Hello] = {}
         pending: dict[int, socket.socket] = {}
         buffers: dict[socket.socket, bytes] = {}
         with selectors.DefaultSelector() as selector:
@@ -319,7 +357,7 @@ class MasterListener:
                         selector.unregister(sock)
                         buffers.pop(sock, None)
                         if rank is None or (rank not in waiting and rank not in pending):
-                            _reply(sock, ok=rank is not None, error="not a node this master waits for")
+                            _reply(sock, {"ok": rank is not None, "error": "not a node this master waits for"})
                             sock.close()
                             continue
                         if rank in pending:
@@ -347,7 +385,8 @@ class MasterListener:
                         _send(sock, go)
             except PreflightError as exc:
                 for sock in pending.values():
-                    _reply(sock, ok=False, error=f"the master's preflight failed: {exc}", permanent=exc.permanent)
+                    _reply(sock, {"ok": False, "error": f"the master's preflight failed: {exc}",
+                                  "permanent": exc.permanent})
                 raise
             finally:
                 for conn in [*buffers, *pending.values()]:
@@ -356,7 +395,7 @@ class MasterListener:
 
     @staticmethod
     def _read_hello(sock: socket.socket, buffers: dict[socket.socket, bytes],
-                    selector: selectors.BaseSelector) -> dict[str, Any] | None:
+                    selector: selectors.BaseSelector) -> Hello | None:
         try:
             chunk = sock.recv(MAX_LINE_BYTES)
         except (BlockingIOError, InterruptedError):
@@ -376,56 +415,57 @@ class MasterListener:
             hello = json.loads(data.split(b"\n", 1)[0])
         except ValueError:
             hello = None
-        return hello if isinstance(hello, dict) else {}
+        # A peer's line, as it sent it: _answer checks each field it reads.
+        return cast("Hello", hello) if isinstance(hello, dict) else {}
 
     @staticmethod
-    def _answer(sock: socket.socket, hello: dict[str, Any], *, job_id: int, attempt: int,
+    def _answer(sock: socket.socket, hello: Hello, *, job_id: int, attempt: int,
                 versions: Versions, volumes: list[dict[str, Any]] | None = None, machine: str = "") -> int | None:
         """Reply to one hello; the node rank it accounts for, or None. Raises on a version mismatch."""
-        def reply(**answer: Any) -> None:
-            _reply(sock, **answer)
 
         if hello.get("protocol") != PROTOCOL or hello.get("job") != job_id or hello.get("attempt") != attempt:
-            reply(ok=False, error=f"this master port serves job {job_id} attempt {attempt}, not "
-                                  f"job {hello.get('job')} attempt {hello.get('attempt')}")
+            _reply(sock, {"ok": False, "error": f"this master port serves job {job_id} attempt {attempt}, not "
+                                                f"job {hello.get('job')} attempt {hello.get('attempt')}"})
             return None
         rank = hello.get("node_rank")
         theirs = Versions(python=str(hello.get("python") or "?"), torch=str(hello.get("torch") or ""))
         problem = disagreement(versions, theirs)
         if problem:
             who = f"node {rank} ({hello.get('hostname') or 'unknown host'})"
-            reply(ok=False, error=f"versions disagree: {problem}", permanent=True)
+            _reply(sock, {"ok": False, "error": f"versions disagree: {problem}", "permanent": True})
             raise PreflightError(f"versions disagree: this node (the master) has {versions.describe()}, "
                                  f"{who} has {theirs.describe()}", permanent=True)
         problem = unshared(volumes or [], hello, machine=machine)
         if problem:
-            reply(ok=False, error=problem, permanent=True)
+            _reply(sock, {"ok": False, "error": problem, "permanent": True})
             raise PreflightError(problem, permanent=True)
         return rank if isinstance(rank, int) else None  # answered with the others (serve)
 
 
-def _roster(links: LinkProbe, seen: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]] | None:
+def _roster(links: LinkProbe, seen: dict[int, Hello]) -> Roster | None:
     """Every node's probe port, addresses and network stack, the master's first; None when a node
     sent no probe port (nothing is measured then)."""
-    if not all(isinstance(hello.get("probe_port"), int) for hello in seen.values()):
+    ports = {rank: port for rank, hello in seen.items() if isinstance(port := hello.get("probe_port"), int)}
+    if len(ports) < len(seen):
         return None
-    return {0: {**links.hello(), "hostname": socket.gethostname()},
-            **{rank: {"probe_port": hello["probe_port"], "addresses": list(hello.get("addresses") or []),
+    return {0: {"probe_port": links.port, "addresses": links.addresses, "stack": links.stack,
+                "hostname": socket.gethostname()},
+            **{rank: {"probe_port": ports[rank], "addresses": list(hello.get("addresses") or []),
                       "stack": str(hello.get("stack") or ""), "hostname": hello.get("hostname", "")}
                for rank, hello in seen.items()}}
 
 
-def _gather_links(pending: dict[int, socket.socket], roster: dict[int, dict[str, Any]], links: LinkProbe,
-                  tick: Tick, *, master_addr: str, machines: dict[int, str]) -> dict[str, Any]:
+def _gather_links(pending: dict[int, socket.socket], roster: Roster, links: LinkProbe,
+                  tick: Tick, *, master_addr: str, machines: dict[int, str]) -> LinkReport:
     """The master's side of the link measurement: its own share of the pairs, measured while every
     node's figures arrive, then the report (links.choose). A node that sends nothing in time leaves
     its pairs unmeasured, which only keeps their networks from being chosen."""
     started = time.monotonic()
-    own: dict[str, Any] = {}
-    worker = threading.Thread(target=lambda: own.setdefault("figures", link_probes.measure(roster, 0, links.seconds)),
+    own: list[MeasuredPair] = []
+    worker = threading.Thread(target=lambda: own.extend(link_probes.measure(roster, 0, links.seconds)),
                               name="preflight-links", daemon=True)
     worker.start()
-    figures: list[dict[str, Any]] = []
+    figures: list[MeasuredPair] = []
     waiting = dict(pending)
     buffers = {sock: b"" for sock in waiting.values()}
     deadline = started + links.seconds + FIGURES_GRACE_S
@@ -455,6 +495,6 @@ def _gather_links(pending: dict[int, socket.socket], roster: dict[int, dict[str,
     while worker.is_alive():
         tick("measuring the links between the nodes")
         worker.join(timeout=0.1)
-    figures += own.get("figures", [])
+    figures += own
     return link_probes.choose(roster, figures, master_addr=master_addr, machines=machines,
                               seconds=time.monotonic() - started)

@@ -1,6 +1,6 @@
 """Publish events of one node to its machine's Redis event stream, batched, buffered while Redis is away.
 
-Every event gets the envelope `{"type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts"}`;
+Every event gets the envelope (stream_contract.EventEnvelope) of its node;
 `seq` counts from 1 per supervisor run and is never reused, so the controller's ingest (idempotent by
 (node, seq)) can drop the duplicates a retried pipeline may produce. A flush packs its events into
 few stream entries (protocol.pack_events).
@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections import Counter, deque
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
@@ -27,10 +27,12 @@ from redis.retry import Retry
 
 from torchyard import protocol
 from torchyard.protocol import NodeLaunch
+from torchyard.stream_contract import STORED_APART, JobEvent
 
 log = logging.getLogger(__name__)
 
-ENVELOPE_KEYS = ("type", "job", "attempt", "node", "node_rank", "rank", "seq", "ts")
+# What a node publishes: the stream contract's events, and its heartbeats.
+NodeEvent = JobEvent | protocol.NodeHeartbeat
 DEFAULT_MAX_BUFFER = 50_000
 # The supervisor reads rank output only while fewer events than this wait here (`room`): far enough
 # below DEFAULT_MAX_BUFFER that log lines are never shed for a flood, only for a Redis away too long.
@@ -99,10 +101,10 @@ class EventPublisher:
         self.published = 0
         self.dropped: Counter[str] = Counter()
         self.last_error: str | None = None
-        self._buffer: deque[dict[str, Any]] = deque()
+        self._buffer: deque[NodeEvent] = deque()
         # Only the newest heartbeat is worth sending; it goes to the liveness stream ahead of the
         # buffer, so a flood of log lines never delays it.
-        self._beat: dict[str, Any] | None = None
+        self._beat: NodeEvent | None = None
         self._seq = 0
         self._failures = 0
         self._retry_at = 0.0
@@ -122,16 +124,15 @@ class EventPublisher:
         """How many more events a reader of rank output should hand over now (flow control)."""
         return max(0, self.read_ahead - len(self._buffer))
 
-    def emit(
-        self, event_type: str, *, rank: int | None = None, ts: float | None = None, **payload: Any
-    ) -> dict:
-        """Queue one event; payload keys that collide with the envelope are ignored. A heartbeat
-        replaces the one not yet sent and takes no `seq`: persisted events stay numbered without gaps."""
-        beat = event_type == protocol.HEARTBEAT
+    def emit(self, event: NodeEvent, *, rank: int | None = None, ts: float | None = None) -> NodeEvent:
+        """Queue one event (one of the stream contract's, or a heartbeat) under this node's envelope,
+        which replaces whatever envelope it carries. A heartbeat replaces the one not yet sent and
+        takes no `seq`: persisted events stay numbered without gaps."""
+        beat = event["type"] == protocol.HEARTBEAT
         if not beat:
             self._seq += 1
-        event: dict[str, Any] = {
-            "type": event_type,
+        stamped: dict[str, object] = {
+            "type": event["type"],
             "job": self.launch.job_id,
             "attempt": self.launch.attempt,
             "node": self.launch.node_id,
@@ -140,23 +141,22 @@ class EventPublisher:
             "seq": None if beat else self._seq,
             "ts": time.time() if ts is None else ts,
         }
-        for key, value in payload.items():
-            if key not in ENVELOPE_KEYS:
-                event[key] = value
+        stamped.update((key, value) for key, value in event.items() if key not in STORED_APART)
+        queued = cast("NodeEvent", stamped)  # the event given, its envelope this node's
         if beat:
-            self._beat = event
-            return event
-        self._buffer.append(event)
+            self._beat = queued
+            return queued
+        self._buffer.append(queued)
         if len(self._buffer) > self.max_buffer:
             self._shed()
-        return event
+        return queued
 
     def _shed(self) -> None:
         excess = len(self._buffer) - int(self.max_buffer * SHED_TO)
         for droppable in _SHED_ORDER:
             if excess <= 0:
                 return
-            kept: deque[dict[str, Any]] = deque()
+            kept: deque[NodeEvent] = deque()
             for event in self._buffer:  # oldest first
                 if excess > 0 and event["type"] in droppable:
                     excess -= 1
@@ -207,7 +207,7 @@ class EventPublisher:
                 self.held_count += 1
         return not self._buffer
 
-    def _send(self, batch: list[dict[str, Any]]) -> int:
+    def _send(self, batch: list[NodeEvent]) -> int:
         """XADD the batch, packed, in one round trip (with XLEN while ingest reads the stream);
         the stream's backlog after it, 0 when not measured."""
         measure = self._flow_control()

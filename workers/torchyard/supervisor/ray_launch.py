@@ -16,10 +16,9 @@ import shutil
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from torchyard.node.environments import lacks_module
-from torchyard.protocol import NodeLaunch
+from torchyard.protocol import NodeLaunch, RayPlan
 
 LAUNCHER_RAY = "ray"
 RAY_PLAN_FILE = "ray.json"
@@ -158,7 +157,7 @@ def quorum_timeout(environ: Mapping[str, str] | None = None) -> float:
 
 
 def build_plan(launch: NodeLaunch, python: str, driver: list[str] | None, *, ports: Mapping[str, int],
-               temp: Path, object_store: int, timeout: float = QUORUM_TIMEOUT_S) -> dict[str, Any]:
+               temp: Path, object_store: int, timeout: float = QUORUM_TIMEOUT_S) -> RayPlan:
     """What ray_node.py reads (RUN_DIR/ray.json): the ray start argv, and on the head the driver's argv
     and how many nodes to wait for. `ports` etc. also go into the node's `running` event."""
     return {

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard import protocol
+from torchyard.stream_contract import LogLine, ResultEvent
 
 ENV_STOP_GRACE = "TORCHYARD_SUPERVISOR_STOP_GRACE_S"
 ENV_WATCHDOG = "TORCHYARD_SUPERVISOR_WATCHDOG_S"
@@ -62,12 +63,12 @@ class SupervisorResult:
     supervisor_pid: int
     torchrun_pid: int | None = None
     torchrun_started_at: float | None = None
-    last_lines: list[dict[str, Any]] = field(default_factory=list)
+    last_lines: list[LogLine] = field(default_factory=list)
     swept_pids: list[int] = field(default_factory=list)
     events_published: int = 0
     events_dropped: dict[str, int] = field(default_factory=dict)
     final_state_delivered: bool = False
-    results: list[dict[str, Any]] = field(default_factory=list)  # a function job's ranks on this node
+    results: list[ResultEvent] = field(default_factory=list)  # a function job's ranks on this node
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

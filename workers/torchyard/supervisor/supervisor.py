@@ -27,12 +27,12 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from torchyard import protocol
 from torchyard.bundles.cache import PrepareError
 from torchyard.node.proctree import TreeSampler
 from torchyard.protocol import NodeLaunch
+from torchyard.stream_contract import LogLine, NodeStateEvent, ResultEvent, StalledEvent
 
 from . import accelerate_launch, ray_launch, warm_launch
 from .argv import (
@@ -54,6 +54,7 @@ from .argv import (
     runs_torchrun,
 )
 from .commands import node_command, what_runs
+from .errors import first_error
 from .event_socket import EventSocket
 from .gpu_use import GpuUse, node_gpus
 from .linger import Lingered, LingerWatch, end_lingering
@@ -154,7 +155,7 @@ class NodeSupervisor:
         self._lingered: list[Lingered] = []
         self._next_linger_look = 0.0
         self._function_env: dict[str, str] = {}
-        self._results: list[dict[str, Any]] = []
+        self._results: list[ResultEvent] = []
         self._what = what_runs(launch)
         # Where the ranks run and with which Python (preparation.py may change both).
         self.workdir = self.run_dir
@@ -272,8 +273,9 @@ class NodeSupervisor:
 
     def _announce_preparing(self, reason: str) -> None:
         self.state = SupervisorState.PREPARING
-        self.publisher.emit(protocol.STATE, status=protocol.NODE_PREPARING, reason=reason,
-                            supervisor_pid=os.getpid(), hostname=socket.gethostname())
+        # `scope` last, where ingest put it when supervisors left it out: the stored JSON is the same.
+        self.publisher.emit({"type": protocol.STATE, "status": protocol.NODE_PREPARING, "reason": reason,
+                             "supervisor_pid": os.getpid(), "hostname": socket.gethostname(), "scope": "node"})
 
     def _preflight(self) -> None:
         """Volumes linked into the final working directory, the interface towards the master chosen,
@@ -319,8 +321,8 @@ class NodeSupervisor:
         """Heartbeats while preparing (the controller would call a silent node lost) and stop checks."""
         now = time.monotonic()
         if now >= self._next_prep_beat:
-            self.publisher.emit(protocol.HEARTBEAT, status=self.state.value, pid=None,
-                                pending_events=self.publisher.pending)
+            self.publisher.emit({"type": protocol.HEARTBEAT, "status": self.state.value, "pid": None,
+                                 "pending_events": self.publisher.pending})
             self._next_prep_beat = now + max(self.launch.heartbeat_interval, self.settings.poll_interval_s)
         self.publisher.flush()
         if self._stop_signal is not None:
@@ -345,15 +347,18 @@ class NodeSupervisor:
         self.pump.attach(tailer=tailer, socket=events, ray_logs=ray_logs,
                          torchrun_tail=FileTail(self.run_dir / TORCHRUN_LOG_FILE) if command.torchrun_like else None)
         self.state = SupervisorState.RUNNING
-        self.publisher.emit(
-            protocol.STATE,
-            status=protocol.NODE_RUNNING,
-            reason=f"{self._what} started for global ranks {self._rank_range()}",
-            pid=self._ranks.pid,
-            supervisor_pid=os.getpid(),
-            hostname=socket.gethostname(),
-            **({"ray": command.ray} if command.ray else {}),  # type: ignore[arg-type]
-        )
+        running: NodeStateEvent = {
+            "type": protocol.STATE,
+            "status": protocol.NODE_RUNNING,
+            "reason": f"{self._what} started for global ranks {self._rank_range()}",
+            "pid": self._ranks.pid,
+            "supervisor_pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "scope": "node",
+        }
+        if command.ray:
+            running["ray"] = command.ray
+        self.publisher.emit(running)
         self.publisher.flush()
 
     def _rank_range(self) -> str:
@@ -471,20 +476,20 @@ class NodeSupervisor:
 
     def _beat(self) -> None:
         assert self._ranks is not None
-        self.publisher.emit(
-            protocol.HEARTBEAT,
-            status=self.state.value,
-            pid=self._ranks.pid,
-            uptime_s=round(time.time() - self._ranks.started_at, 1),
-            pending_events=self.publisher.pending,
-            dropped_events=sum(self.publisher.dropped.values()),
-            steps=self._stalls.snapshot(time.monotonic()),
-        )
+        self.publisher.emit({
+            "type": protocol.HEARTBEAT,
+            "status": self.state.value,
+            "pid": self._ranks.pid,
+            "uptime_s": round(time.time() - self._ranks.started_at, 1),
+            "pending_events": self.publisher.pending,
+            "dropped_events": sum(self.publisher.dropped.values()),
+            "steps": self._stalls.snapshot(time.monotonic()),
+        })
         resource = self._sampler.sample(self._ranks.pid, *self._ranks.rank_pids())
         gpus = self._gpus.sample()
         if gpus:
             resource["gpus"] = gpus
-        self.publisher.emit(protocol.RESOURCE, **resource)
+        self.publisher.emit(resource)
 
     def _check_preemption(self) -> None:
         """A preemption request's grace (preemption.py): past it, stop the ranks like a stop request."""
@@ -511,12 +516,14 @@ class NodeSupervisor:
             examined = [seen for seen in examined if not seen.stall.silent]
         for seen in examined:
             stall, pid, status, stack = seen.stall, seen.pid, seen.process_state, seen.stack
-            self.publisher.emit(protocol.STALLED, rank=stall.rank, step=stall.step, stalled_for=stall.stalled_for,
-                                timeout=stall.timeout, timeout_basis=stall.basis, process_state=status, pid=pid,
-                                stack=stack,
-                                last_line=self.pump.last_line.get(stall.rank, ""), hostname=socket.gethostname(),
-                                on_stall=self.launch.on_stall, waits_in=seen.waits_in, frame=seen.frame,
-                                **({"silent": True} if stall.silent else {}))
+            stalled: StalledEvent = {
+                "type": protocol.STALLED, "step": stall.step, "stalled_for": stall.stalled_for,
+                "timeout": stall.timeout, "timeout_basis": stall.basis, "process_state": status, "pid": pid,
+                "stack": stack, "last_line": self.pump.last_line.get(stall.rank, ""), "hostname": socket.gethostname(),
+                "on_stall": "recover" if self.launch.on_stall == "recover" else "report", "waits_in": seen.waits_in, "frame": seen.frame}
+            if stall.silent:
+                stalled["silent"] = True
+            self.publisher.emit(stalled, rank=stall.rank)
             self.pump.supervisor_line(f"{_stall_summary(seen)}; its Python stack (py-spy):")
             for line in stack.splitlines()[:60]:
                 self.pump.supervisor_line(f"  {line}")
@@ -571,7 +578,7 @@ class NodeSupervisor:
             own = {os.getpid(), *(proc.pid for proc in self._ranks.tree())}
             payload = self._pace.report(self._pace_pids, now, own_pids=own)
             if payload is not None:
-                self.publisher.emit(protocol.PACE, **payload)
+                self.publisher.emit(payload)
 
     def _silent_ranks(self, now: float) -> list[Stall]:
         """Ranks that report no steps and hang without a word (stall.py SilenceWatch); their
@@ -620,8 +627,8 @@ class NodeSupervisor:
 
     def _drain_to_the_end(self) -> None:
         def heartbeat() -> None:
-            self.publisher.emit(protocol.HEARTBEAT, status=self.state.value, pid=None,
-                                pending_events=self.publisher.pending)
+            self.publisher.emit({"type": protocol.HEARTBEAT, "status": self.state.value, "pid": None,
+                                 "pending_events": self.publisher.pending})
 
         self.pump.drain_to_the_end(
             heartbeat=heartbeat, heartbeat_interval=self.launch.heartbeat_interval, give_up_after=self.settings.final_delivery_s,
@@ -671,15 +678,17 @@ class NodeSupervisor:
             return Outcome(SupervisorState.COMPLETED, 0, f"{node}: {self._what} exited with code 0")
         return Outcome(SupervisorState.FAILED, exit_code, f"{node}: {self._what} {describe_exit(exit_code)}{detail}")
 
-    def _emit_final_state(self, outcome: Outcome, last_lines: list[dict[str, Any]]) -> None:
-        payload: dict[str, Any] = {"status": outcome.state.value, "exit_code": outcome.exit_code,
-                                   "reason": outcome.reason}
+    def _emit_final_state(self, outcome: Outcome, last_lines: list[LogLine]) -> None:
+        final: NodeStateEvent = {"type": protocol.STATE, "status": outcome.state.value, "exit_code": outcome.exit_code,
+                                 "reason": outcome.reason, "scope": "node"}
         if outcome.state is SupervisorState.FAILED:
-            payload["last_lines"] = last_lines
+            final["last_lines"] = last_lines
         if outcome.fatal:
-            payload["fatal"] = True
+            final["fatal"] = True
+        elif outcome.state is SupervisorState.FAILED and (error := first_error(self.run_dir)) is not None:
+            final["error"] = error
         if outcome.yielded:
-            payload["yielded"] = True
+            final["yielded"] = True
         if outcome.warning:
-            payload["warning"] = outcome.warning
-        self.publisher.emit(protocol.STATE, **payload)
+            final["warning"] = outcome.warning
+        self.publisher.emit(final)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 # A line longer than this is cut (a progress bar without newlines must not grow memory or events).
 MAX_LINE_BYTES = 16 * 1024
@@ -20,7 +20,8 @@ MAX_READ_BYTES = 4 * 1024 * 1024
 MAX_FINAL_READ_BYTES = 64 * 1024 * 1024
 # A read for at most N lines reads about N times this many bytes (what is not needed is unread).
 BYTES_PER_LINE_GUESS = 256
-STREAMS = ("stdout", "stderr")
+Stream = Literal["stdout", "stderr"]
+STREAMS: tuple[Stream, Stream] = ("stdout", "stderr")
 
 
 class FileTail:
@@ -80,7 +81,7 @@ def _decode(raw: bytes) -> str:
 @dataclass(frozen=True)
 class RankLine:
     local_rank: int
-    stream: str  # "stdout" or "stderr"
+    stream: Stream
     line: str
 
 
@@ -92,15 +93,16 @@ class RankLogTailer:
         self.nproc_per_node = nproc_per_node
         # A reused run directory may hold folders of an earlier torchrun: never replay those.
         self._ignored = {p.name for p in self.log_dir.iterdir()} if self.log_dir.is_dir() else set()
-        self._tails: dict[tuple[int, str], FileTail] = {}
+        self._tails: dict[tuple[int, Stream], FileTail] = {}
 
     def _discover(self) -> None:
         if len(self._tails) >= 2 * self.nproc_per_node or not self.log_dir.is_dir():
             return
         for path in sorted(self.log_dir.glob("*/attempt_*/*/*.log")):
             run_folder = path.relative_to(self.log_dir).parts[0]
-            local_rank, stream = path.parent.name, path.stem
-            if run_folder in self._ignored or not local_rank.isdigit() or stream not in STREAMS:
+            local_rank = path.parent.name
+            stream = next((s for s in STREAMS if s == path.stem), None)
+            if run_folder in self._ignored or not local_rank.isdigit() or stream is None:
                 continue
             key = (int(local_rank), stream)
             if key not in self._tails:

@@ -25,9 +25,10 @@ import contextlib
 import os
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from torchyard import protocol
 from torchyard.bundles.cache import PrepareError
@@ -110,8 +111,16 @@ class Probe:
     nonce: str
     written: Path
 
-    def hello(self) -> dict[str, str]:
+    def hello(self) -> VolumeProbe:
         return {"name": self.name, "file": self.file, "nonce": self.nonce}
+
+
+class VolumeProbe(TypedDict):
+    """A Probe as a node's preflight hello names it to the master."""
+
+    name: str
+    file: str
+    nonce: str
 
 
 def shared(volumes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -147,10 +156,12 @@ def remove_probes(probes: list[Probe]) -> None:
             probe.written.unlink()
 
 
-def unshared(mine: list[dict[str, Any]], hello: dict[str, Any], *, machine: str = "") -> str:
-    """The master's check of a peer's hello: "" when every ReadWriteMany volume of the job holds
-    the file the peer wrote, else why not, naming both machines."""
-    sent = {str(p.get("name")): p for p in hello.get("volumes") or [] if isinstance(p, dict)}
+def unshared(mine: list[dict[str, Any]], hello: Mapping[str, object], *, machine: str = "") -> str:
+    """The master's check of a peer's hello (preflight.Hello, as the peer sent it: read defensively):
+    "" when every ReadWriteMany volume of the job holds the file the peer wrote, else why not,
+    naming both machines."""
+    probes = hello.get("volumes")
+    sent = {str(p.get("name")): p for p in (probes if isinstance(probes, list) else []) if isinstance(p, dict)}
     rank = hello.get("node_rank")
     theirs = f"{hello.get('machine') or hello.get('hostname') or 'unknown machine'} (node {rank})"
     for volume in shared(mine):

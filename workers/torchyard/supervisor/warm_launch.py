@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 from torchyard.protocol import NodeLaunch
 from torchyard.warm import pools
+from torchyard.warm.run import WarmPlan
 
 from .argv import TORCHRUN_LOG_DIR, rdzv_id
 from .preflight import Versions
@@ -44,7 +44,7 @@ def pool_versions(socket: Path) -> Versions | None:
     return Versions(python=str(hello["version"]), torch=str(hello["versions"]["torch"]))
 
 
-def build_plan(launch: NodeLaunch, run_dir: Path, script: Path | None, *, socket: Path, python: str) -> dict[str, Any]:
+def build_plan(launch: NodeLaunch, run_dir: Path, script: Path | None, *, socket: Path, python: str) -> WarmPlan:
     """What torchyard.warm.run needs: the pool, the node's share of the world, where the per-rank
     files go (as torchrun's --log-dir would lay them out), and the script or module with its args."""
     argv = [str(script) if script is not None else launch.module, *[str(a) for a in launch.args]]

@@ -24,7 +24,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 # How long the ranks have after SIGTERM (the first failure, or a stop) before SIGKILL: torchrun's.
 TERM_GRACE_S = 30.0
@@ -32,7 +32,26 @@ PLAN_KEYS = ("socket", "nproc", "rank_start", "world_size", "nnodes", "node_rank
              "run_id", "log_dir", "argv", "module")
 
 
-def rank_env(base: dict[str, str], plan: dict[str, Any], local_rank: int, error_file: Path) -> dict[str, str]:
+class WarmPlan(TypedDict):
+    """What the warm launcher reads (supervisor/warm_launch.py build_plan): the pool, the node's
+    share of the world, where the per-rank files go, and the script or module with its args."""
+
+    socket: str  # the warm pool's
+    nproc: int
+    rank_start: int
+    world_size: int
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    run_id: str
+    log_dir: str
+    argv: list[str]
+    module: str
+    binary: str  # the training Python
+
+
+def rank_env(base: dict[str, str], plan: WarmPlan, local_rank: int, error_file: Path) -> dict[str, str]:
     """One rank's environment, as torchrun's elastic agent gives it (torch 2.13, static rendezvous)."""
     env = dict(base)
     nproc = int(plan["nproc"])
@@ -82,7 +101,7 @@ class Rank:
         self.buffer = b""
 
 
-def spawn(plan: dict[str, Any]) -> list[Rank]:
+def spawn(plan: WarmPlan) -> list[Rank]:
     """Ask the pool for every rank; returns them once each has a pid."""
     umask = os.umask(0)
     os.umask(umask)

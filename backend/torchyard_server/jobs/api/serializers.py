@@ -9,7 +9,7 @@ from ...rest.listing import StoredJsonOut
 from ..models import Job, JobNode
 from ..spec import jobspec
 from ..spec.plan import Plan, PlanNode, PlanSpare, PlanVolume
-from ..spec.progress import JobProgress
+from ..spec.progress import JobProgress, NodeProgress
 from ..spec.secrets import public_spec
 from ..spec.shapes import out_serializer
 
@@ -194,13 +194,8 @@ class NodeRayOut(serializers.Serializer):
         return super().to_representation(instance) if isinstance(instance, dict) else None
 
 
-class NodeProgressOut(serializers.Serializer):
-    step = ReportedInt()
-    loss = ReportedFloat()
-    throughput = ReportedFloat()
-    ray = NodeRayOut(allow_null=True, read_only=True,
-                     help_text="framework ray: the node's Ray ports, from its `running` report; null before it "
-                     "and for every other job")
+NodeProgressOut = out_serializer(NodeProgress, "NodeProgressOut", numbers={int: ReportedInt, float: ReportedFloat},
+                                 shapes={"ray": NodeRayOut})
 
 
 class NodeMachineOut(serializers.Serializer):

@@ -7,8 +7,6 @@ agent writes it as `peers.json` into the node's run directory."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 from torchyard import protocol
 
@@ -22,8 +20,8 @@ N = JobNode.Status
 _LEVEL: dict[str, int] = {N.RUNNING: 1, N.COMPLETED: 2, N.FAILED: 2, N.LOST: 2, N.STOPPED: 2}
 
 
-def job_membership(job_id: int, attempt: int) -> dict[str, Any]:
-    """{"version": n, "nodes": [{"node_rank", "host", "machine", "status"}]} for one attempt, in node order."""
+def job_membership(job_id: int, attempt: int) -> protocol.Membership:
+    """The membership of one attempt, its nodes in node order."""
     nodes = list(JobNode.objects.filter(job_id=job_id, attempt=attempt).order_by("node_rank"))
     return {
         "version": sum(_LEVEL.get(node.status, 0) for node in nodes),

@@ -16,16 +16,17 @@ per-attempt numbers (JobProgress.for_new_attempt).
 from __future__ import annotations
 
 import time
-from typing import Any
+
+from torchyard.stream_contract import MetricEvent
 
 from ..spec.progress import JobProgress
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def fold_rates(progress: JobProgress, metrics: list[dict[str, Any]]) -> None:
+def fold_rates(progress: JobProgress, metrics: list[MetricEvent]) -> None:
     """Update `progress` in place from a batch of one job's metric events (each with its rank and ts)."""
     declared = [int(m["total_steps"]) for m in metrics
                 if isinstance(m.get("total_steps"), int) and not isinstance(m["total_steps"], bool) and m["total_steps"] > 0]
@@ -37,9 +38,9 @@ def fold_rates(progress: JobProgress, metrics: list[dict[str, Any]]) -> None:
     if timed:
         anchor = progress.rate_anchor or {"step": timed[0][0], "ts": timed[0][1]}
         progress.rate_anchor = anchor
-        step, ts = max(timed, key=lambda st: (st[0], st[1]))
-        if ts > anchor["ts"] and step > anchor["step"]:
-            progress.steps_per_second = (step - anchor["step"]) / (ts - anchor["ts"])
+        last_step, last_ts = max(timed, key=lambda st: (st[0], st[1]))
+        if last_ts > anchor["ts"] and last_step > anchor["step"]:
+            progress.steps_per_second = (last_step - anchor["step"]) / (last_ts - anchor["ts"])
 
     samples: dict[str, float] = dict(progress.samples_by_rank or {})
     for m in metrics:

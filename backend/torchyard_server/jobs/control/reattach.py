@@ -47,7 +47,7 @@ def jobs_resume_lost_nodes(*, machine_names: Iterable[str], alive_node_ids: Iter
     ended = list(local.filter(job_id__in=job_ids).values_list("pk", flat=True))
     for node_id in ended:
         # As if its supervisor had reported it: the recovery goes on once the job's last node is down.
-        node_report_state(event={"type": protocol.STATE, "node": node_id, "status": protocol.NODE_STOPPED,
+        node_report_state(event={"type": protocol.STATE, "scope": "node", "node": node_id, "status": protocol.NODE_STOPPED,
                                  "reason": "Torchyard started again without it", "ts": time.time()})
     return interrupted, alive & set(ended)
 

@@ -84,6 +84,9 @@ def node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: lis
         return
     stop_nodes(others)
     max_restarts = int(spec.fault_tolerance.max_restarts)
+    if not fatal and (repeated := repeated_error(job, node)):
+        transition_job(job, J.FAILED, f"{full_reason}\n{repeated}")
+        return
     if not fatal and job.status in (J.DISPATCHING, J.RUNNING) and job.restarts < max_restarts:
         transition_job(job, J.RECOVERING, f"restart {job.restarts + 1} of {max_restarts} after {full_reason}",
                        restarts=job.restarts + 1)
@@ -94,6 +97,42 @@ def node_lost_or_failed(job: Job, node: JobNode, reason: str, *, last_lines: lis
         elif max_restarts:
             full_reason += f"\n(gave up after {max_restarts} restart{'s' if max_restarts != 1 else ''})"
         transition_job(job, J.FAILED, full_reason)
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """One error, twice: the same exception type and message, raised from the same frame of the
+    user's code, at the same step (None: before the rank's first step)."""
+    return all(a.get(key) == b.get(key) for key in ("type", "message", "frame", "step"))
+
+
+def repeated_error(job: Job, node: JobNode) -> str | None:
+    """Why the job must not be retried when `node` failed with a Python exception that the attempts
+    just before this one failed with too (fault_tolerance.retry_same_error times already), or None.
+    A fault of the cluster (a lost machine, a process killed, an OOM kill, a hang) has no exception:
+    it is retried up to max_restarts like before."""
+    error = node.error or {}
+    if not error.get("type"):
+        return None
+    allowed = int(JobSpec.from_json(job.spec).fault_tolerance.retry_same_error)
+    times = 1
+    for attempt in range(node.attempt - 1, -1, -1):
+        before = [e for e in JobNode.objects.filter(job_id=job.pk, attempt=attempt).exclude(error={})
+                  .values_list("error", flat=True) if isinstance(e, dict)]
+        if not any(_same(error, e) for e in before):
+            break
+        times += 1
+    if times <= allowed:
+        return None
+    step = error.get("step")
+    # A script that reports no steps (no torchyard.sdk.report) has none to name.
+    where = f" at step {step}" if step is not None else ""
+    what = f"{error['type']}: {error.get('message') or ''}".rstrip(": ")
+    if times == 1:
+        return (f"{what}{where}: not retried (fault_tolerance.retry_same_error is 0: a raised exception fails "
+                "the job at once)")
+    count = "twice" if times == 2 else f"{times} times"
+    return (f"the same error {count}{where}: not retried ({what}, raised at {error.get('frame') or '?'}; "
+            "fault_tolerance.retry_same_error)")
 
 
 def jobs_interrupt(*, reason: str) -> list[int]:

@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 from django.utils import timezone
 from torchyard import protocol
+from torchyard.stream_contract import NodeStateEvent, RankError
 
 from ..models import Job, JobNode
 from ..spec.jobspec import JobSpec
+from ..spec.progress import NodeProgress
 from ..states import JOB_FINAL, NODE_LIVE, transition_job, transition_node
 from .membership import membership_send
 from .metrics import node_merge_progress
 from .nodes import describe_node, live_nodes, stop_nodes
-from .recovery import NOT_RETRIED, is_ray, node_lost_or_failed, winding_down, without_node_rank
+from .recovery import (
+    NOT_RETRIED,
+    is_ray,
+    node_lost_or_failed,
+    repeated_error,
+    winding_down,
+    without_node_rank,
+)
 
 J, N = Job.Status, JobNode.Status
 
 
-def node_report_state(*, event: dict[str, Any]) -> None:
+def node_report_state(*, event: NodeStateEvent) -> None:
     """Apply a supervisor's state report. The report itself is already persisted as the node's
     state event, so the node transition is not announced again; job transitions are."""
     status = event.get("status")
@@ -39,9 +46,9 @@ def node_report_state(*, event: dict[str, Any]) -> None:
             if transition_node(node, N.RUNNING, "running", announce=False, pid=event.get("pid"),
                                last_heartbeat=timezone.now()) and job.attempt == node.attempt:
                 membership_send(job_id=job.pk, attempt=node.attempt)
-            if isinstance(event.get("ray"), dict):
+            if isinstance(ray := event.get("ray"), dict):
                 # framework ray: the node's Ray ports (the head's dashboard port: GET /api/jobs/{id}/ray/).
-                node_merge_progress(node.pk, {"ray": event["ray"]})
+                node_merge_progress(node.pk, NodeProgress(ray=ray))
             if job.attempt == node.attempt and job.status == J.DISPATCHING and not job.nodes.filter(
                 attempt=node.attempt).exclude(status=N.RUNNING).exists():
                 transition_job(job, J.RUNNING, f"all {job.world_size} ranks running")
@@ -63,15 +70,20 @@ def node_report_state(*, event: dict[str, Any]) -> None:
         elif status in (protocol.NODE_FAILED, protocol.NODE_STOPPED):
             failed = status == protocol.NODE_FAILED
             reason = str(event.get("reason") or ("failed" if failed else "stopped"))
+            error: RankError | dict[str, object] = found if failed and isinstance(found := event.get("error"), dict) \
+                else {}
             if transition_node(node, N.FAILED if failed else N.STOPPED, reason, announce=False,
-                               exit_code=event.get("exit_code")) and job.attempt == node.attempt:
+                               exit_code=event.get("exit_code"), error=error) and job.attempt == node.attempt:
                 # Queued before the stops node_lost_or_failed sends: the others learn first.
                 membership_send(job_id=job.pk, attempt=node.attempt)
             fatal = failed and event.get("fatal") is True
-            if fatal and job.status == J.RECOVERING and job.attempt == node.attempt:
+            repeated = repeated_error(job, node) if failed and not fatal else None
+            if (fatal or repeated) and job.status == J.RECOVERING and job.attempt == node.attempt:
                 # Another node's failure (its ranks saw this one's go away) started a recovery; this
-                # node says a relaunch would fail the same way (the job's function raised).
-                transition_job(job, J.FAILED, f"{describe_node(node)}: {without_node_rank(reason)}\n{NOT_RETRIED}")
+                # node says a relaunch would fail the same way (the job's function raised, or the
+                # same exception as the attempt before at the same step).
+                transition_job(job, J.FAILED,
+                               f"{describe_node(node)}: {without_node_rank(reason)}\n{repeated or NOT_RETRIED}")
             elif not winding_down(job) and job.attempt == node.attempt and job.status not in JOB_FINAL:
                 detail = reason if failed else f"{describe_node(node)} stopped unexpectedly: {reason}"
                 node_lost_or_failed(job, node, detail, last_lines=event.get("last_lines") or [], fatal=fatal)

@@ -82,7 +82,7 @@ def job_replace_stragglers_at_checkpoint(*, job_id: int, attempt: int) -> bool:
         spec, plan = JobSpec.from_json(job.spec), Plan.from_json(job.plan)
         leaving = {}
         for entry in waiting:
-            node = plan.node(int(entry["node_rank"]))
+            node = plan.node(entry["node_rank"]) if entry["node_rank"] is not None else None
             if node is not None:
                 leaving[str(node.machine_id)] = f"straggler: rank {entry['rank']}, {entry['ratio'] or '?'}x the median"
         planned = dataclasses.replace(plan, leaving=leaving)

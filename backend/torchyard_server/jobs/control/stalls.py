@@ -19,15 +19,16 @@ nothing is placed on that machine until an operator or its health check releases
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
 from django.db import transaction
 from django.utils import timezone
+from torchyard.stream_contract import StalledEvent
 
 from ...machines.services import machine_quarantine
 from ..models import Job, JobNode
 from ..spec.jobspec import JobSpec
-from ..spec.progress import JobProgress
+from ..spec.progress import Culprit, JobProgress, QuietNode, StalledRank, StallView
 from ..states import NODE_LIVE
 
 N = JobNode.Status
@@ -43,18 +44,23 @@ SUSPICIOUS_STATES = {
 }
 
 
+# What a stall is, as classify_stall judges it.
+StallKind = Literal["culprit", "collective", "straggler", "rank"]
+
+
 def _ranks(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
 
-def find_culprits(stalled: dict[str, dict[str, Any]], quiet: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def find_culprits(stalled: dict[str, StalledRank], quiet: list[QuietNode]) -> list[Culprit]:
     """The ranks (or nodes) that hold the others, from the strongest evidence only; [] when none
     says so. `quiet`: the attempt's nodes whose heartbeats stopped (see _quiet_nodes)."""
-    by_state = [(int(r), info) for r, info in stalled.items() if info.get("process_state") in SUSPICIOUS_STATES]
+    by_state = [(int(r), info, state) for r, info in stalled.items()
+                if (state := info.get("process_state")) is not None and state in SUSPICIOUS_STATES]
     if by_state:
         return [{"rank": r, "ranks": [r], "machine": info.get("machine"), "node_rank": info.get("node_rank"),
-                 "cause": "process", "evidence": SUSPICIOUS_STATES[info["process_state"]]}
-                for r, info in sorted(by_state, key=lambda item: item[0])]
+                 "cause": "process", "evidence": SUSPICIOUS_STATES[state]}
+                for r, info, state in sorted(by_state, key=lambda item: item[0])]
     if quiet:
         return [{"rank": None, "ranks": list(range(q["ranks"][0], q["ranks"][1] + 1)), "machine": q["machine"],
                  "node_rank": q["node_rank"], "cause": "heartbeat",
@@ -69,7 +75,7 @@ def find_culprits(stalled: dict[str, dict[str, Any]], quiet: list[dict[str, Any]
     return []
 
 
-def describe_culprit(culprit: dict[str, Any]) -> str:
+def describe_culprit(culprit: Culprit) -> str:
     """"rank 2 on machine m2 (process stopped, SIGSTOP?)", or for a node gone quiet
     "machine m2 (node 1, ranks 2-3: no heartbeat for 12 s)"."""
     if culprit["rank"] is not None:
@@ -87,12 +93,12 @@ def _at_steps(steps: list[int]) -> str:
     return f" at step {low}" if low == high else f" at steps {low}-{high}"
 
 
-def classify_stall(stalled: dict[str, dict[str, Any]], steps: dict[str, int], world_size: int,
-                   quiet: list[dict[str, Any]] | None = None) -> tuple[str, str, list[dict[str, Any]]]:
+def classify_stall(stalled: dict[str, StalledRank], steps: dict[str, int], world_size: int,
+                   quiet: list[QuietNode] | None = None) -> tuple[StallKind, str, list[Culprit]]:
     """(kind, summary, culprits): "culprit" when the evidence names the ranks that hold the others
     (find_culprits), else "collective" when every rank stopped at one step, "straggler" when the
     stalled ranks are behind others, "rank" otherwise (others may still be about to stop)."""
-    at = {int(rank): int(info["step"]) for rank, info in stalled.items()}
+    at = {int(rank): int(info["step"] or 0) for rank, info in stalled.items()}
     culprits = find_culprits(stalled, quiet or [])
     if culprits:
         held = {r for c in culprits for r in c["ranks"]}
@@ -100,7 +106,7 @@ def classify_stall(stalled: dict[str, dict[str, Any]], steps: dict[str, int], wo
         summary = " and ".join(map(describe_culprit, culprits)) + (" holds" if len(culprits) == 1 else " hold") + " the job"
         if others:
             known = [at[r] if r in at else steps.get(str(r)) for r in others]
-            waiting = all(stalled.get(str(r), {}).get("waits_in") for r in others)
+            waiting = all((info := stalled.get(str(r))) is not None and info.get("waits_in") for r in others)
             summary += (f": {_ranks(others)} wait{'s' if len(others) == 1 else ''}{' in a collective' if waiting else ''}"
                         f"{_at_steps([s for s in known if isinstance(s, int)])}")
         return "culprit", summary, culprits
@@ -115,17 +121,17 @@ def classify_stall(stalled: dict[str, dict[str, Any]], steps: dict[str, int], wo
     return "rank", f"rank{'s' if len(at) > 1 else ''} {ranks} stalled at step {min(at.values())}", []
 
 
-def _judge(stall: dict[str, Any], steps: dict[str, int], world_size: int) -> None:
+def _judge(stall: StallView, steps: dict[str, int], world_size: int) -> None:
     stall["kind"], stall["summary"], stall["culprits"] = classify_stall(
         stall["ranks"], steps, world_size or len(stall["ranks"]), stall.get("quiet"))
 
 
-def _quiet_nodes(job: Job, attempt: int, reporting: set[int]) -> list[dict[str, Any]]:
+def _quiet_nodes(job: Job, attempt: int, reporting: set[int]) -> list[QuietNode]:
     """The attempt's nodes declared lost, or live without a heartbeat for half the heartbeat timeout
     (two beats missed), that reported no stall themselves: a host gone quiet."""
     timeout = float(JobSpec.from_json(job.spec).fault_tolerance.heartbeat_timeout)
     now = timezone.now()
-    quiet = []
+    quiet: list[QuietNode] = []
     for node in JobNode.objects.filter(job_id=job.pk, attempt=attempt).exclude(node_rank__in=reporting).values(
             "node_rank", "machine_name", "status", "last_heartbeat", "rank_start", "rank_end"):
         beat = node["last_heartbeat"]
@@ -143,23 +149,24 @@ def _quiet_nodes(job: Job, attempt: int, reporting: set[int]) -> list[dict[str, 
 MACHINE_EVIDENCE = ("process", "heartbeat")
 
 
-def _quarantine_culprits(job: Job, stall: dict[str, Any]) -> None:
+def _quarantine_culprits(job: Job, stall: StallView) -> None:
     """Under `on_stall: recover` each culprit's machine is quarantined (MACHINE_EVIDENCE), once per
     attempt: the machines done are kept in the stall view, saved in the same transaction."""
     done = stall.setdefault("quarantined", [])
-    for culprit in stall["culprits"]:
-        if culprit["machine"] in done or culprit["node_rank"] is None or culprit["cause"] not in MACHINE_EVIDENCE:
+    for culprit in stall.get("culprits", []):
+        machine = culprit["machine"]
+        if machine is None or machine in done or culprit["node_rank"] is None or culprit["cause"] not in MACHINE_EVIDENCE:
             continue
         machine_id = JobNode.objects.filter(job_id=job.pk, attempt=stall["attempt"], node_rank=culprit["node_rank"]) \
             .values_list("machine_id", flat=True).first()
-        steps = [info.get("step") for info in stall["ranks"].values() if isinstance(info.get("step"), int)]
+        steps = [step for info in stall["ranks"].values() if isinstance(step := info.get("step"), int)]
         reason = f"{describe_culprit(culprit)} held job #{job.pk} (attempt {stall['attempt']}){_at_steps(steps)}"
         if machine_id is not None and machine_quarantine(machine_id=machine_id, reason=reason, job_id=job.pk):
-            done.append(culprit["machine"])
+            done.append(machine)
 
 
 def job_record_stall(*, job_id: int, event_id: int, attempt: int, node_id: int | None, rank: int | None,
-                     payload: dict[str, Any]) -> None:
+                     payload: StalledEvent) -> None:
     """Fold one `stalled` event into the job's stall view (current attempt only)."""
     if rank is None:
         return
@@ -169,8 +176,8 @@ def job_record_stall(*, job_id: int, event_id: int, attempt: int, node_id: int |
         if job is None or job.attempt != attempt:
             return
         progress = JobProgress.from_json(job.progress)
-        stall = progress.stall or {}
-        if stall.get("attempt") != attempt:
+        stall = progress.stall
+        if stall is None or stall.get("attempt") != attempt:
             stall = {"attempt": attempt, "ranks": {}}
         node = JobNode.objects.filter(pk=node_id).values("machine_name", "node_rank").first() or {}
         stall["ranks"][str(rank)] = {
@@ -186,7 +193,7 @@ def job_record_stall(*, job_id: int, event_id: int, attempt: int, node_id: int |
             "node_rank": node.get("node_rank"),
             "event": event_id,
         }
-        reporting = {info["node_rank"] for info in stall["ranks"].values() if info.get("node_rank") is not None}
+        reporting = {node_rank for info in stall["ranks"].values() if (node_rank := info.get("node_rank")) is not None}
         stall["quiet"] = _quiet_nodes(job, attempt, reporting)
         _judge(stall, progress.step_by_rank or {}, job.world_size)
         if JobSpec.from_json(job.spec).fault_tolerance.on_stall == "recover":
@@ -198,8 +205,10 @@ def job_record_stall(*, job_id: int, event_id: int, attempt: int, node_id: int |
 def stall_verdict(job: Job, attempt: int) -> str:
     """The attempt's verdict when it names who held the job, for the reason of the attempt's end;
     "" otherwise."""
-    stall = JobProgress.from_json(job.progress).stall or {}
-    return stall.get("summary", "") if stall.get("attempt") == attempt and stall.get("culprits") else ""
+    stall = JobProgress.from_json(job.progress).stall
+    if stall is None or stall.get("attempt") != attempt or not stall.get("culprits"):
+        return ""
+    return stall.get("summary", "")
 
 
 def clear_moved_ranks(progress: JobProgress, steps: dict[str, int], world_size: int) -> None:

@@ -333,6 +333,12 @@ class CheckpointingSerializer(StrictFields, serializers.Serializer):
 class FaultToleranceSerializer(StrictFields, serializers.Serializer):
     max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=FaultTolerance.max_restarts)
     heartbeat_timeout = serializers.FloatField(min_value=2, max_value=3600, default=FaultTolerance.heartbeat_timeout)
+    retry_same_error = serializers.IntegerField(
+        min_value=0, max_value=100, default=FaultTolerance.retry_same_error,
+        help_text="how many times a failure with the same Python exception (type, message, innermost frame of your "
+                  "code) at the same step is retried before the job fails: retrying a deterministic error spends "
+                  "GPU time for nothing. 0: a raised exception fails the job at once. Lost machines, killed "
+                  "processes (OOM kills included) and hangs are faults of the cluster and keep max_restarts")
     restart_delay = serializers.FloatField(
         min_value=0, max_value=60, default=FaultTolerance.restart_delay,
         help_text="seconds before the first restart, doubling for each next one up to 60 s (the Rust coordinator's "

@@ -269,7 +269,7 @@ def plan_job(
         launcher=spec.distributed.launcher,
         nodes=plan_nodes,
         # resources.spares: machines held for the job, warmed with its code, each taking the place of a
-        # lost one (services.job_recover).
+        # lost one (control/recovery.py job_recover).
         spares=[_spare(m, placement.policy, need) for m in spares],
         hyperparameters=adjust_hyperparameters(spec.hyperparameters, spec.scaling.to_json(), world_size),
         # An elastic job's range [MIN, MAX]: it starts with `nnodes` of them (the world size above).

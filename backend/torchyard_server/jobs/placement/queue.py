@@ -56,7 +56,7 @@ from django.conf import settings
 
 from ...projects.priorities import priority_label
 from ..models import Job, JobNode
-from ..registries import last_checkpoint_times
+from ..registries import QueuedJob, last_checkpoint_times
 from ..spec.jobspec import JobSpec, grace_of
 from ..spec.plan import Plan
 from ..states import JOB_WAITING, NODE_LIVE
@@ -604,9 +604,9 @@ def queue_preview() -> list[Decision]:
 
 
 # --- what the API and the streams show -------------------------------------------------------------
-def queue_entries(decisions: list[Decision], *, renumber: bool = False) -> list[dict[str, Any]]:
+def queue_entries(decisions: list[Decision], *, renumber: bool = False) -> list[QueuedJob]:
     """The queue as JSON-able entries (QueueEntryOut's shape), positions from 1 in queue order."""
-    entries = []
+    entries: list[QueuedJob] = []
     for index, d in enumerate(decisions, 1):
         job = d.job
         entries.append({

@@ -1,5 +1,5 @@
 """Project quotas (`max_gpus`, `max_processes`: what a project's running jobs may hold at once) in
-the numbers the queue (jobs/placement/queue.py) and the services use: a job's need, what a project holds,
+the numbers the queue (jobs/placement/queue.py) and the control side use: a job's need, what a project holds,
 whether more would take it past its quota, in words."""
 
 from __future__ import annotations

@@ -111,6 +111,10 @@ class Checkpointing(StoredValue):
 class FaultTolerance(StoredValue):
     max_restarts: int = 3
     heartbeat_timeout: float = 10.0
+    retry_same_error: int = shown(1, help_text=(
+        "how many times a failure with the same Python exception (type, message, innermost frame of your "
+        "code) at the same step is retried; lost machines, killed processes and hangs keep the whole "
+        "max_restarts"))
     restart_delay: float = shown(0.0, help_text="seconds before the first restart, doubling for each next one (at "
                                                 "most 60 s); 0: the first at once, then 2 s, 4 s, 8 s ...")
     stall_timeout: float | str | None = shown(STALL_AUTO, field=StallTimeoutField)

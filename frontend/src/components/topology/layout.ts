@@ -162,6 +162,8 @@ function removedMachine(node: JobNode): Machine {
     probation_until: null,
     health: {},
     measured_links: {},
+    price_per_gpu_hour: null,
+    price_per_machine_hour: null,
   }
 }
 

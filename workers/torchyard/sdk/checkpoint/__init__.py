@@ -22,7 +22,7 @@ import random
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from torchyard import protocol
 from torchyard.sdk import context, distributed, events
@@ -42,6 +42,7 @@ from torchyard.sdk.checkpoint.stores import (
     step_of,
 )
 from torchyard.sdk.config import job_config
+from torchyard.stream_contract import Manifest, SaveTiming
 
 __all__ = [
     "LocalStore",
@@ -143,13 +144,21 @@ def _write_own_file(store: Store, step_dir: str, name: str, state: Any) -> FileE
     return store.write_file(step_dir, name, produce)
 
 
-def rng_state() -> dict[str, Any]:
+class RngState(TypedDict):
+    """This process's random generators' states (rng_state), as a checkpoint keeps them."""
+
+    torch: Any  # torch.get_rng_state(): a ByteTensor
+    python: tuple[Any, ...]  # random.getstate()
+    cuda: NotRequired[list[Any]]  # torch.cuda.get_rng_state_all(), once CUDA is in use
+
+
+def rng_state() -> RngState:
     """This process's random number generators (torch's CPU generator, CUDA's once CUDA is in use,
     Python's ``random``), to keep in a checkpoint's state under the key ``rng``: the manifest's
     ``rng_state`` then says the checkpoint holds them. ``restore_rng(state["rng"])`` puts them back."""
     import torch
 
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    state: RngState = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -188,7 +197,17 @@ def _inside(value: Any, depth: int = 4) -> Iterator[Any]:
         yield from _inside(child, depth - 1)
 
 
-def describe_state(state: Any, epoch: int | None = None) -> dict[str, Any]:
+class StateDescription(TypedDict):
+    """What a manifest says of a checkpoint's state beside its files (describe_state)."""
+
+    epoch: int | None
+    strategy: str
+    backend: str | None
+    optimizer_state: bool
+    rng_state: bool
+
+
+def describe_state(state: Any, epoch: int | None = None) -> StateDescription:
     """What a manifest says of a checkpoint beside its files (DistroML's manifest lists them): the
     epoch the script gave, the job's strategy, the process group's backend (None for a single
     process), and whether the state holds an optimizer's state (a torch.optim state dict, or an
@@ -216,9 +235,9 @@ def describe_state(state: Any, epoch: int | None = None) -> dict[str, Any]:
 
 
 def _build_manifest(
-    step: int, entries: list[FileEntry], sharded: bool, metadata: dict | None, timing: dict[str, Any],
-    described: dict[str, Any],
-) -> dict:
+    step: int, entries: list[FileEntry], sharded: bool, metadata: dict | None, timing: SaveTiming,
+    described: StateDescription,
+) -> Manifest:
     import torch
 
     files = sorted((e.to_dict() for e in entries), key=lambda f: f["path"])
@@ -227,8 +246,9 @@ def _build_manifest(
         "job_id": _job_id(),
         "attempt": context.attempt(),
         "step": step,
-        # epoch, strategy, backend, optimizer_state, rng_state (describe_state)
-        **described,
+        # epoch, strategy, backend, optimizer_state, rng_state
+        "epoch": described["epoch"], "strategy": described["strategy"], "backend": described["backend"],
+        "optimizer_state": described["optimizer_state"], "rng_state": described["rng_state"],
         "world_size": context.world_size(),
         "sharded": sharded,
         # How the files are read back: one torch.save file, or torch.distributed.checkpoint's layout.
@@ -324,7 +344,7 @@ def save(
     background.wait(why=f"checkpoint at step {step}")
     # Read from the live state on the caller's thread, before a staged copy stands for it; only rank
     # 0 writes the manifest it goes into.
-    described = describe_state(state, epoch) if context.rank() == 0 else {}
+    described = describe_state(state, epoch) if context.rank() == 0 else None
     if not async_:
         return _save(state, step, sharded, metadata, keep, described, group=None, started=started,
                      background_started=None)
@@ -363,7 +383,7 @@ def _save(
     sharded: bool,
     metadata: dict | None,
     keep: int | None,
-    described: dict[str, Any],
+    described: StateDescription | None,  # rank 0's: only it writes the manifest
     *,
     group: Any,
     started: float,
@@ -419,6 +439,7 @@ def _save(
             written = [entry for rank_entries, _, _ in results for entry in rank_entries]
             _pause_for_tests(ENV_PAUSE_BEFORE_COMMIT)
             now = time.perf_counter()
+            timing: SaveTiming
             if background_started is None:
                 timing = {"async": False, "blocking_seconds": round(now - started, 3), "background_seconds": None}
             else:
@@ -481,10 +502,12 @@ def _commit(
     entries: list[FileEntry],
     sharded: bool,
     metadata: dict | None,
-    timing: dict[str, Any],
-    described: dict[str, Any],
+    timing: SaveTiming,
+    described: StateDescription | None,
 ) -> bool:
     try:
+        if described is None:
+            raise ValueError("only rank 0 describes the state it commits")
         manifest = _build_manifest(step, entries, sharded, metadata, timing, described)
         store.commit(step_dir, manifest)
     except Exception as exc:  # noqa: BLE001
@@ -520,7 +543,7 @@ def _candidates() -> list[tuple[str, str]]:
     return [(store.url, first)] + [(store.url, d) for d in committed if step_of(d) < step_of(first)]
 
 
-def _load_replicated(store: Store, step_dir: str, manifest: dict[str, Any], map_location, weights_only):
+def _load_replicated(store: Store, step_dir: str, manifest: Manifest, map_location, weights_only):
     """(state, None) or (None, why not) for the ``state.pt`` of one checkpoint."""
     name = "state.pt"
     entry = next((f for f in manifest["files"] if f.get("path") == name), None)
@@ -575,7 +598,7 @@ def every_n_steps(override: int | None = None) -> int:
     return current["every_n_steps"] if current["enabled"] else 0
 
 
-def _read_manifest(store: Store, step_dir: str) -> dict[str, Any] | None:
+def _read_manifest(store: Store, step_dir: str) -> Manifest | None:
     try:
         return store.read_manifest(step_dir)
     except Exception as exc:  # noqa: BLE001 - an unreadable manifest is a checkpoint to skip

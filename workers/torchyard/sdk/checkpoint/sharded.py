@@ -42,6 +42,7 @@ from torchyard.sdk import context
 from torchyard.sdk.checkpoint import mapped_read
 from torchyard.sdk.checkpoint.hashing import HashedFile, hash_file, skip_torch_crc32
 from torchyard.sdk.checkpoint.stores import FileEntry, Store
+from torchyard.stream_contract import Manifest, ManifestFile
 
 METADATA_FILE = ".metadata"
 # A rank's state is split into one file per this many bytes, written and hashed side by side, as
@@ -119,7 +120,7 @@ def _threads() -> int:
     return context.cpu_share(MAX_FILES)
 
 
-def load(store: Store, step_dir: str, manifest: dict[str, Any], into: Any) -> tuple[bool, str | None]:
+def load(store: Store, step_dir: str, manifest: Manifest, into: Any) -> tuple[bool, str | None]:
     """Load the checkpoint of ``step_dir`` into ``into`` in place (collective). (True, None) when
     it loaded; (False, why) when a file some rank needed is missing or fails its check, so the
     caller falls back to an older checkpoint; every rank sees the same outcome.
@@ -222,7 +223,7 @@ class VerifyingReader(FileSystemReader):
     """DCP's FileSystemReader that fetches (when ``fetch`` is given) and checks each file against
     the manifest before DCP opens it; ``failure`` says why a check failed."""
 
-    def __init__(self, directory: str, files: dict[str, dict], fetch: Callable[[str, str], None] | None) -> None:
+    def __init__(self, directory: str, files: dict[str, ManifestFile], fetch: Callable[[str, str], None] | None) -> None:
         super().__init__(directory)
         self.directory = directory
         self.files = files

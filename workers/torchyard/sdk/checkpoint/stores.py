@@ -28,11 +28,12 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import BinaryIO, cast
 from urllib.parse import unquote, urlparse
 
 from torchyard.sdk.checkpoint.hashing import HashingWriter, hash_file
 from torchyard.storage import s3_client
+from torchyard.stream_contract import Manifest, ManifestFile
 
 MANIFEST = "manifest.json"
 LATEST = "LATEST"
@@ -57,7 +58,7 @@ class FileEntry:
     size: int
     sha256: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ManifestFile:
         return {"path": self.path, "size": self.size, "sha256": self.sha256}
 
 
@@ -104,7 +105,7 @@ class Store:
         """Forget an unfinished save of ``step_dir``."""
         raise NotImplementedError
 
-    def commit(self, step_dir: str, manifest: dict[str, Any]) -> None:
+    def commit(self, step_dir: str, manifest: Manifest) -> None:
         """Publish the staged files of ``step_dir`` by writing its manifest, atomically, last."""
         raise NotImplementedError
 
@@ -114,7 +115,7 @@ class Store:
     def read_latest(self) -> str | None:
         raise NotImplementedError
 
-    def read_manifest(self, step_dir: str) -> dict[str, Any] | None:
+    def read_manifest(self, step_dir: str) -> Manifest | None:
         raise NotImplementedError
 
     def step_dirs(self) -> dict[str, bool]:
@@ -141,16 +142,17 @@ class Store:
         return sorted((d for d, ok in self.step_dirs().items() if ok), key=step_of, reverse=True)
 
 
-def _encode_manifest(manifest: dict[str, Any]) -> bytes:
+def _encode_manifest(manifest: Manifest) -> bytes:
     return json.dumps(manifest, indent=2, sort_keys=True).encode()
 
 
-def _decode_manifest(raw: bytes) -> dict[str, Any] | None:
+def _decode_manifest(raw: bytes) -> Manifest | None:
+    """A manifest as some SDK wrote it (an older one may lack fields): its readers check what they use."""
     try:
         data = json.loads(raw)
     except ValueError:
         return None
-    return data if isinstance(data, dict) else None
+    return cast("Manifest", data) if isinstance(data, dict) else None
 
 
 # --- local directory ------------------------------------------------------------------------------
@@ -218,7 +220,7 @@ class LocalStore(Store):
     def discard(self, step_dir: str) -> None:
         shutil.rmtree(self._staging(step_dir), ignore_errors=True)
 
-    def commit(self, step_dir: str, manifest: dict[str, Any]) -> None:
+    def commit(self, step_dir: str, manifest: Manifest) -> None:
         staging = self._staging(step_dir)
         for entry in manifest["files"]:
             # Ranks on other machines write into their own copy of this path unless it is shared.
@@ -251,7 +253,7 @@ class LocalStore(Store):
             return None
         return name if STEP_DIR_RE.fullmatch(name) else None
 
-    def read_manifest(self, step_dir: str) -> dict[str, Any] | None:
+    def read_manifest(self, step_dir: str) -> Manifest | None:
         try:
             with open(os.path.join(self._final(step_dir), MANIFEST), "rb") as fh:
                 return _decode_manifest(fh.read())
@@ -371,7 +373,7 @@ class S3Store(Store):
     def discard(self, step_dir: str) -> None:
         self._delete_keys(list(self._keys_under(self._key(step_dir) + "/")))
 
-    def commit(self, step_dir: str, manifest: dict[str, Any]) -> None:
+    def commit(self, step_dir: str, manifest: Manifest) -> None:
         self.client.put_object(
             Bucket=self.bucket,
             Key=self._key(step_dir, MANIFEST),
@@ -397,7 +399,7 @@ class S3Store(Store):
         name = raw.decode(errors="replace").strip() if raw else ""
         return name if STEP_DIR_RE.fullmatch(name) else None
 
-    def read_manifest(self, step_dir: str) -> dict[str, Any] | None:
+    def read_manifest(self, step_dir: str) -> Manifest | None:
         raw = self._get(self._key(step_dir, MANIFEST))
         return None if raw is None else _decode_manifest(raw)
 

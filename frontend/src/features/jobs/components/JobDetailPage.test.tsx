@@ -4,7 +4,7 @@ import { Route, Routes } from 'react-router-dom'
 import { beforeEach, describe, expect, it, vi } from 'vitest'
 import type { JobDetail, JobEvent, LogEvent } from '../../../lib/types'
 import { FakeWebSocket } from '../../../test/fake-websocket'
-import { jobDetail, jobNode } from '../../../test/fixtures'
+import { jobDetail, jobGoodput, jobNode } from '../../../test/fixtures'
 import { withElementSize } from '../../../test/layout'
 import { csrfRoute, json, mockFetch } from '../../../test/http'
 import { project } from '../../../test/queue-fixtures'
@@ -55,6 +55,7 @@ const pageRoutes = {
   'GET /api/machines': () => json([]),
   'GET /api/jobs/5/metrics': () => json({ job: 5, names: [], from_step: null, to_step: null, bucket_steps: null, series: [] }),
   'GET /api/jobs/5/checkpoints': () => json([]),
+  'GET /api/jobs/5/goodput': () => json(jobGoodput()),
   'GET /api/jobs/5/artifacts': () => json([]),
 }
 

@@ -7,6 +7,7 @@ import { useJobStream } from '../hooks/useJobStream'
 import '../job-page.css'
 import { ArtifactsPanel } from './ArtifactsPanel'
 import { CheckpointsPanel } from './CheckpointsPanel'
+import { GoodputPanel } from './GoodputPanel'
 import { HealthPanel } from './HealthPanel'
 import { LinksPanel } from './LinksPanel'
 import { StacksPanel } from './StacksPanel'
@@ -71,6 +72,7 @@ function JobDetail({ jobId }: { jobId: number }) {
       <MetricsPanel jobId={jobId} metrics={events.metrics} states={events.states} />
       <LogViewer jobId={jobId} logs={events.logs} olderBefore={events.olderBefore} />
       <StateTimeline states={events.states} stalls={events.stalls} />
+      <GoodputPanel jobId={jobId} seen={events.states.length} />
       <div className="job-files">
         <CheckpointsPanel jobId={jobId} seen={events.checkpoints.length} />
         <ArtifactsPanel job={job.data} />

@@ -6,6 +6,7 @@ import type { UsageGroup } from '../../../lib/types'
 import { USAGE_GROUPS, USAGE_WINDOWS, useUsage, type UsageWindow } from '../api/get-usage'
 import { formatHours, hasUsage, usageCharts } from '../usage-series'
 import '../usage.css'
+import { UsageGoodput } from './UsageGoodput'
 import { UsageTable } from './UsageTable'
 
 // More keys than this (a cluster's users or machines) are in the table, not charted.
@@ -38,7 +39,8 @@ function Choice<T extends string>({
 
 /**
  * Who used the cluster: GPU-hours and process-hours by project (or user, or machine) over the last
- * day, week or month, a chart per key over time and the totals. The choice lives in the URL
+ * day, week or month, a chart per key over time and the totals; then the goodput of the same keys'
+ * jobs, with what their GPU-hours cost. The choice lives in the URL
  * (?by=user&window=30d), so a view can be shared.
  */
 export function UsagePage() {
@@ -63,67 +65,70 @@ export function UsagePage() {
   const processHours = data?.totals.reduce((sum, t) => sum + t.process_hours, 0) ?? 0
 
   return (
-    <section className="panel usage-page" aria-labelledby="usage-title">
-      <header className="panel-header">
-        <h2 id="usage-title">Usage</h2>
-        {data && used && (
-          <span className="muted" data-testid="usage-summary">
-            {formatHours(gpuHours)} GPU-hours, {formatHours(processHours)} process-hours in {USAGE_WINDOWS[period].span}
-          </span>
-        )}
-        <div className="spacer" />
-        {usage.isFetching && usage.isPlaceholderData && <span className="muted small">updating…</span>}
-      </header>
-      <div className="usage-controls">
-        <Choice
-          label="Group by"
-          value={by}
-          onChange={(value) => set('by', value)}
-          options={USAGE_GROUPS.map((g) => ({ value: g, label: `By ${g}` }))}
-        />
-        <Choice
-          label="Window"
-          value={period}
-          onChange={(value) => set('window', value)}
-          options={(Object.keys(USAGE_WINDOWS) as UsageWindow[]).map((w) => ({ value: w, label: USAGE_WINDOWS[w].label }))}
-        />
-      </div>
-      {usage.isPending && <p className="muted">Loading…</p>}
-      {usage.isError && <QueryError error={usage.error} what="usage" onRetry={() => void usage.refetch()} retrying={usage.isFetching} />}
-      {data && !used && (
-        <p className="empty usage-empty">
-          No GPU or process time was used in {USAGE_WINDOWS[period].span}
-          {by === 'project' ? ' by your projects' : ''}: it is counted from each node's start to its end.
-        </p>
-      )}
-      {data && used && (
-        <>
-          <UsageTable totals={data.totals} by={by} />
-          <div className="metrics usage-charts">
-            {charts.map((chart) => (
-              <div className="metric-block" key={chart.key} data-usage-key={chart.key}>
-                <div className="metric-head">
-                  <h3>{chart.key}</h3>
-                  <span className="muted small">per {USAGE_WINDOWS[period].bucket}</span>
-                </div>
-                <LineChart
-                  series={chart.series}
-                  label={`${chart.key} usage`}
-                  height={160}
-                  formatY={formatHours}
-                  syncKey="usage"
-                  xTime
-                />
-              </div>
-            ))}
-          </div>
-          {data.totals.length > MAX_CHARTS && (
-            <p className="muted small">
-              Charts for the first {MAX_CHARTS} of {data.totals.length}; every {by} is in the table.
-            </p>
+    <>
+      <section className="panel usage-page" aria-labelledby="usage-title">
+        <header className="panel-header">
+          <h2 id="usage-title">Usage</h2>
+          {data && used && (
+            <span className="muted" data-testid="usage-summary">
+              {formatHours(gpuHours)} GPU-hours, {formatHours(processHours)} process-hours in {USAGE_WINDOWS[period].span}
+            </span>
           )}
-        </>
-      )}
-    </section>
+          <div className="spacer" />
+          {usage.isFetching && usage.isPlaceholderData && <span className="muted small">updating…</span>}
+        </header>
+        <div className="usage-controls">
+          <Choice
+            label="Group by"
+            value={by}
+            onChange={(value) => set('by', value)}
+            options={USAGE_GROUPS.map((g) => ({ value: g, label: `By ${g}` }))}
+          />
+          <Choice
+            label="Window"
+            value={period}
+            onChange={(value) => set('window', value)}
+            options={(Object.keys(USAGE_WINDOWS) as UsageWindow[]).map((w) => ({ value: w, label: USAGE_WINDOWS[w].label }))}
+          />
+        </div>
+        {usage.isPending && <p className="muted">Loading…</p>}
+        {usage.isError && <QueryError error={usage.error} what="usage" onRetry={() => void usage.refetch()} retrying={usage.isFetching} />}
+        {data && !used && (
+          <p className="empty usage-empty">
+            No GPU or process time was used in {USAGE_WINDOWS[period].span}
+            {by === 'project' ? ' by your projects' : ''}: it is counted from each node's start to its end.
+          </p>
+        )}
+        {data && used && (
+          <>
+            <UsageTable totals={data.totals} by={by} />
+            <div className="metrics usage-charts">
+              {charts.map((chart) => (
+                <div className="metric-block" key={chart.key} data-usage-key={chart.key}>
+                  <div className="metric-head">
+                    <h3>{chart.key}</h3>
+                    <span className="muted small">per {USAGE_WINDOWS[period].bucket}</span>
+                  </div>
+                  <LineChart
+                    series={chart.series}
+                    label={`${chart.key} usage`}
+                    height={160}
+                    formatY={formatHours}
+                    syncKey="usage"
+                    xTime
+                  />
+                </div>
+              ))}
+            </div>
+            {data.totals.length > MAX_CHARTS && (
+              <p className="muted small">
+                Charts for the first {MAX_CHARTS} of {data.totals.length}; every {by} is in the table.
+              </p>
+            )}
+          </>
+        )}
+      </section>
+      <UsageGoodput by={by} period={period} />
+    </>
   )
 }
