@@ -93,18 +93,18 @@ def run_main(module: str, argv: list[str]) -> int:
     return 0
 
 
-def _is_users(filename: str) -> bool:
+def _is_users(filename: str, libraries: tuple[str, ...]) -> bool:
     """A frame of the user's own code: not the standard library, not an installed package, not Torchyard."""
     path = os.path.abspath(filename)
-    if filename.startswith("<") or path.startswith(_TORCHYARD_DIR):
-        return False
-    return not any(path.startswith(prefix) for prefix in _LIBRARY_DIRS)
+    return not filename.startswith("<") and not path.startswith(libraries)
 
 
-_TORCHYARD_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in (
-    sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"), sysconfig.get_paths().get("purelib"),
-    sysconfig.get_paths().get("platlib"), sys.base_prefix, sys.prefix) if p})
+def _library_dirs() -> tuple[str, ...]:
+    """Where code that is not the user's lives. Asked only once a rank raised: never on a rank's start."""
+    paths = sysconfig.get_paths()
+    found = [paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")] + [sys.base_prefix, sys.prefix]
+    return (os.path.dirname(os.path.abspath(__file__)) + os.sep,
+            *{os.path.abspath(path) + os.sep for path in found if path})
 
 
 def note_error(exc: BaseException, tb: Any) -> None:
@@ -116,9 +116,9 @@ def note_error(exc: BaseException, tb: Any) -> None:
     run_dir, rank = os.environ.get(protocol.ENV_RUN_DIR), os.environ.get("RANK", "0")
     if not run_dir or isinstance(exc, KeyboardInterrupt):
         return
-    frame = ""
+    frame, libraries = "", _library_dirs()
     for summary in traceback.extract_tb(tb):
-        if _is_users(summary.filename):
+        if _is_users(summary.filename, libraries):
             where = os.path.relpath(os.path.abspath(summary.filename))
             frame = f"{where if not where.startswith('..') else os.path.basename(where)}:{summary.lineno} in {summary.name}"
     events = sys.modules.get("torchyard.sdk.events")

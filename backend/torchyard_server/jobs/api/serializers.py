@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -43,12 +44,20 @@ PlanOut = out_serializer(Plan, "PlanOut", doc=(
 
 
 class _Reported(serializers.Field):
-    """A number the ranks reported, as stored: null when it is absent or is not a finite number, so
+    """A value a node or its ranks reported, as stored: null when it is absent or not of its kind, so
     what a script wrote never breaks a job's page."""
 
-    def __init__(self, kind: type[int] | type[float], **kwargs):
-        self.kind = kind
+    kind: ClassVar[type]
+
+    def __init__(self, **kwargs):
         super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def to_representation(self, value):
+        return value if isinstance(value, self.kind) else None
+
+
+class _ReportedNumber(_Reported):
+    """A number: also null when it is a boolean or not finite."""
 
     def to_representation(self, value):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -57,15 +66,23 @@ class _Reported(serializers.Field):
 
 
 @extend_schema_field({"type": "integer", "nullable": True})
-class ReportedInt(_Reported):
-    def __init__(self, **kwargs):
-        super().__init__(int, **kwargs)
+class ReportedInt(_ReportedNumber):
+    kind = int
 
 
 @extend_schema_field({"type": "number", "format": "double", "nullable": True})
-class ReportedFloat(_Reported):
-    def __init__(self, **kwargs):
-        super().__init__(float, **kwargs)
+class ReportedFloat(_ReportedNumber):
+    kind = float
+
+
+@extend_schema_field({"type": "string", "nullable": True})
+class ReportedText(_Reported):
+    kind = str
+
+
+@extend_schema_field({"type": "boolean", "nullable": True})
+class ReportedBool(_Reported):
+    kind = bool
 
 
 class StalledRankOut(serializers.Serializer):
@@ -131,28 +148,6 @@ class StragglerOut(serializers.Serializer):
 JobProgressOut = out_serializer(JobProgress, "JobProgressOut", doc=JobProgress.__doc__,
                                 numbers={int: ReportedInt, float: ReportedFloat},
                                 shapes={"stall": StallOut, "stragglers": StragglerOut})
-
-
-@extend_schema_field({"type": "string", "nullable": True})
-class ReportedText(serializers.Field):
-    """A string a node reported, as stored: null when it is absent or not a string."""
-
-    def __init__(self, **kwargs):
-        super().__init__(read_only=True, allow_null=True, **kwargs)
-
-    def to_representation(self, value):
-        return value if isinstance(value, str) else None
-
-
-@extend_schema_field({"type": "boolean", "nullable": True})
-class ReportedBool(serializers.Field):
-    """A flag a node reported, as stored: null when it is absent or not a boolean."""
-
-    def __init__(self, **kwargs):
-        super().__init__(read_only=True, allow_null=True, **kwargs)
-
-    def to_representation(self, value):
-        return value if isinstance(value, bool) else None
 
 
 @extend_schema_field({"type": "object", "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 65535}})

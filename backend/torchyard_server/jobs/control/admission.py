@@ -14,7 +14,7 @@ from torchyard.function_results import PAYLOAD_FILE
 
 from ...bundles.models import Bundle
 from ...bundles.services import bundle_for_user
-from ...projects.models import DEFAULT_PROJECT
+from ...projects.models import DEFAULT_PROJECT, Project
 from ...projects.permissions import is_staff, projects_visible_to, require_submit
 from ...projects.priorities import priority_label
 from ...projects.selectors import project_by_name
@@ -34,8 +34,7 @@ def admit_spec(checked: dict[str, Any], *, user: Any, under: str | None = None) 
 
 
 def _admitted(checked: dict[str, Any], user: Any) -> dict[str, Any]:
-    project = checked.get("project") or DEFAULT_PROJECT
-    check_project(project, user)
+    project = submittable_project(checked.get("project") or DEFAULT_PROJECT, user)
     check_priority_ceiling(int(checked.get("priority") or 0), project, user)
     admitted = _with_bundles(checked, user)
     if "secret_env" in admitted:
@@ -43,21 +42,22 @@ def _admitted(checked: dict[str, Any], user: Any) -> dict[str, Any]:
     return admitted
 
 
-def check_project(name: str, user: Any) -> None:
-    """Unknown, or not one of the submitter's: 400; one they only view: 403 (PermissionDenied)."""
+def submittable_project(name: str, user: Any) -> Project:
+    """The project `user` submits to. Unknown, or not one of theirs: 400; one they only view: 403
+    (PermissionDenied)."""
     project = project_by_name(name)
     if project is None or (user is not None and not projects_visible_to(user).filter(pk=project.pk).exists()):
         raise SpecRefused({"project": [f"no project named {name!r} that you belong to."]})
     if user is not None:
         require_submit(user, project)
+    return project
 
 
-def check_priority_ceiling(priority: int, project_name: str, user: Any) -> None:
+def check_priority_ceiling(priority: int, project: Project, user: Any) -> None:
     """A priority above the project's ceiling is refused naming it; staff are not capped."""
     if user is None or is_staff(user):
         return
-    project = project_by_name(project_name)
-    if project is not None and priority > project.priority_ceiling:
+    if priority > project.priority_ceiling:
         raise SpecRefused({"priority": [
             f"priority {priority_label(priority)} is above project {project.name}'s ceiling of "
             f"{priority_label(project.priority_ceiling)}; ask one of its admins to raise it "

@@ -210,7 +210,7 @@ def queue_housekeeping() -> None:
 def job_set_priority(*, job: Job, priority: int, user: Any) -> Job:
     """Change a live job's priority (a queued one moves in the queue at once). Capped at its project's
     ceiling unless staff; audited with the previous one."""
-    check_priority_ceiling(priority, job.project.name, user)
+    check_priority_ceiling(priority, job.project, user)
     with transaction.atomic():
         job = Job.objects.select_for_update().select_related("project").get(pk=job.pk)
         if job.status in JOB_FINAL:

@@ -77,7 +77,9 @@ def node_report_state(*, event: NodeStateEvent) -> None:
                 # Queued before the stops node_lost_or_failed sends: the others learn first.
                 membership_send(job_id=job.pk, attempt=node.attempt)
             fatal = failed and event.get("fatal") is True
-            repeated = repeated_error(job, node) if failed and not fatal else None
+            # node_lost_or_failed judges a repeat itself; here only a recovery another node started.
+            repeated = (repeated_error(job, node) if failed and not fatal and job.status == J.RECOVERING
+                        and job.attempt == node.attempt else None)
             if (fatal or repeated) and job.status == J.RECOVERING and job.attempt == node.attempt:
                 # Another node's failure (its ranks saw this one's go away) started a recovery; this
                 # node says a relaunch would fail the same way (the job's function raised, or the
