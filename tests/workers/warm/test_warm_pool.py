@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from torchyard.warm import pools
+from torchyard.warm import pools, zygote
 from torchyard.warm.proctitle import room_arg, room_env
 
 WORKERS = Path(__file__).resolve().parents[3] / "workers"
@@ -206,3 +206,16 @@ def test_a_plain_ddp_script_forked_as_two_nodes_of_two_ends_every_time(pool, tmp
                 launcher.send_signal(signal.SIGTERM)  # its ranks' groups get it (then SIGKILL after the grace)
                 launcher.wait()
         assert codes == [0, 0], f"run {run}: launchers ended {codes} (None: a rank never ended)"
+
+
+def test_a_pool_whose_agent_died_before_it_started_serves_nothing(tmp_path):
+    """The agent names itself (zygote.AGENT_PID_ENV): a pool whose agent was killed before the pool's
+    first line ran is init's child already, and must not take init for its agent and serve forever."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(WORKERS)} | room_env()
+    env[zygote.AGENT_PID_ENV] = str(gone.pid)
+    server = subprocess.run([sys.executable, "-m", "torchyard.warm.zygote", str(tmp_path / "pool.sock"), room_arg()],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert server.returncode == 0, server.stdout + server.stderr
+    assert not (tmp_path / "pool.sock").exists()

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from .proctitle import room_arg, room_env
-from .zygote import IMPORT_TIME_PREFIXES
+from .zygote import AGENT_PID_ENV, IMPORT_TIME_PREFIXES
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,7 @@ class WarmPools:
         # folder on its path (a link folder like the ranks' SDK path, not the agent's site-packages).
         env["PYTHONPATH"] = str(_package_link(self.cache_dir))
         env.update(room_env())  # room for each rank's own environment in /proc (proctitle.py)
+        env[AGENT_PID_ENV] = str(os.getpid())  # the pool ends with this agent (zygote.main)
         with open(logs, "ab") as out:
             pool.process = subprocess.Popen(
                 [pool.python, "-m", "torchyard.warm.zygote", str(pool.path), room_arg()], env=env, cwd=str(self.cache_dir),

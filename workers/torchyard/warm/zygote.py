@@ -317,10 +317,16 @@ def _invalid(request: Any) -> str:
     return ""
 
 
+# Set by the agent that starts the pool (warm/pools.py): its own pid.
+AGENT_PID_ENV = "TORCHYARD_WARM_AGENT_PID"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     path = Path(args[0])
-    agent_pid = os.getppid()  # before the imports: the agent may die while they run
+    # The agent that started this pool says who it is: asked of getppid() here, an agent killed before
+    # this line ran would leave init as the "agent", and the pool would serve on forever.
+    agent_pid = int(os.environ.pop(AGENT_PID_ENV, "") or os.getppid())
     hello = preload()
     hello.update(python=sys.executable, version=sys.version.split()[0],
                  env={k: v for k, v in os.environ.items() if k.startswith(IMPORT_TIME_PREFIXES)})
