@@ -20,6 +20,11 @@ def running(owner, *, attempt: int = 0, **fault_tolerance) -> Job:
                               restarts=attempt, spec={"fault_tolerance": {"max_restarts": 5, **fault_tolerance}})
 
 
+def failed_before(job: Job, attempt: int) -> JobNode:
+    """Node 1 of an earlier attempt, failed with ERROR."""
+    return make_node(job, attempt=attempt, node_rank=1, status=JobNode.Status.FAILED, error=ERROR)
+
+
 def fail(job: Job, attempt: int, error: dict | None, *, node_rank: int = 1) -> JobNode:
     node = make_node(job, attempt=attempt, node_rank=node_rank, machine_name=f"m{node_rank}", host="10.0.0.1",
                      status=JobNode.Status.RUNNING)
@@ -42,8 +47,7 @@ def test_the_first_error_is_retried_and_kept_on_the_node(owner):
 
 def test_the_same_error_at_the_same_step_twice_fails_the_job_naming_it(owner):
     job = running(owner, attempt=1)
-    JobNode.objects.create(job=job, attempt=0, machine_name="m1", host="h", node_rank=1, nproc=1, rank_start=1,
-                           rank_end=1, status=JobNode.Status.FAILED, error=ERROR)
+    failed_before(job, 0)
     fail(job, 1, ERROR)
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED
@@ -56,8 +60,7 @@ def test_the_same_error_at_the_same_step_twice_fails_the_job_naming_it(owner):
                                    {**ERROR, "frame": "train.py:43 in step"}, None])
 def test_another_error_or_step_or_a_fault_of_the_cluster_is_retried(owner, other):
     job = running(owner, attempt=1)
-    JobNode.objects.create(job=job, attempt=0, machine_name="m1", host="h", node_rank=1, nproc=1, rank_start=1,
-                           rank_end=1, status=JobNode.Status.FAILED, error=ERROR)
+    failed_before(job, 0)
     fail(job, 1, other)
     job.refresh_from_db()
     assert job.status == Job.Status.RECOVERING
@@ -66,8 +69,7 @@ def test_another_error_or_step_or_a_fault_of_the_cluster_is_retried(owner, other
 def test_retry_same_error_counts_the_retries_of_one_error(owner):
     job = running(owner, attempt=2, retry_same_error=2)
     for attempt in (0, 1):
-        JobNode.objects.create(job=job, attempt=attempt, machine_name="m1", host="h", node_rank=1, nproc=1,
-                               rank_start=1, rank_end=1, status=JobNode.Status.FAILED, error=ERROR)
+        failed_before(job, attempt)
     fail(job, 2, ERROR)
     job.refresh_from_db()
     assert job.status == Job.Status.FAILED and "the same error 3 times at step 50" in job.status_reason
@@ -82,8 +84,7 @@ def test_the_raising_node_reporting_after_another_failure_stops_the_recovery(own
     """The other node's ranks lose their peer and fail first (a broken collective, its own message);
     the node whose rank raised reports after, while the job already recovers: no relaunch."""
     job = running(owner, attempt=1)
-    JobNode.objects.create(job=job, attempt=0, machine_name="m1", host="h", node_rank=1, nproc=1, rank_start=1,
-                           rank_end=1, status=JobNode.Status.FAILED, error=ERROR)
+    failed_before(job, 0)
     raising = make_node(job, attempt=1, node_rank=1, machine_name="m1", host="h", status=JobNode.Status.RUNNING)
     fail(job, 1, {**ERROR, "type": "RuntimeError", "message": "Connection closed by peer [10.0.0.2]:41234",
                   "rank": 0, "frame": "train.py:40 in step"}, node_rank=0)
