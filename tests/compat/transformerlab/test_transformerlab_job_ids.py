@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from clients import signed_in
+from django.conf import settings as django_settings
 from torchyard_server.compat.transformerlab.models import RankDispatch
 from torchyard_server.jobs.control.queue_pass import job_schedule
 from torchyard_server.jobs.models import Job
@@ -199,7 +200,7 @@ def test_a_dispatch_may_not_name_its_job_with_digits(api, two_machines):
     ("99999999999999999999999", 404, "no job 99999999999999999999999."),
     ("plan-999999", 404, "no plan plan-999999: there is no task 999999 that you may see."),
     ("plan-abc", 404, "no job 'plan-abc': neither a Torchyard job id (digits), a plan's job_id (plan-12) nor the "
-                      "job_id of a per-rank dispatch of yours."),
+                      "job_id you gave a job of yours."),
     ("dist_job_none", 404, "no job 'dist_job_none'"),
     ("-1", 404, "no job '-1'"),
     ("x" * 101, 400, "is 101 characters long; a job_id has at most 100."),
@@ -221,12 +222,17 @@ def test_another_users_plan_is_a_404(api, two_machines, outsider):
         assert response.status_code == 404, url
 
 
-def test_a_whole_job_dispatch_takes_only_a_plans_job_id(api, two_machines):
-    for job_id, why in (("57", "57 is a Torchyard job id"), ("dist_job_9", "'dist_job_9' is not the job_id of a plan")):
-        refused = api.post("/api/network/distributed/dispatch", {**PLAN, "job_id": job_id}, format="json")
+def test_a_whole_job_dispatch_takes_a_plans_job_id_or_one_of_its_own_never_digits(api, two_machines):
+    # Digits are Torchyard's; an id of one's own needs the job's fields (a whole job under that id).
+    for body, why in (({**PLAN, "job_id": "57"}, "57 is a Torchyard job id"),
+                      ({"job_id": "dist_job_9"}, "'dist_job_9' is not the job_id of a plan")):
+        refused = api.post("/api/network/distributed/dispatch", body, format="json")
         assert refused.status_code == 400, refused.content
         assert refused.json()["job_id"][0].startswith(why)
-        assert "Leave job_id out to submit the job the body describes" in refused.json()["job_id"][0]
+        assert refused.json()["job_id"][0].endswith(
+            "Give plugin_name and the job's other fields to submit the job under a job_id of your own (letters: "
+            "dist_job_123), leave job_id out for Torchyard's id alone, or add rank and target_machine to dispatch "
+            "it rank by rank.")
     assert not Job.objects.exists()
 
 
@@ -291,6 +297,27 @@ def test_a_master_port_is_refused_until_it_is_the_one_torchyard_picked(api, two_
     assert wrong.json()["master_port"] == [f"this job's master port is {picked}, not {other}. {MASTER}"]
 
 
+def test_a_master_port_outside_the_range_or_another_jobs_is_refused_saying_so(api, two_machines):
+    a, b = two_machines
+    low, high = django_settings.MASTER_PORT_RANGE
+    outside = dispatch(api, rank_body(0, a, master_port=low - 1))
+    assert outside.status_code == 400
+    assert outside.json()["master_port"] == [
+        f"{low - 1} is outside the job-port range {low}-{high} (TORCHYARD_MASTER_PORT_MIN and "
+        f"TORCHYARD_MASTER_PORT_MAX). {MASTER}"]
+    # Another job's master runs on gpu-a: its port is taken there, for rank 0 and for every rank once
+    # rank 0's machine is known.
+    other = api.post("/api/jobs", {"name": "other", "entrypoint": "examples/mlp_ddp.py",
+                                   "placement": {"machines": [a.name]}}, format="json").json()["id"]
+    job_schedule(job_id=other)
+    taken = Job.objects.get(pk=other).master_port
+    says = [f"{taken} is job {other}'s master port on {a.name}. {MASTER}"]
+    assert dispatch(api, rank_body(0, a, master_port=taken)).json()["master_port"] == says
+    assert dispatch(api, rank_body(0, a)).status_code == 202
+    assert dispatch(api, rank_body(1, b, master_port=taken)).json()["master_port"] == says
+    assert list(RankDispatch.objects.values_list("rank", flat=True)) == [0]
+
+
 # --- the other fields of a dispatch body ------------------------------------------------------------
 def test_a_rank_refuses_whole_job_fields_it_has_no_use_for(api, two_machines):
     a, _ = two_machines
@@ -303,6 +330,12 @@ def test_a_rank_refuses_whole_job_fields_it_has_no_use_for(api, two_machines):
     assert machines.status_code == 400
     assert machines.json()["resource_requirements"] == {"num_machines": [
         "world_size says 2 machines: leave num_machines out, or send the same."]}
+    placed = dispatch(api, rank_body(0, a, placement={"policy": "pack"}, gpus=1))
+    assert placed.status_code == 400
+    assert placed.json() == {
+        "placement": ["a per-rank dispatch places each rank on its target_machine (rank 0's is the master): leave "
+                      "placement out."],
+        "gpus": ["unknown field."]}
     assert dispatch(api, rank_body(0, a, resource_requirements={"num_machines": 2})).status_code == 202
 
 

@@ -31,7 +31,7 @@ from ...jobs.control.submit import job_submit
 from ...jobs.intake.sections import RuntimeSerializer
 from ...jobs.intake.serializer import JobSpecSerializer
 from ...jobs.models import Job
-from ...jobs.placement.candidates import machine_candidates
+from ...jobs.placement.candidates import Need, machine_candidates
 from ...jobs.placement.planner import order_machines
 from ...jobs.selectors import job_visible_or_404
 from ...jobs.spec.jobspec import JobSpec
@@ -43,9 +43,11 @@ from ...machines.services import machine_delete
 from ...projects.permissions import CanSubmitSomewhere, IsStaff, require_job_control
 from ...rest.openapi import ErrorOut
 from ...rest.renderers import DOWNLOAD_RENDERERS
+from ...rest.strict import StrictFields
 from ...templates.services import on_one_machine
 from .dispatch import RankDispatchIn, dispatch_rank, is_rank_dispatch, machine_called
 from .ids import job_find_status, job_find_stop
+from .named import NamedDispatchIn, is_named_dispatch, named_job_submit
 from .payloads import DistributedTrainingConfig, job_status, seed_body
 from .plans import (
     PlannedDispatchIn,
@@ -66,6 +68,7 @@ from .serializers import (
     NetworkStatusOut,
     PingOut,
     PrepareDependenciesOut,
+    SuggestMachinesIn,
     SuggestMachinesOut,
 )
 
@@ -183,16 +186,19 @@ class DistributedPlanView(APIView):
 
 
 class DistributedDispatchView(APIView):
-    """The whole job (a DistributedTrainingConfig, or `{"job_id": "plan-12"}` of a plan), or one rank
-    of it to one machine (TransformerLab's dispatch body: `job_id`, `target_machine`, `rank`,
-    `world_size` ...; a plan's `job_id` stands for its plugin_name, config and requirements, and any
-    of those the body repeats must say what the plan says). Torchyard picks the master: a rank's
-    `master_addr` is accepted when it names rank 0's machine and its `master_port` only when it is
-    the port Torchyard picked when it scheduled the job; any other value is refused."""
+    """The whole job (a DistributedTrainingConfig, with your own `job_id` or none, or
+    `{"job_id": "plan-12"}` of a plan), or one rank of it to one machine (TransformerLab's dispatch
+    body: `job_id`, `target_machine`, `rank`, `world_size` ...; a plan's `job_id` stands for its
+    plugin_name, config and requirements, and any of those the body repeats must say what the plan
+    says). A job_id of your own names one live job of yours at a time: the status and stop routes
+    take it. Torchyard picks the master: a rank's `master_addr` is accepted when it names rank 0's
+    machine and its `master_port` only when it is the port Torchyard picked when it scheduled the
+    job; any other value is refused, saying why."""
 
     @extend_schema(
         request=PolymorphicProxySerializer("SeedDispatchIn", resource_type_field_name=None,
-                                           serializers=[DistributedTrainingConfig, PlannedDispatchIn, RankDispatchIn]),
+                                           serializers=[DistributedTrainingConfig, NamedDispatchIn, PlannedDispatchIn,
+                                                        RankDispatchIn]),
         responses={201: DistributedJobStatusOut, 202: DistributedJobStatusOut, 200: DistributedJobStatusOut})
     def post(self, request):
         if is_rank_dispatch(request.data):
@@ -201,6 +207,10 @@ class DistributedDispatchView(APIView):
             answer, code = dispatch_rank(request=request, body=body.validated_data,
                                          given=given_fields(request.data, body.validated_data))
             return Response(DistributedJobStatusOut(answer).data, status=code)
+        if is_named_dispatch(request.data):
+            key = request.data["job_id"]
+            job = named_job_submit(user=request.user, key=key, spec=seed_body(request, NamedDispatchIn, name=key))
+            return Response(_status(Job.objects.get(pk=job.pk), seed_job_id=key), status=status.HTTP_201_CREATED)
         if is_planned_dispatch(request.data):
             task, job = planned_job_submit(request=request)
             return Response(_status(Job.objects.get(pk=job.pk), seed_job_id=plan_id(task)), status=status.HTTP_201_CREATED)
@@ -209,17 +219,18 @@ class DistributedDispatchView(APIView):
 
 
 JOB_ID = OpenApiParameter("job_id", str, OpenApiParameter.PATH, description=(
-    "Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id a per-rank dispatch of yours "
-    "named its job with (dist_job_123)"))
+    "Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id you named a job of yours with "
+    "(dist_job_123: a whole job's, a per-rank dispatch's, execute_job's)"))
 
 
 class DistributedStatusView(APIView):
     """`distributed/status/{job_id}` and `distributed_jobs/{job_id}/status` take the same ids, read one
     way: digits are Torchyard's job id (as they always were here, so callers of integer ids keep
     working); `plan-12`, the job_id distributed/plan answers, is the plan (`planned`) until it is
-    queued, then the newest job it became; any other id is the name a per-rank dispatch of yours gave
-    its job (`dispatching` while its ranks come in, then the job). Since digits are never a plan's,
-    a plan's id carries the `plan-` prefix, and a per-rank dispatch may not name its job with digits.
+    queued, then the newest job it became; any other id is the name you gave a job of yours, whole or
+    rank by rank (`dispatching` while its ranks come in, then the job; the newest job of that name).
+    Since digits are never a plan's, a plan's id carries the `plan-` prefix, and no job of yours may be
+    named with digits.
     An unknown id is a 404 saying so, one over 100 characters a 400."""
 
     @extend_schema(parameters=[JOB_ID], responses=DistributedJobStatusOut)
@@ -239,20 +250,18 @@ class DistributedStopView(APIView):
 
 
 class SuggestMachinesView(APIView):
-    """Online machines in the order the planner would use them (least loaded first)."""
+    """Online machines that fit, in the order a placement policy uses them: by default `spread` (the
+    least loaded first), the order TransformerLab's bodies with machine_selection auto are placed in."""
 
-    @extend_schema(responses=SuggestMachinesOut, parameters=[
-        OpenApiParameter("num_machines", int, description="how many machines (default 1)"),
-        OpenApiParameter("gpus_per_machine", int, description="free GPUs each must have (default 0)"),
-    ])
+    @extend_schema(responses=SuggestMachinesOut, parameters=[SuggestMachinesIn])
     def get(self, request):
-        try:
-            wanted = int(request.query_params.get("num_machines", "1"))
-            gpus = int(request.query_params.get("gpus_per_machine", "0"))
-        except ValueError:
-            raise serializers.ValidationError({"num_machines": ["must be integers."]}) from None
-        ranked = [c for c in order_machines(machine_candidates(), "spread")
-                  if c.schedulable and len(c.free_gpus(0)) >= gpus]
+        query = SuggestMachinesIn(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        wanted, gpus, memory, policy = (query.validated_data[k] for k in (
+            "num_machines", "gpus_per_machine", "min_gpu_memory", "policy"))
+        need = Need(procs=1, gpus=gpus, min_gpu_memory=memory)
+        ranked = [c for c in order_machines(machine_candidates(), policy, need)
+                  if c.schedulable and len(c.free_gpus(memory)) >= gpus]
         by_id = {m.pk: m for m in machine_list()}
         return Response({
             "suggested": [c.id for c in ranked[:wanted]],
@@ -310,7 +319,8 @@ class MachineStopJobView(APIView):
 class ExecuteJobView(APIView):
     """`/api/network/execute_job`: run a job now (what TransformerLab's coordinator machine asked of a machine).
     Here the control plane places it, on the machine `target_machine` names when given (the whole
-    job there, as dispatch_job), else where the planner chooses."""
+    job there, as dispatch_job), else where the planner chooses. Its `job_id`, when given, names the
+    job as a whole-job dispatch's does: distributed/status/{job_id} and distributed/stop/{job_id} take it."""
 
     @extend_schema(request=ExecuteJobIn, responses={201: DistributedJobStatusOut})
     def post(self, request):
@@ -320,9 +330,10 @@ class ExecuteJobView(APIView):
         if body.validated_data.get("target_machine"):
             machine = machine_called(body.validated_data["target_machine"], field="target_machine")
             validated = on_one_machine(validated, machine.name)
-        job = job_submit(spec=JobSpec.from_json(validated), owner=request.user)
-        return Response(_status(Job.objects.get(pk=job.pk), seed_job_id=body.validated_data.get("job_id")),
-                        status=status.HTTP_201_CREATED)
+        key = body.validated_data.get("job_id")
+        job = (named_job_submit(user=request.user, key=key, spec=validated) if key
+               else job_submit(spec=JobSpec.from_json(validated), owner=request.user))
+        return Response(_status(Job.objects.get(pk=job.pk), seed_job_id=key), status=status.HTTP_201_CREATED)
 
 
 class LocalJobStatusView(APIView):
@@ -333,7 +344,7 @@ class LocalJobStatusView(APIView):
         return Response(_status(job_visible_or_404(user=request.user, job_id=job_id)))
 
 
-class PrepareDependenciesIn(serializers.Serializer):
+class PrepareDependenciesIn(StrictFields, serializers.Serializer):
     bundle = serializers.RegexField(r"^[0-9a-f]{64}$", required=False,
                                     help_text="a bundle you uploaded: fetched and unpacked, its requirements.txt installed")
     pip = serializers.ListField(child=serializers.CharField(max_length=500), default=list, max_length=200)

@@ -7,19 +7,21 @@ Torchyard picks the rendezvous itself: the master is node 0's machine, the one r
 its port a free one there, chosen when the job is scheduled. A body's master_addr is accepted when
 it names that machine (checked as soon as rank 0's machine is known, so the order the ranks come in
 does not matter), its master_port only when it is the port already picked; any other value is
-refused, never ignored."""
+refused with the reason (outside the job-port range, another job's there, not picked yet), never
+ignored.
+
+A job_id names one job of its owner at a time (named.py): a per-rank dispatch under the id of a
+whole job still live is refused, as a whole job under the id of ranks still coming in is."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 from rest_framework import serializers, status
 
+from ...jobs.control.ports import master_port_refusal
 from ...jobs.control.submit import job_submit
 from ...jobs.models import Job
 from ...jobs.selectors import job_visible_or_404
@@ -27,17 +29,16 @@ from ...jobs.spec.jobspec import JobSpec
 from ...machines.models import Machine
 from ...templates.services import template_job_record
 from .models import RankDispatch
+from .named import id_in_use, lock_user_dispatches
 from .payloads import (
+    WHOLE_JOB_REFUSED,
     DistributedTrainingConfig,
     ResourceRequirements,
     job_status,
     seed_config_of,
     spec_from_seed,
 )
-from .plans import is_torchyard_id, plan_disagreements, plan_number, planned_task
-
-# Ranks of a job whose other ranks never came are forgotten after this long.
-RANK_DISPATCH_WINDOW = timedelta(minutes=10)
+from .plans import own_id_refusal, plan_disagreements, plan_number, planned_task
 
 # What a plan stands for in a per-rank dispatch body (world_size and the rank's machine are the body's).
 RANK_FIELDS = ("plugin_name", "config", "args", "project")
@@ -48,7 +49,9 @@ MASTER = ("Torchyard picks the master itself: node 0's machine (the one rank 0 t
 
 
 class RankRequirements(ResourceRequirements):
-    num_machines = None  # the rank's world_size says it (RankDispatchIn.validate holds a given one to it)
+    # The rank's world_size says it: a given one must agree (RankDispatchIn.validate), then it is dropped.
+    num_machines = serializers.IntegerField(min_value=1, max_value=256, required=False,
+                                            help_text="world_size says it: leave it out, or send the same")
 
 
 class RankDispatchIn(DistributedTrainingConfig):
@@ -72,26 +75,27 @@ class RankDispatchIn(DistributedTrainingConfig):
         "Torchyard picks a free port when it schedules the job (the status answers it): accepted only when "
         "it is that port, refused otherwise; best left out"))
     resource_requirements = RankRequirements(default=dict)
+    # Fields of the whole-job body that a rank's body has no use for: refused (SeedStrict), not dropped.
     machine_selection = None
     selected_machines = None
+    refused = {**WHOLE_JOB_REFUSED, **{key: (
+        "a per-rank dispatch places each rank on its target_machine: leave machine_selection and "
+        "selected_machines out.") for key in ("machine_selection", "selected_machines")}, **{key: (
+        "a per-rank dispatch places each rank on its target_machine (rank 0's is the master): leave "
+        f"{key} out.") for key in ("placement", "policy", "placement_policy")}}
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         errors: dict[str, Any] = {}
         if attrs["rank"] >= attrs["world_size"]:
             errors["rank"] = [f"must be below world_size ({attrs['world_size']})."]
-        # Fields of the whole-job body that a rank's body has no use for: refused, not dropped.
-        initial = self.initial_data if isinstance(self.initial_data, dict) else {}
-        for key in ("machine_selection", "selected_machines"):
-            if key in initial:
-                errors[key] = ["a per-rank dispatch places each rank on its target_machine: leave "
-                               "machine_selection and selected_machines out."]
-        raw = initial.get("resource_requirements")
-        if isinstance(raw, dict) and "num_machines" in raw and str(raw["num_machines"]) != str(attrs["world_size"]):
+        requirements = dict(attrs.get("resource_requirements") or {})
+        machines = requirements.pop("num_machines", None)
+        if machines is not None and machines != attrs["world_size"]:
             errors["resource_requirements"] = {"num_machines": [
                 f"world_size says {attrs['world_size']} machines: leave num_machines out, or send the same."]}
         if errors:
             raise serializers.ValidationError(errors)
-        return attrs
+        return {**attrs, "resource_requirements": requirements}
 
 
 def is_rank_dispatch(body: Any) -> bool:
@@ -149,13 +153,10 @@ def _master_refusals(*, key: str, rank: int, machine: Machine, addr: str, port: 
     """A field error for a master_addr or master_port that is not what Torchyard picks (MASTER):
     this body's, or a master_addr another rank of the job named, once rank 0's machine is known."""
     errors: dict[str, list[str]] = {}
-    if port is not None and (job is None or job.master_port != port):
-        picked = (f"this job's master port is {job.master_port}, not {port}" if job is not None and job.master_port
-                  else f"Torchyard has not picked this job's master port yet (it does when it schedules the job), "
-                       f"so {port} cannot be it")
-        errors["master_port"] = [f"{picked}. {MASTER}"]
     others = [r for r in rows if r.rank != rank]
     master = machine if rank == 0 else next((r.machine for r in others if r.rank == 0), None)
+    if port is not None and (job is None or job.master_port != port):
+        errors["master_port"] = [f"{_port_refusal(port, master, job)}. {MASTER}"]
     if addr and master is not None and not _names(master, addr, by_id=False):
         errors["master_addr"] = [f"{addr} is not rank 0's machine {master.name} ({master.host}). {MASTER}"]
     elif addr and master is None and not Machine.objects.filter(Q(name=addr) | Q(host=addr)).exists():
@@ -168,6 +169,18 @@ def _master_refusals(*, key: str, rank: int, machine: Machine, addr: str, port: 
                 f"which is not rank 0's machine {master.name} ({master.host}): send rank 0 to that machine, or "
                 f"send those ranks again without master_addr. {MASTER}"]
     return errors
+
+
+def _port_refusal(port: int, master: Machine | None, job: Job | None) -> str:
+    """Why a rank's master_port is not its job's, the first reason that holds: not the port already
+    picked; outside the job-port range; another live job's on rank 0's machine; not picked yet."""
+    if job is not None and job.master_port:
+        return f"this job's master port is {job.master_port}, not {port}"
+    why = (master_port_refusal(port, host=master.host, machine_name=master.name) if master is not None
+           else master_port_refusal(port))
+    if why is not None:
+        return why
+    return f"Torchyard has not picked this job's master port yet (it does when it schedules the job), so {port} cannot be it"
 
 
 def _from_plan(*, user: Any, key: str, body: dict[str, Any], given: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -202,10 +215,8 @@ def dispatch_rank(*, request, body: dict[str, Any], given: dict[str, Any]) -> tu
     missing, 201 when this rank completed the job, 200 when the job was submitted already and this
     rank says again what it said."""
     user, key, rank, world_size = request.user, body["job_id"], body["rank"], body["world_size"]
-    if is_torchyard_id(key):
-        raise serializers.ValidationError({"job_id": [
-            f"{key} is a Torchyard job id (digits name a submitted job on every route): name your job with "
-            "letters (dist_job_123), or give a plan's job_id (plan-12)."]})
+    if plan_number(key) is None and (refusal := own_id_refusal(key)):
+        raise serializers.ValidationError({"job_id": [refusal]})
     task, body = _from_plan(user=user, key=key, body=body, given=given)
     machine = machine_called(body["target_machine"], field="target_machine")
     addr, port = body.get("master_addr") or "", body.get("master_port")
@@ -219,9 +230,10 @@ def dispatch_rank(*, request, body: dict[str, Any], given: dict[str, Any]) -> tu
     spec_from_seed(_seed_config(config, world_size, []), request)
     with transaction.atomic():
         # One dispatch of this user at a time: two ranks arriving together must not both miss the other.
-        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-        RankDispatch.objects.filter(owner=user, job=None, created_at__lt=timezone.now() - RANK_DISPATCH_WINDOW).delete()
+        lock_user_dispatches(user)
         rows = gathering_rows(user=user, key=key)
+        if not rows and (refusal := id_in_use(user=user, key=key, rows=rows)):
+            raise serializers.ValidationError({"job_id": [refusal]})  # a whole job of this id is live
         submitted = next((r.job_id for r in rows if r.job_id), None)
         if submitted is not None:
             same = any(r.rank == rank and r.machine_id == machine.pk for r in rows)
@@ -257,7 +269,7 @@ def dispatch_rank(*, request, body: dict[str, Any], given: dict[str, Any]) -> tu
 
 def gathering_rows(*, user: Any, key: str) -> list[RankDispatch]:
     """This user's kept ranks of `key`, rank order; the job, when it was submitted, is in each row."""
-    return list(RankDispatch.objects.filter(owner=user, key=key).select_related("machine").order_by("rank"))
+    return list(RankDispatch.objects.filter(owner=user, key=key).select_related("machine", "job").order_by("rank"))
 
 
 def gathering_drop(*, user: Any, key: str) -> tuple[list[RankDispatch], Job | None]:
@@ -265,7 +277,7 @@ def gathering_drop(*, user: Any, key: str) -> tuple[list[RankDispatch], Job | No
     came). Returns the ranks dropped, or none and the job when the last rank won the race."""
     with transaction.atomic():
         # The lock dispatch_rank takes: a rank arriving now waits, and finds nothing kept.
-        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        lock_user_dispatches(user)
         rows = gathering_rows(user=user, key=key)
         if rows and rows[0].job_id is not None:
             return [], rows[0].job

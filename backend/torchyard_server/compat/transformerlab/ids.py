@@ -5,10 +5,12 @@
 - `plan-<digits>` (`plan-12`): the job a plan became. The newest job submitted from the plan's task
   (queue_distributed, dispatch of the plan, or its ranks once every one came); before that the ranks
   of a per-rank dispatch of the plan still coming in; before anything, the plan itself (`planned`);
-- anything else (`dist_job_123`): the name a per-rank dispatch of this user gave its job.
+- anything else (`dist_job_123`): the name this user gave a job of theirs, dispatched rank by rank
+  or whole (a DistributedTrainingConfig with its own job_id, or execute_job's job_id): the newest
+  job of that name, or its ranks while they are still coming in.
 
 Digits stay Torchyard's job ids everywhere (the routes took only those before), so a plan answers
-its id with the `plan-` prefix, and a per-rank dispatch may not name its job with digits."""
+its id with the `plan-` prefix, and no job of a user's may be named with digits."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from ...projects.permissions import require_job_control
 from ...templates.models import JobTemplate
 from ...templates.selectors import template_latest_job, template_visible_or_404
 from .dispatch import gathering_drop, gathering_rows, gathering_status
-from .models import RankDispatch
+from .models import NamedJob, RankDispatch
 from .payloads import job_status, seed_config_of
 from .plans import is_torchyard_id, plan_id, plan_number
 from .serializers import PLANNED
@@ -70,12 +72,16 @@ def job_find(*, user: Any, job_id: str) -> Found:
         if latest is not None:
             return Found(seed_job_id=job_id, job=job_visible_or_404(user=user, job_id=latest.pk))
         return Found(seed_job_id=job_id, task=task)
-    if rows and rows[0].job_id is not None:
-        return Found(seed_job_id=job_id, job=job_visible_or_404(user=user, job_id=rows[0].job_id))
-    if rows:
-        return Found(seed_job_id=job_id, rows=rows)
+    named = NamedJob.objects.filter(owner=user, key=job_id).select_related("job").first()
+    # The newest of what the name was given to: a whole job, a per-rank dispatch's job, its ranks coming in.
+    jobs = [j for j in (named.job if named else None, rows[0].job if rows and rows[0].job_id else None) if j]
+    newest = max(jobs, key=lambda j: j.created_at, default=None)
+    if _newest(kept, newest):
+        return Found(seed_job_id=job_id, rows=kept)
+    if newest is not None:
+        return Found(seed_job_id=job_id, job=job_visible_or_404(user=user, job_id=newest.pk))
     raise NotFound(f"no job {job_id!r}: neither a Torchyard job id (digits), a plan's job_id (plan-12) "
-                   "nor the job_id of a per-rank dispatch of yours.")
+                   "nor the job_id you gave a job of yours.")
 
 
 def planned_status(task: JobTemplate) -> dict[str, Any]:

@@ -28,3 +28,22 @@ class RankDispatch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} rank {self.rank}/{self.world_size} on machine {self.machine_id}"
+
+
+class NamedJob(models.Model):
+    """A whole job submitted under the caller's own TransformerLab job_id (a DistributedTrainingConfig
+    dispatched with `"job_id": "dist_job_123"`, or execute_job's `job_id`): the id its status and stop
+    routes take. One row per owner and id, pointing to the newest job submitted under it; a second
+    job takes the id only once the first has ended."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=100, help_text='the caller\'s job_id (the seed\'s "dist_job_123")')
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["owner_id", "key"]
+        constraints = [models.UniqueConstraint(fields=["owner", "key"], name="one_named_job_per_id")]
+
+    def __str__(self) -> str:
+        return f"{self.key}: job {self.job_id}"

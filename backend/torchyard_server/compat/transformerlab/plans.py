@@ -45,6 +45,22 @@ def is_torchyard_id(job_id: Any) -> bool:
     return isinstance(job_id, int) or (isinstance(job_id, str) and job_id.isascii() and job_id.isdigit())
 
 
+def own_id_refusal(job_id: str) -> str | None:
+    """Why a caller may not name its own job `job_id` (a per-rank dispatch's, a whole job's), in a
+    sentence; None when it may. Digits are Torchyard's job ids and `plan-<digits>` a plan's on every
+    route, and a `/` cannot travel in a route's path."""
+    if is_torchyard_id(job_id):
+        return (f"{job_id} is a Torchyard job id (digits name a submitted job on every route): name your job with "
+                "letters (dist_job_123), or give a plan's job_id (plan-12).")
+    if plan_number(job_id) is not None:
+        return (f"{job_id} reads as a plan's job_id (plan-<number>), which only distributed/plan answers: name your "
+                "own job otherwise (dist_job_123).")
+    if "/" in job_id:
+        return (f"{job_id!r} has a '/', which the status and stop routes' paths cannot carry: name your job "
+                "without it (dist_job_123).")
+    return None
+
+
 def plan_keep(*, spec: dict[str, Any], owner: Any) -> JobTemplate:
     """The task this planned spec is kept as: the owner's identical one that was never queued, when
     there is one (planning again does not pile up tasks), else a new one. A plan already queued is
@@ -130,7 +146,9 @@ def planned_job_submit(*, request: Any) -> tuple[JobTemplate, Job]:
     body = PlannedDispatchIn(data=request.data, partial=True)
     body.is_valid(raise_exception=True)
     task = planned_task(user=request.user, job_id=body.validated_data.get("job_id"), otherwise=(
-        "Leave job_id out to submit the job the body describes, or add rank and target_machine to dispatch it rank by rank."))
+        "Give plugin_name and the job's other fields to submit the job under a job_id of your own (letters: "
+        "dist_job_123), leave job_id out for Torchyard's id alone, or add rank and target_machine to dispatch it "
+        "rank by rank."))
     errors = plan_disagreements(task, given_fields(request.data, body.validated_data))
     if errors:
         raise serializers.ValidationError(errors)

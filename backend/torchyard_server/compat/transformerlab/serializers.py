@@ -8,8 +8,11 @@ from ...artifacts.serializers import ArtifactOut
 from ...jobs.api.serializers import PlanOut
 from ...jobs.intake.serializer import JobSpecSerializer
 from ...jobs.models import Job, JobNode
+from ...jobs.placement.policies import policy_names
 from ...machines.models import Machine
 from ...machines.serializers import MachineOut
+from ...rest.strict import StrictFields
+from .plans import own_id_refusal
 
 
 class MessageOut(serializers.Serializer):
@@ -93,8 +96,8 @@ class DistributedJobStatusOut(serializers.Serializer):
     job_id = serializers.IntegerField(allow_null=True, help_text=(
         "Torchyard's job id; null while the ranks of a per-rank dispatch are coming in, and for a plan never queued"))
     seed_job_id = serializers.CharField(allow_null=True, help_text=(
-        "the TransformerLab job_id this job is known by when it is not Torchyard's: the name a per-rank dispatch "
-        "gave it (\"dist_job_123\") or its plan's job_id (\"plan-12\"); null otherwise"))
+        "the TransformerLab job_id this job is known by when it is not Torchyard's: the name its dispatch (whole, "
+        "rank by rank, or execute_job) gave it (\"dist_job_123\") or its plan's job_id (\"plan-12\"); null otherwise"))
     status = serializers.ChoiceField(choices=STATUS_CHOICES, help_text="the job's; `planned`: a plan not queued yet")
     status_reason = serializers.CharField(allow_blank=True)
     world_size = serializers.IntegerField(allow_null=True)
@@ -106,14 +109,43 @@ class DistributedJobStatusOut(serializers.Serializer):
         "the ranks a per-rank dispatch still waits for (the job is submitted once every rank is in)"))
 
 
-class ExecuteJobIn(serializers.Serializer):
+class ExecuteJobIn(StrictFields, serializers.Serializer):
     """TransformerLab's remote execution: a job, as a JobSpec, to run now."""
 
     job_data = JobSpecSerializer(help_text="the JobSpec (DESIGN.md section 4)")
     job_id = serializers.CharField(max_length=100, required=False, allow_null=True, help_text=(
-        "the caller's own id for the job, given back as seed_job_id"))
+        "the caller's own id for the job (dist_job_123), given back as seed_job_id: distributed/status/{job_id} "
+        "and distributed/stop/{job_id} take it. Never digits (Torchyard's job ids) nor plan-<number> (a plan's)"))
     target_machine = serializers.CharField(max_length=255, required=False, allow_blank=True, help_text=(
         "a machine's name, id or host: the whole job on it; else where the planner chooses"))
+
+    def validate_job_id(self, value: str | None) -> str | None:
+        if value is not None and (refusal := own_id_refusal(value)):
+            raise serializers.ValidationError(refusal)
+        return value
+
+
+# What suggest_machines orders by when not told: the order of TransformerLab's machine_selection auto.
+SUGGEST_POLICY = "spread"
+
+
+class SuggestMachinesIn(StrictFields, serializers.Serializer):
+    """suggest_machines' query (the dashboard's, and TransformerLab's Torchyard extras)."""
+
+    shown_only = ("format",)  # DRF's own: ?format=json
+
+    num_machines = serializers.IntegerField(min_value=1, default=1, help_text="how many machines")
+    gpus_per_machine = serializers.IntegerField(min_value=0, default=0, help_text="free GPUs each must have")
+    min_gpu_memory = serializers.IntegerField(min_value=0, default=0, help_text="MB each of those GPUs must have")
+    policy = serializers.CharField(max_length=100, default=SUGGEST_POLICY, help_text=(
+        "the placement policy whose order the machines come in (a JobSpec's placement.policy); spread, the "
+        "order of TransformerLab's machine_selection auto, unless told"))
+
+    def validate_policy(self, value: str) -> str:
+        names = policy_names()
+        if value not in names:
+            raise serializers.ValidationError(f"unknown placement policy {value!r}; choose one of: {', '.join(names)}.")
+        return value
 
 
 class SuggestMachinesOut(serializers.Serializer):

@@ -19,7 +19,7 @@ urlpatterns = [
     path("api/network/capabilities", network.NetworkCapabilitiesView.as_view()),
     # TransformerLab spells its first section's routes distributed_jobs/..., its route list distributed/...
     # Every spelling takes the same job ids (ids.py): Torchyard's (digits), a plan's (plan-12), or
-    # the name a per-rank dispatch gave its job (dist_job_123).
+    # the name the user gave a job of theirs, whole or rank by rank (dist_job_123).
     path("api/network/distributed/plan", network.DistributedPlanView.as_view()),
     path("api/network/distributed/dispatch", network.DistributedDispatchView.as_view()),
     path("api/network/distributed/status/<str:job_id>", network.DistributedStatusView.as_view()),
