@@ -210,6 +210,16 @@ class Terminal:
                 raise AssertionError(f"{pattern!r} not on screen:\n{self.screen[-4000:]}")
             self.read(0.2)
 
+    def wait_exit(self, timeout: float) -> int:
+        """The command's exit code once it has exited, reading its screen meanwhile: a command that
+        writes to a pty nobody reads blocks once the pty's buffer is full, and never exits."""
+        deadline = time.monotonic() + timeout
+        while (code := self.process.poll()) is None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"still running after {timeout:g} s:\n{self.screen[-4000:]}")
+            self.read(0.2)
+        return code
+
     def typed(self, keys: str) -> None:
         os.write(self.master, keys.encode())
 
@@ -246,7 +256,7 @@ def test_monitor_shows_the_machines_their_gpus_and_tasks_live_until_ctrl_c(clust
         assert cluster.api("PATCH", f"/api/machines/{rtx['id']}", json={"status": "draining"}).status_code == 200
         terminal.wait_for(r"rtx-box\s+draining", after=seen)
         terminal.typed("\x03")
-        assert terminal.process.wait(timeout=15) == 0
+        assert terminal.wait_exit(15) == 0
         terminal.read(0.5)
         assert "Traceback" not in terminal.screen and "KeyboardInterrupt" not in terminal.screen
     finally:
@@ -259,7 +269,7 @@ def test_monitor_shows_the_machines_their_gpus_and_tasks_live_until_ctrl_c(clust
     one = Terminal([str(BIN / "torchyard"), "monitor", "--worker", "a100-box", "--once"], env)
     try:
         one.wait_for(r"(?s)1 machine .*a100-box\s+online")
-        assert one.process.wait(timeout=30) == 0
+        assert one.wait_exit(30) == 0
         one.read(0.5)
         assert "rtx-box" not in one.screen
     finally:
