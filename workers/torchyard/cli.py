@@ -36,11 +36,13 @@ from torchyard.client.artifacts import show_or_download
 from torchyard.client.follow import JobRenderer, follow_job
 from torchyard.client.http import ApiClient
 from torchyard.client.monitor import monitor
+from torchyard.client.output import JobShown
 from torchyard.client.plugins import plugin_lines, push_plugin, remove_plugin
 from torchyard.client.results import show_results
 from torchyard.client.sharing import apply_queue_options, set_priority, show_queue, show_usage
 from torchyard.client.specfile import (
     DEFAULT_TASK_MEMORY,
+    JobSpecBody,
     LoadedSpec,
     entrypoint_in,
     in_file_terms,
@@ -171,7 +173,7 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_job(job: dict[str, Any]) -> None:
+def _print_job(job: JobShown) -> None:
     progress = job.get("progress") or {}
     step = progress.get("step")
     total = progress.get("total_steps")
@@ -179,7 +181,7 @@ def _print_job(job: dict[str, Any]) -> None:
     print(f"#{job['id']:<5} {job['status']:<12} {job['name'][:40]:<40} world={job.get('world_size') or '-':<4} {where}")
 
 
-def _launch(args: argparse.Namespace, api: ApiClient, spec: dict[str, Any], console: Console) -> int:
+def _launch(args: argparse.Namespace, api: ApiClient, spec: JobSpecBody | dict[str, Any], console: Console) -> int:
     """Submit the spec, then follow the job to its end, or with --detach say how to follow it."""
     job = api.call("POST", "/api/jobs", spec)
     _print_job(job)

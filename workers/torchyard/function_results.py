@@ -43,6 +43,44 @@ class ResultFile(TypedDict):
     peer_failure: NotRequired[bool]  # it raised because a peer went away
 
 
+class PayloadMeta(TypedDict):
+    """META_FILE: what the runner reads before unpickling the call (functions/remote.py writes it)."""
+
+    sys_path: list[str]  # the project's folders the caller imported from, relative to the project
+    name: str  # the function's qualified name
+    source: str  # its file in the project ("": none there, as in a notebook)
+
+
+class ResultRow(TypedDict):
+    """A rank's result as GET /api/jobs/{id}/results gives it (the REST schema's FunctionResultOut)."""
+
+    rank: int
+    node_rank: int
+    machine: str
+    attempt: int
+    ok: bool
+    size: int
+    sha256: str
+    repr: str
+    error_type: str
+    error: str
+    traceback: str
+    raised_at: str | None  # ISO 8601
+    peer_failure: bool
+    has_value: bool  # a pickle to download: the return value, or the exception when it could be pickled
+    created_at: str
+
+
+class FunctionResults(TypedDict):
+    """GET /api/jobs/{id}/results (FunctionResultsOut)."""
+
+    function: str
+    status: str
+    attempt: int
+    world_size: int | None
+    results: list[ResultRow]  # one per rank that returned or raised, in rank order
+
+
 def result_stem(rank: int) -> str:
     return f"rank-{rank}"
 

@@ -47,6 +47,21 @@ class HealthReport(TypedDict):
     checks: list[HealthCheck]
 
 
+class AgentMachine(TypedDict):
+    id: int
+    name: str
+    host: str
+
+
+class AgentConfig(TypedDict):
+    """What GET /api/agent/config answers an agent started with `--server URL --token T`."""
+
+    machine: AgentMachine
+    redis_url: str  # the broker and event stream it connects to (with a user of its own under ACLs)
+    storage_url: str
+    ca_pem: str  # the authority signing a rediss:// redis_url's certificate; "": the system's do
+
+
 # The job's membership changed (a node of the attempt started running, or ended): the agent writes
 # it as PEERS_FILE into that node's run directory, where the SDK's peers() reads it.
 TASK_UPDATE_PEERS = "torchyard.agent.update_peers"
@@ -423,6 +438,35 @@ class PlannedPeer(TypedDict):
     machine: str  # its machine's name
 
 
+class BundleRef(TypedDict, total=False):
+    """An uploaded bundle as a launch names it (its `code`, a function's `payload`) and as a cache
+    warming asks for it: every key or none (`{}`: a built-in recipe, no code to fetch)."""
+
+    bundle: str  # its sha256
+    size: int | None  # the archive's bytes (null: not known)
+    uri: str  # where the store keeps it
+    grant: str  # a hot spare's warming: the server's leave to fetch it before any node is placed there
+
+
+class NodeVolume(TypedDict):
+    """A volume of the job as this node's machine has it (supervisor/volumes.py)."""
+
+    name: str
+    path: str  # on this machine
+    mount_path: str
+    access_mode: str  # "ReadWriteMany" or "ReadWriteOnce"
+    machine: str  # its name, for the preflight's messages
+
+
+class FunctionLaunch(TypedDict, total=False):
+    """A Python function job's part of a launch (supervisor/functions.py); `{}` for any other job."""
+
+    payload: BundleRef  # the pickled function and its arguments, an uploaded bundle
+    name: str  # its qualified name
+    result_max_bytes: int
+    results_url: str  # the job's folder of the store that each rank's result goes to
+
+
 class LinksChoice(TypedDict, total=False):
     """The network an earlier attempt's preflight pinned the job to, on these machines."""
 
@@ -446,9 +490,8 @@ class NodeLaunch:
     entrypoint: str  # path relative to the code root (built-in recipes: "examples/mlp_ddp.py")
     args: list[str] = field(default_factory=list)
     module: str = ""  # run `python -m module` instead of the entrypoint script
-    # The user's code: {"bundle": sha256, "size": archive bytes, "uri": where the store keeps it}.
-    # Empty for the built-in recipes.
-    code: dict[str, Any] = field(default_factory=dict)
+    # The user's code; empty for the built-in recipes.
+    code: BundleRef = field(default_factory=lambda: BundleRef())
     pip: list[str] = field(default_factory=list)  # runtime.pip, installed with the bundle's requirements
     env: dict[str, str] = field(default_factory=dict)
     # JobSpec secret_env, in clear: given to the ranks like env, never logged, and every value is
@@ -476,12 +519,10 @@ class NodeLaunch:
     # The network the job's traffic is pinned to, chosen by an earlier attempt's preflight on these
     # machines; empty: the preflight measures the links and chooses (supervisor/links.py).
     links: LinksChoice = field(default_factory=lambda: LinksChoice())
-    # The job's volumes as this node's machine has them: [{"name", "path" (on this machine),
-    # "mount_path", "access_mode", "machine" (its name, for the preflight's messages)}].
-    volumes: list[dict[str, Any]] = field(default_factory=list)
-    # A Python function job: {"payload": {"bundle", "size", "uri"} (the pickled function and its
-    # arguments, an uploaded bundle), "name" (its qualified name), "result_max_bytes"}. Empty otherwise.
-    function: dict[str, Any] = field(default_factory=dict)
+    # The job's volumes as this node's machine has them.
+    volumes: list[NodeVolume] = field(default_factory=list)
+    # A Python function job's payload and where its results go; empty otherwise.
+    function: FunctionLaunch = field(default_factory=lambda: FunctionLaunch())
     # Filled in by the agent from its own settings: where the event stream lives, how to fetch a
     # bundle from the server, the Python the ranks run with, and the machine's cache folder.
     redis_url: str = ""

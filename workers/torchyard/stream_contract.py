@@ -10,6 +10,7 @@ dashboard's types are generated with the REST ones. A change here is a change of
 
 from __future__ import annotations
 
+import types
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal, NotRequired, Protocol, TypedDict
 
@@ -539,7 +540,7 @@ class QueueMessage(TypedDict):
 ClusterStreamMessage = MachinesMessage | JobsMessage | JobsChangedMessage | QueueMessage | ErrorMessage
 
 # What the schema publishes under these names (the TypedDicts each under its own class name).
-NAMED_UNIONS: dict[str, Any] = {
+NAMED_UNIONS: dict[str, types.UnionType] = {
     "StateEvent": StateEvent,
     "JobEvent": JobEvent,
     "JobStreamMessage": JobStreamMessage,

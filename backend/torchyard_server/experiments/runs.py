@@ -5,9 +5,10 @@ events, scoped to the projects the user may see like the jobs themselves."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from rest_framework.exceptions import NotFound
 
@@ -18,6 +19,7 @@ from ..jobs.selectors import job_list, jobs_visible_to
 from ..jobs.spec.secrets import public_spec
 from ..jobs.states import NODE_LIVE
 from ..streaming.metrics import (
+    MetricBucket,
     MetricFinal,
     MetricSummary,
     bucketed,
@@ -34,6 +36,94 @@ N = JobNode.Status
 # Which way is better, for the names a script usually reports; a compare request may say otherwise.
 LOWER_IS_BETTER = re.compile(r"loss|err|perplexity|ppl|mse|mae|rmse|latency|time", re.IGNORECASE)
 HIGHER_IS_BETTER = re.compile(r"acc|f1|auc|precision|recall|bleu|rouge|score|reward|throughput|per_s", re.IGNORECASE)
+
+
+class RunRow(TypedDict):
+    """A run as every answer shows it (RunOut)."""
+
+    run_id: str
+    job: int
+    attempt: int
+    name: str
+    project: str
+    owner: str
+    status: str
+    status_reason: str
+    world_size: int | None
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    hyperparameters: dict[str, Any]  # the spec's, as submitted: the user's own
+
+
+class FinalMetric(TypedDict):
+    """A metric's final and best value in a run (FinalMetricOut)."""
+
+    name: str
+    goal: str | None  # "min" or "max"
+    last: float
+    last_step: int | None
+    best: float | None
+
+
+class RunListed(RunRow):
+    """GET /api/runs's rows (RunRowOut)."""
+
+    final_metrics: list[FinalMetric]
+
+
+class RunMetric(MetricSummary):
+    name: str
+
+
+class RunDetail(RunRow):
+    """GET /api/runs/{run_id} (RunDetailOut): the rows are the serializer's to write out."""
+
+    spec: dict[str, Any]  # the job's spec, secrets as ***
+    nodes: list[JobNode]
+    metrics: list[RunMetric]
+    checkpoints: list[CheckpointManifest]
+    artifacts: list[Artifact]
+
+
+class HyperparameterRow(TypedDict):
+    name: str  # nested hyperparameters dotted: optimizer.lr
+    values: list[Any]  # one per run, as each run's spec gave it
+    differs: bool
+
+
+class ComparedValue(TypedDict):
+    """One run's numbers for one metric; all null (count 0) where it never reported it."""
+
+    last: float | None
+    last_step: int | None
+    min: float | None
+    max: float | None
+    mean: float | None
+    count: int
+    best: float | None
+
+
+class ComparedMetric(TypedDict):
+    name: str
+    goal: str | None
+    values: list[ComparedValue]  # one per run
+
+
+class ComparedSeries(TypedDict):
+    name: str
+    runs: list[list[MetricBucket]]  # per run, its buckets on the shared grid
+
+
+class RunsCompared(TypedDict):
+    """POST /api/runs/compare (CompareOut)."""
+
+    runs: list[RunRow]
+    hyperparameters: list[HyperparameterRow]
+    metrics: list[ComparedMetric]
+    from_step: int | None
+    to_step: int | None
+    bucket_steps: int | None
+    series: list[ComparedSeries]
 
 
 @dataclass
@@ -89,7 +179,7 @@ class Run:
     def hyperparameters(self) -> dict[str, Any]:
         return dict((self.job.spec or {}).get("hyperparameters") or {})
 
-    def as_row(self) -> dict[str, Any]:
+    def as_row(self) -> RunRow:
         job = self.job
         return {
             "run_id": self.run_id, "job": job.pk, "attempt": self.attempt, "name": job.name,
@@ -125,14 +215,14 @@ def run_list(*, user: Any, job_id: int | None = None, project: str | None = None
     return runs
 
 
-def run_rows(runs: list[Run]) -> list[dict[str, Any]]:
+def run_rows(runs: list[Run]) -> list[RunListed]:
     """The runs as listed: each with every metric's final and best value (best by the metric's goal,
     guessed from its name; null without one), read for all of them at once."""
     finals = metric_finals(job_ids=sorted({run.job.pk for run in runs}))
-    rows = []
+    rows: list[RunListed] = []
     for run in runs:
         metrics = finals.get((run.job.pk, run.attempt), {})
-        final_metrics = []
+        final_metrics: list[FinalMetric] = []
         for name in sorted(metrics):
             goal = goal_of(name, {})
             found = metrics[name]
@@ -154,12 +244,12 @@ def run_get(*, user: Any, run_id: str) -> Run:
     return Run(job, attempt, list(JobNode.objects.filter(job=job, attempt=attempt).order_by("node_rank")))
 
 
-def _metrics_of(run: Run) -> list[dict[str, Any]]:
+def _metrics_of(run: Run) -> list[RunMetric]:
     summary = metric_summary(job_id=run.job.pk, attempt=run.attempt)
     return [{"name": name, **values} for name, values in summary.items()]
 
 
-def run_detail(run: Run) -> dict[str, Any]:
+def run_detail(run: Run) -> RunDetail:
     job = run.job
     return {
         **run.as_row(),
@@ -198,28 +288,31 @@ def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def runs_compare(*, runs: list[Run], names: list[str] | None, goals: dict[str, str], points: int,
-                 from_step: int | None = None, to_step: int | None = None) -> dict[str, Any]:
+                 from_step: int | None = None, to_step: int | None = None) -> RunsCompared:
     """Several runs side by side: their hyperparameters (and world size and arguments), each
     metric's final and best value, and each metric's series downsampled onto one step grid shared
     by every run (so their buckets line up by `step`)."""
     if names is None:
         names = sorted({n for run in runs for n in metric_names(job_id=run.job.pk, attempt=run.attempt)})
     flat = [_flatten(run.hyperparameters) for run in runs]
-    rows: list[dict[str, Any]] = [{"name": "world_size", "values": [run.world_size for run in runs]},
-            {"name": "args", "values": [" ".join((run.job.spec or {}).get("args") or []) for run in runs]}]
-    rows += [{"name": key, "values": [f.get(key) for f in flat]} for key in sorted({k for f in flat for k in f})]
-    for row in rows:
-        row["differs"] = len({repr(v) for v in row["values"]}) > 1
+    columns: list[tuple[str, list[Any]]] = [
+        ("world_size", [run.world_size for run in runs]),
+        ("args", [" ".join((run.job.spec or {}).get("args") or []) for run in runs]),
+        *((key, [f.get(key) for f in flat]) for key in sorted({k for f in flat for k in f})),
+    ]
+    rows: list[HyperparameterRow] = [{"name": name, "values": values, "differs": len({repr(v) for v in values}) > 1}
+                                     for name, values in columns]
 
-    metrics = []
+    metrics: list[ComparedMetric] = []
     summaries = [metric_summary(job_id=run.job.pk, attempt=run.attempt, names=names) for run in runs]
     for name in names:
         goal = goal_of(name, goals)
-        values = []
+        values: list[ComparedValue] = []
         for summary in summaries:
             found = summary.get(name)
             if found is None:
-                values.append({**dict.fromkeys(("last", "last_step", "min", "max", "mean", "best")), "count": 0})
+                values.append({"last": None, "last_step": None, "min": None, "max": None, "mean": None, "best": None,
+                               "count": 0})
             else:
                 values.append({**found, "best": _best(found, goal)})
         metrics.append({"name": name, "goal": goal, "values": values})
@@ -231,9 +324,9 @@ def runs_compare(*, runs: list[Run], names: list[str] | None, goals: dict[str, s
         first = from_step if from_step is not None else min(b[0] for b in spans)
         last = to_step if to_step is not None else max(b[1] for b in spans)
         grid = grid_over(first, last, points) if last >= first else None
-    series = []
+    series: list[ComparedSeries] = []
     for name in names:
-        per_run = []
+        per_run: list[list[MetricBucket]] = []
         for run, qs in zip(runs, events, strict=True):
             per_run.append(bucketed(qs, name, grid).get(run.attempt, []) if grid else [])
         series.append({"name": name, "runs": per_run})

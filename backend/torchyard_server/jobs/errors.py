@@ -3,7 +3,8 @@ place (web/errors.py exception_handler), so no service knows of HTTP."""
 
 from __future__ import annotations
 
-from typing import Any
+# Refusals keyed by field as a serializer's errors are: a field's messages, or a nested field's own.
+FieldErrors = dict[str, "list[str] | FieldErrors"]
 
 
 class SpecRefused(Exception):
@@ -11,6 +12,6 @@ class SpecRefused(Exception):
     run as asked (an unknown bundle, a priority above the project's ceiling): 400, keyed by field as
     a shape error is (`errors`: {"code": {"bundle": ["..."]}})."""
 
-    def __init__(self, errors: dict[str, Any]):
+    def __init__(self, errors: FieldErrors):
         super().__init__(str(errors))
         self.errors = errors

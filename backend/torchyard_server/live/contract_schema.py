@@ -19,19 +19,34 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-from typing import Any, Literal, NotRequired
+from typing import Any, Literal, NotRequired, TypedDict
 
 from torchyard import stream_contract as contract
 
 from ..jobs.states import JOB_LIVE, JOB_TRANSITIONS
 
-_SCALARS = {int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"},
-            bool: {"type": "boolean"}}
+# An OpenAPI 3.0 schema object, of the keywords these components use ("$ref" is no identifier).
+SchemaObject = TypedDict("SchemaObject", {
+    "$ref": str,
+    "type": str,
+    "enum": list[Any],
+    "items": "SchemaObject",
+    "properties": "dict[str, SchemaObject]",
+    "required": list[str],
+    "additionalProperties": "SchemaObject | bool",
+    "oneOf": "list[SchemaObject]",
+    "allOf": "list[SchemaObject]",
+    "nullable": bool,
+    "description": str,
+}, total=False)
+
+_SCALARS: dict[type, SchemaObject] = {int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"},
+                                      bool: {"type": "boolean"}}
 _REF = "#/components/schemas/"
 _ENVELOPE = frozenset(contract.EventEnvelope.__annotations__)
 
 
-def _ref(name: str) -> dict[str, Any]:
+def _ref(name: str) -> SchemaObject:
     return {"$ref": _REF + name}
 
 
@@ -46,7 +61,7 @@ def _union_name(members: tuple[Any, ...]) -> str | None:
     return None
 
 
-def _schema(hint: Any) -> dict[str, Any]:
+def _schema(hint: Any) -> SchemaObject:
     """The OpenAPI schema of one type of the contract (module docstring)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Annotated:
@@ -67,14 +82,15 @@ def _schema(hint: Any) -> dict[str, Any]:
         name = _union_name(members)
         return _ref(name) if name else {"oneOf": [_schema(m) for m in members]}
     if hint in _SCALARS:
-        return dict(_SCALARS[hint])
+        return _SCALARS[hint].copy()
     if hint is Any:  # any JSON (a script's own metadata)
         return {}
     raise TypeError(f"the stream contract uses a type the schema cannot describe: {hint!r}")
 
 
-def _object(cls: type, *, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
-    properties, required = {}, []
+def _object(cls: type, *, skip: frozenset[str] = frozenset()) -> SchemaObject:
+    properties: dict[str, SchemaObject] = {}
+    required: list[str] = []
     for key, hint in typing.get_type_hints(cls, include_extras=True).items():
         if key in skip:
             continue
@@ -82,13 +98,14 @@ def _object(cls: type, *, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
         properties[key] = _schema(typing.get_args(hint)[0] if optional else hint)
         if not optional:
             required.append(key)
-    body: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
+    body: SchemaObject = {"type": "object", "properties": properties, "required": required}
     if cls.__name__ in contract.OPEN_PAYLOADS:
         body["additionalProperties"] = True
     return body
 
 
-def _component(cls: type) -> dict[str, Any]:
+def _component(cls: type) -> SchemaObject:
+    body: SchemaObject
     if cls in typing.get_args(contract.JobEvent):
         # The envelope the event extends is EventOut's part of it.
         body = {"allOf": [_ref(contract.ENVELOPE_COMPONENT), _object(cls, skip=_ENVELOPE)]}
@@ -97,7 +114,7 @@ def _component(cls: type) -> dict[str, Any]:
     return {**body, "description": inspect.cleandoc(cls.__doc__)} if cls.__doc__ else body
 
 
-def stream_components() -> dict[str, dict[str, Any]]:
+def stream_components() -> dict[str, SchemaObject]:
     """Every component the contract defines: its TypedDicts, its named unions, the close codes and
     the live job statuses."""
     # The envelope is no component of its own: EventOut publishes it, as the routes send it.
@@ -120,7 +137,23 @@ def stream_components() -> dict[str, dict[str, Any]]:
     return components
 
 
-def add_stream_contract(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+class WebSocketRoute(TypedDict):
+    messages: SchemaObject  # the union of what the route sends
+    close_codes: SchemaObject
+
+
+class Components(TypedDict, total=False):
+    schemas: dict[str, SchemaObject]
+
+
+# The OpenAPI document drf-spectacular made, of the parts this hook writes.
+OpenApiDocument = TypedDict("OpenApiDocument", {
+    "components": Components,
+    "x-websockets": dict[str, WebSocketRoute],
+}, total=False)
+
+
+def add_stream_contract(result: OpenApiDocument, generator: Any, request: Any, public: bool) -> OpenApiDocument:
     """drf-spectacular postprocessing hook: the stream components and the `x-websockets` routes."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     for name, schema in stream_components().items():

@@ -9,7 +9,9 @@ without decoding it), from each event's JSON (jsontext.event_text); replayed fra
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
+
+from torchyard import stream_contract as contract
 
 from ..streaming import jsontext
 
@@ -26,7 +28,7 @@ def frame_text(texts: list[str], *, prev: int | None, last: int, replay: bool = 
             f'"events":[{",".join(texts)}]}}')
 
 
-def events_frame(events: list[dict[str, Any]], *, prev: int | None, replay: bool = False) -> str:
+def events_frame(events: list[contract.JobEvent], *, prev: int | None, replay: bool = False) -> str:
     """A frame of events as dicts (JobEvent.as_message), in id order."""
     return frame_text([_encode(e) for e in events], prev=prev, last=events[-1]["id"], replay=replay)
 

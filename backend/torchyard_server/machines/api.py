@@ -8,6 +8,7 @@ from rest_framework import status
 from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
+from torchyard import protocol
 
 from ..projects.permissions import StaffWritesOthersRead
 from ..rest.openapi import ErrorOut
@@ -127,14 +128,13 @@ class AgentConfigView(APIView):
             return Response({"detail": "invalid machine token."}, status=status.HTTP_401_UNAUTHORIZED)
         # Written again here: Redis may have restarted since (its users are not kept on disk).
         redis_acl.try_ensure_user(machine)
-        return Response(
-            {
-                "machine": {"id": machine.pk, "name": machine.name, "host": machine.host},
-                "redis_url": redis_acl.agent_url(machine),
-                "storage_url": settings.STORAGE_URL,
-                "ca_pem": settings.AGENT_CA_PEM,
-            }
-        )
+        config: protocol.AgentConfig = {
+            "machine": {"id": machine.pk, "name": machine.name, "host": machine.host},
+            "redis_url": redis_acl.agent_url(machine),
+            "storage_url": settings.STORAGE_URL,
+            "ca_pem": settings.AGENT_CA_PEM,
+        }
+        return Response(config)
 
 
 class AgentHealthView(APIView):

@@ -9,7 +9,7 @@ from rest_framework import serializers
 from ..rest.listing import FlatListSerializer, StoredJsonOut
 from .models import Machine
 from .registries import machine_usage
-from .volumes import NAME_PATTERN, merged_volumes
+from .volumes import NAME_PATTERN, MachineVolume, merged_volumes
 
 
 class MachineUsageOut(serializers.Serializer):
@@ -157,7 +157,7 @@ class MachineOut(serializers.ModelSerializer):
         return self.context["usage"].get(machine.pk, [])
 
     @extend_schema_field(MachineVolumeOut(many=True))
-    def get_volumes(self, machine: Machine) -> list[dict]:
+    def get_volumes(self, machine: Machine) -> list[MachineVolume]:
         # A list hands a `.values()` row: `volumes` is there because declared_volumes reads it.
         return merged_volumes(machine.volumes, machine.capabilities)
 

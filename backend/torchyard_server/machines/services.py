@@ -227,7 +227,7 @@ def machine_release(*, machine: Machine, why: str = "", actor: Any = None) -> Ma
     return locked
 
 
-def machine_record_health(*, machine: Machine, report: dict[str, Any]) -> Machine:
+def machine_record_health(*, machine: Machine, report: protocol.HealthReport) -> Machine:
     """A health check its agent ran (agent/health.py), kept on the machine. For a quarantined machine
     the controller asked (machines_due_a_health_check: its probation was over), a pass releases it and
     a failure starts another probation; a report nobody asked for changes nothing else."""
@@ -321,10 +321,19 @@ def _audit_update(machine: Machine, before: dict[str, Any], after: dict[str, Any
         audit.record(None, audit.Action.MACHINE_UPDATE, machine, changed=changed)
 
 
+class LiveNodeHere(TypedDict):
+    """A node of a live job on a machine being removed, as the 409 names it."""
+
+    job: int
+    node_rank: int
+    attempt: int
+    status: str
+
+
 class MachineInUse(Exception):
     """A machine that still runs nodes of live jobs cannot be removed without force (409)."""
 
-    def __init__(self, message: str, live_nodes: list[dict[str, Any]]) -> None:
+    def __init__(self, message: str, live_nodes: list[LiveNodeHere]) -> None:
         super().__init__(message)
         self.live_nodes = live_nodes
 

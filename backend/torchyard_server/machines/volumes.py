@@ -9,21 +9,34 @@ there. selectors.machine_list_json writes the same merge in SQL."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal, TypedDict
 
 from torchyard.protocol import VOLUME_NAME_PATTERN as NAME_PATTERN
+from torchyard.protocol import Capabilities, VolumeReport
 
-__all__ = ["NAME_PATTERN", "merged_volumes"]
+__all__ = ["NAME_PATTERN", "MachineVolume", "merged_volumes"]
 
 
-def merged_volumes(declared: dict[str, Any] | None, capabilities: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """[{name, path, source ("agent" or "server"), exists, total_bytes, free_bytes, storage_class}], by name
-    (storage_class: the class the agent declares the volume with, `--volume NAME=PATH,class=CLASS`)."""
-    reported: dict[str, dict[str, Any]] = {}
-    for volume in (capabilities or {}).get("volumes") or []:
+class MachineVolume(TypedDict):
+    """A volume of a machine, its two declarations merged (the API's MachineVolumeOut)."""
+
+    name: str
+    path: str
+    source: Literal["agent", "server"]  # whose path it is: the agent's wins
+    exists: bool | None  # null: only the server declares it, nobody looked
+    total_bytes: int | None
+    free_bytes: int | None
+    storage_class: str | None  # the class the agent declares it with (`--volume NAME=PATH,class=CLASS`)
+
+
+def merged_volumes(declared: dict[str, str] | None, capabilities: Capabilities | None) -> list[MachineVolume]:
+    """Every volume of the machine, by name. Its capabilities are read defensively (an agent's
+    heartbeat, as it sent it)."""
+    reported: dict[str, VolumeReport] = {}
+    for volume in (capabilities.get("volumes") if capabilities else None) or []:
         if isinstance(volume, dict) and volume.get("name"):
             reported.setdefault(str(volume["name"]), volume)
-    merged = []
+    merged: list[MachineVolume] = []
     for name in sorted(set(declared or {}) | set(reported)):
         agent = reported.get(name)
         if agent is not None:  # the agent's path wins: it checked that one

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
+from rest_framework.utils.serializer_helpers import ReturnDict
 from rest_framework.views import APIView
 
 from .models import DistributedPreferences
@@ -14,7 +13,7 @@ from .serializers import DistributedPreferencesIn, DistributedPreferencesOut
 from .services import distributed_preferences_of, distributed_preferences_set, preferred_machines_of
 
 
-def _shown(preferences: DistributedPreferences) -> dict[str, Any]:
+def _shown(preferences: DistributedPreferences) -> ReturnDict:
     machines = preferred_machines_of(preferences)
     return DistributedPreferencesOut({
         "preferred_machines": [machine_id for machine_id, _ in machines],

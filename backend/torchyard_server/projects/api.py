@@ -20,7 +20,7 @@ from .permissions import (
 from .priorities import ADMIN_CEILING_MAX, priority_label
 from .registries import held_by_project
 from .serializers import MembershipIn, MembershipOut, ProjectIn, ProjectOut, ProjectSettingsIn, RoleIn
-from .services import membership_remove, membership_set, project_create, project_update
+from .services import ProjectChanges, membership_remove, membership_set, project_create, project_update
 
 # What only staff may change: how much of the cluster a project gets.
 STAFF_SETTINGS = ("max_gpus", "max_processes", "borrow")
@@ -67,7 +67,7 @@ class ProjectDetailView(APIView):
         require_project_admin(request.user, project, to="change its settings")
         data = ProjectSettingsIn(data=request.data)
         data.is_valid(raise_exception=True)
-        changes = dict(data.validated_data)
+        changes = ProjectChanges(**data.validated_data)
         if not is_staff(request.user):
             refused = [key for key in STAFF_SETTINGS if key in changes]
             if refused:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import transaction
 
@@ -30,19 +30,29 @@ def project_create(*, name: str, description: str = "", admin: Any = None) -> Pr
     return project
 
 
-def project_update(*, project: Project, changes: dict[str, Any]) -> Project:
+class ProjectChanges(TypedDict, total=False):
+    """What PATCH /api/projects/{name} (ProjectSettingsIn) and the admin change of a project."""
+
+    description: str
+    priority_ceiling: int
+    max_gpus: int | None  # None: no limit
+    max_processes: int | None
+    borrow: bool
+
+
+def project_update(*, project: Project, changes: ProjectChanges) -> Project:
     """Change a project's description, priority ceiling or quotas (the caller checked who may);
     audited with each changed field's previous value."""
     with transaction.atomic():
         project = Project.objects.select_for_update().get(pk=project.pk)
-        previous = {name: getattr(project, name) for name in changes if getattr(project, name) != changes[name]}
-        if not previous:
+        changed = {name: value for name, value in changes.items() if getattr(project, name) != value}
+        if not changed:
             return project
-        for name in previous:
-            setattr(project, name, changes[name])
-        project.save(update_fields=list(previous))
-        audit.record(None, audit.Action.PROJECT_UPDATE, project,
-                     changes={name: changes[name] for name in previous}, previous=previous)
+        previous = {name: getattr(project, name) for name in changed}
+        for name, value in changed.items():
+            setattr(project, name, value)
+        project.save(update_fields=list(changed))
+        audit.record(None, audit.Action.PROJECT_UPDATE, project, changes=changed, previous=previous)
         project_changed()
     return project
 

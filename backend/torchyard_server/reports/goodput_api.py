@@ -5,7 +5,7 @@ their cost). reports/goodput.py says what each part is and which wins where two 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TypedDict
 
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -84,7 +84,17 @@ class GoodputRollupOut(serializers.Serializer):
     overall = GoodputRollupRowOut(help_text="every counted job once (by machine, the rows may share a job)")
 
 
-def _split_out(split: Split) -> dict[str, Any]:
+class SplitOut(TypedDict):
+    """A split as the job's goodput shows it, overall and per attempt."""
+
+    started_at: dt.datetime
+    ended_at: dt.datetime
+    wall_seconds: float
+    goodput: float
+    parts: dict[str, float]  # {category: seconds}
+
+
+def _split_out(split: Split) -> SplitOut:
     return {
         "started_at": dt.datetime.fromtimestamp(split.start, tz=dt.UTC),
         "ended_at": dt.datetime.fromtimestamp(split.end, tz=dt.UTC),

@@ -15,7 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
@@ -23,7 +23,7 @@ from django.db.models import Q, QuerySet
 from ..jobs.models import Job, JobNode
 from ..jobs.states import JOB_FINAL, JOB_LIVE
 from ..machines.models import Machine
-from ..usage.models import JobGoodput, NodeUsage
+from ..usage.models import JobGoodput, LedgerAttempt, NodeUsage
 from ..usage.selectors import goodput_seconds_by_project
 from ..usage.services import goodput_record
 from .goodput import CATEGORIES, PREEMPTED, PRODUCTIVE, QUEUED, RULES, JobSplit, empty_parts, job_goodput
@@ -73,7 +73,7 @@ def _machines(job_ids: list[int]) -> dict[tuple[int, int], list[str]]:
     return {key: sorted(names) for key, names in machines.items()}
 
 
-def _attempts_json(job_id: int, split: JobSplit, machines: dict[tuple[int, int], list[str]]) -> list[dict[str, Any]]:
+def _attempts_json(job_id: int, split: JobSplit, machines: dict[tuple[int, int], list[str]]) -> list[LedgerAttempt]:
     return [{"attempt": a.attempt, "start": a.start, "end": a.end, "parts": a.parts,
              "machines": machines.get((job_id, a.attempt), [])} for a in split.attempts]
 
@@ -139,7 +139,41 @@ class _Counted:
     user: str
     wall: float
     parts: dict[str, float]
-    attempts: list[dict[str, Any]]
+    attempts: list[LedgerAttempt]
+
+
+class RollupRow(TypedDict):
+    """A row of a goodput roll-up (GoodputRollupRowOut)."""
+
+    key: str  # the project's, user's or machine's name; "all" for the overall row
+    jobs: int
+    wall_seconds: float
+    goodput: float  # training / wall_seconds
+    parts: dict[str, float]  # {category: seconds}
+    gpu_hours: float
+    productive_gpu_hours: float
+    cost: float | None  # null: none of its nodes ran on a priced machine
+    wasted_cost: float | None
+
+
+class GoodputRollup(TypedDict):
+    """GET /api/usage/goodput (GoodputRollupOut)."""
+
+    by: str
+    since: dt.datetime
+    until: dt.datetime
+    rows: list[RollupRow]
+    overall: RollupRow
+
+
+class MachinePrices(TypedDict):
+    """What a node's cost is reckoned from: its machine's prices, and the GPUs and CPUs its
+    capabilities report (null: none reported; read defensively, anything but a positive count is none)."""
+
+    price_per_gpu_hour: float | None
+    price_per_machine_hour: float | None
+    gpu_count: int | None
+    cpu_count: int | None
 
 
 @dataclass
@@ -152,7 +186,7 @@ class _Row:
     cost: float | None = None
     productive_cost: float = 0.0
 
-    def add_parts(self, parts: dict[str, Any], leave_out: tuple[str, ...] = ()) -> None:
+    def add_parts(self, parts: dict[str, float], leave_out: tuple[str, ...] = ()) -> None:
         for category in CATEGORIES:
             if category not in leave_out:
                 self.parts[category] += float(parts.get(category) or 0.0)
@@ -165,7 +199,7 @@ class _Row:
             self.cost = (self.cost or 0.0) + cost
             self.productive_cost += cost * productive_seconds / seconds if seconds > 0 else 0.0
 
-    def out(self) -> dict[str, Any]:
+    def out(self) -> RollupRow:
         wall = sum(self.parts.values())
         return {
             "key": self.key, "jobs": len(self.jobs), "wall_seconds": round(wall, 3),
@@ -178,7 +212,7 @@ class _Row:
         }
 
 
-def node_cost(*, gpus: int, processes: int, seconds: float, machine: dict[str, Any] | None) -> float | None:
+def node_cost(*, gpus: int, processes: int, seconds: float, machine: MachinePrices | None) -> float | None:
     """What a node's time cost at its machine's prices: its GPUs at the GPU-hour price, and its share
     of the machine-hour price (its GPUs of the machine's, or its processes of its CPUs); None when the
     machine has no price (or is gone)."""
@@ -229,7 +263,7 @@ def _counted_jobs(*, since: dt.datetime, now: dt.datetime, project_ids: set[int]
 
 
 def goodput_rollup(*, by: str, since: dt.datetime, now: dt.datetime, project_ids: set[int] | None = None,
-                   project: str | None = None) -> dict[str, Any]:
+                   project: str | None = None) -> GoodputRollup:
     """Goodput per project, user or machine over the jobs that ended since `since` or still run,
     each counted whole: its wall time's parts, its nodes' GPU-hours, and what they cost. By machine,
     each attempt counts for every machine it had a node on, without its waits for machines."""
@@ -258,7 +292,7 @@ def goodput_rollup(*, by: str, since: dt.datetime, now: dt.datetime, project_ids
     nodes = list(NodeUsage.objects.filter(job_id__in=list(names)).order_by().values_list(
         "job_id", "attempt", "machine_id", "machine_name", "gpus", "processes", "started_at", "ended_at",
         "gpu_seconds"))
-    machines = {pk: {"price_per_gpu_hour": per_gpu, "price_per_machine_hour": per_machine, "gpu_count": gpu_count,
+    machines: dict[int, MachinePrices] = {pk: {"price_per_gpu_hour": per_gpu, "price_per_machine_hour": per_machine, "gpu_count": gpu_count,
                      "cpu_count": cpu_count}
                 for pk, per_gpu, per_machine, gpu_count, cpu_count in Machine.objects.filter(
                     pk__in={n[2] for n in nodes if n[2]}).values_list(

@@ -5,7 +5,8 @@ its nodes and checkpoints; one job's (`/api/jobs/{id}/summary`) or every visible
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+from typing import Any, TypedDict
 
 from django.db.models import Count, Max
 from django.utils import timezone
@@ -15,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..checkpoints.models import CheckpointManifest
-from ..jobs.models import Job
+from ..jobs.models import Job, JobNode
 from ..jobs.selectors import job_list, job_visible_or_404
 from ..jobs.spec.progress import JobProgress
 from ..rest.params import int_param
@@ -26,13 +27,47 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def job_summary(job: Job, checkpoints: dict[str, Any] | None = None) -> dict[str, Any]:
+class CheckpointCount(TypedDict):
+    count: int  # committed and kept
+    last_step: int | None
+
+
+class JobReport(TypedDict):
+    """A job's summary (JobReportOut): the nodes are the serializer's to write out."""
+
+    id: int
+    name: str
+    project: str
+    owner: str
+    status: str
+    status_reason: str
+    attempt: int
+    restarts: int
+    world_size: int | None
+    step: int | None
+    total_steps: int | None
+    percent: float | None
+    steps_per_second: float | None
+    samples_per_second: float | None
+    throughput: float | None
+    loss: float | None
+    eta_seconds: float | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    duration_seconds: float | None
+    checkpoints: int
+    last_checkpoint_step: int | None
+    progress: dict[str, Any]  # Job.progress as stored: what the ranks reported beyond the numbers above
+    nodes: list[JobNode]
+
+
+def job_summary(job: Job, checkpoints: CheckpointCount | None = None) -> JobReport:
     progress = JobProgress.from_json(job.progress)
     step, total = progress.step, progress.total_steps
     duration = None
     if job.started_at:
         duration = ((job.finished_at or timezone.now()) - job.started_at).total_seconds()
-    checkpoints = checkpoints or {}
     return {
         "id": job.pk, "name": job.name, "project": job.project.name, "owner": job.owner.username,
         "status": job.status, "status_reason": job.status_reason, "attempt": job.attempt, "restarts": job.restarts,
@@ -45,15 +80,16 @@ def job_summary(job: Job, checkpoints: dict[str, Any] | None = None) -> dict[str
         "eta_seconds": _number(progress.eta_seconds),
         "created_at": job.created_at, "started_at": job.started_at, "finished_at": job.finished_at,
         "duration_seconds": duration,
-        "checkpoints": checkpoints.get("count", 0), "last_checkpoint_step": checkpoints.get("last_step"),
+        "checkpoints": checkpoints["count"] if checkpoints else 0,
+        "last_checkpoint_step": checkpoints["last_step"] if checkpoints else None,
         "progress": job.progress or {},  # as stored: what the ranks reported beyond the numbers above
         "nodes": [n for n in job.nodes.all() if n.attempt == job.attempt],
     }
 
 
-def job_summaries(jobs: list[Job]) -> list[dict[str, Any]]:
+def job_summaries(jobs: list[Job]) -> list[JobReport]:
     """Summaries of several jobs, their checkpoints counted in one query."""
-    counts = {
+    counts: dict[int, CheckpointCount] = {
         row["job_id"]: {"count": row["count"], "last_step": row["last_step"]}
         for row in CheckpointManifest.objects.filter(job_id__in=[j.pk for j in jobs], deleted=False)
         .values("job_id").order_by("job_id").annotate(count=Count("id"), last_step=Max("step"))

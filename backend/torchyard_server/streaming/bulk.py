@@ -43,7 +43,7 @@ class StoredEvent:
         self.ts_text = self.ts.isoformat()
         self.payload_json = _json_for_postgres(self.payload)
 
-    def message(self) -> dict[str, Any]:
+    def message(self) -> contract.JobEvent:
         """JobEvent.as_message."""
         return event_message(pk=self.pk, job_id=self.job_id, node_id=self.node_id, node_rank=self.node_rank,
                              rank=self.rank, attempt=self.attempt, dedupe_key=self.dedupe_key, type=self.type,

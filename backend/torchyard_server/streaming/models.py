@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, cast
 
 from django.db import models
+from torchyard import stream_contract as contract
 
 
 class JobEvent(models.Model):
@@ -58,7 +59,7 @@ class JobEvent(models.Model):
         dedupe key; None for the controller's and agents' events."""
         return seq_of(self.dedupe_key)
 
-    def as_message(self) -> dict:
+    def as_message(self) -> contract.JobEvent:
         """The wire shape: {"id", "job", "node", "node_rank", "rank", "seq", "type", "ts", ...payload}.
         (node, seq) lets a client check that every event of a supervisor arrived, once."""
         return event_message(pk=self.pk, job_id=self.job_id, node_id=self.node_id, node_rank=self.node_rank,
@@ -72,9 +73,10 @@ def seq_of(dedupe_key: str) -> int | None:
 
 
 def event_message(*, pk: int, job_id: int, node_id: int | None, node_rank: int | None, rank: int | None, attempt: int,
-                  dedupe_key: str, type: str, ts: dt.datetime, payload: dict[str, Any]) -> dict[str, Any]:
-    """JobEvent.as_message from a row's values: what ingest sends without building a model."""
-    return {
+                  dedupe_key: str, type: str, ts: dt.datetime, payload: dict[str, Any]) -> contract.JobEvent:
+    """JobEvent.as_message from a row's values: what ingest sends without building a model. The
+    payload is the rest of the event as its producer wrote it (the stream contract types them)."""
+    return cast("contract.JobEvent", {
         **payload,
         "id": pk,
         "job": job_id,
@@ -85,4 +87,4 @@ def event_message(*, pk: int, job_id: int, node_id: int | None, node_rank: int |
         "seq": seq_of(dedupe_key),
         "type": type,
         "ts": ts.isoformat(),
-    }
+    })

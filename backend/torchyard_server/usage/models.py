@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import TypedDict
+
 from django.conf import settings
 from django.db import models
 
@@ -41,6 +43,16 @@ class NodeUsage(models.Model):
         return f"node {self.node_id} of job {self.job_id} on {self.machine_name}: {self.gpus} GPUs, {self.processes} processes"
 
 
+class LedgerAttempt(TypedDict):
+    """One attempt of a JobGoodput's `attempts`: its split, and where its nodes ran."""
+
+    attempt: int
+    start: float  # epoch seconds
+    end: float
+    parts: dict[str, float]  # {category: seconds}
+    machines: list[str]  # the names of its nodes' machines
+
+
 class JobGoodput(models.Model):
     """The goodput ledger (DESIGN.md section 15): one ended job's wall time split into what it went
     to (queued, training, recovery, lost work...; reports/goodput.py computes it from the job's
@@ -61,7 +73,7 @@ class JobGoodput(models.Model):
     wall_seconds = models.FloatField()
     # {category: seconds}, every category of reports/goodput.py CATEGORIES.
     parts = models.JSONField(default=dict)
-    # [{"attempt", "start", "end" (epoch seconds), "parts", "machines": [names of its nodes' machines]}]
+    # [LedgerAttempt]
     attempts = models.JSONField(default=list)
     # Of the split's rules (reports/goodput.py RULES): an entry of older rules is computed again
     # while its job exists.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from django.db.models import Q, Sum
 from django.utils import timezone
@@ -20,6 +20,33 @@ GROUPS = {"project": "project_name", "user": "username", "machine": "machine_nam
 BUCKETS = {"hour": 3600, "day": 86400}
 # The most buckets one answer carries (a year by day, three months by hour).
 MAX_BUCKETS = 2500
+
+
+class UsageTotal(TypedDict):
+    key: str  # the project's, user's or machine's name
+    gpu_seconds: float
+    gpu_hours: float
+    process_seconds: float
+    process_hours: float
+    nodes: int  # nodes that ran in the window
+
+
+class UsageSeries(TypedDict):
+    key: str
+    gpu_hours: list[float]  # one per bucket
+    process_hours: list[float]
+
+
+class UsageReport(TypedDict):
+    """GET /api/usage (UsageOut)."""
+
+    by: str
+    since: dt.datetime
+    until: dt.datetime
+    bucket: str | None
+    totals: list[UsageTotal]  # most GPU-hours first
+    buckets: NotRequired[list[dt.datetime]]  # with a bucket: each one's start
+    series: NotRequired[list[UsageSeries]]  # with a bucket: one per key, in the totals' order
 
 
 def _align(moment: dt.datetime, seconds: int) -> dt.datetime:
@@ -36,7 +63,7 @@ def bucket_count(since: dt.datetime, until: dt.datetime, bucket: str) -> int:
 
 def usage_report(*, by: str, since: dt.datetime, until: dt.datetime, bucket: str | None = None,
                  project_ids: set[int] | None = None, project: str | None = None,
-                 now: dt.datetime | None = None) -> dict[str, Any]:
+                 now: dt.datetime | None = None) -> UsageReport:
     """GPU- and process-seconds held between `since` and `until`, grouped `by` project, user or
     machine: totals, and with `bucket` a series per group (aligned with `buckets`, zeros included).
     `project_ids`: only rows of these projects (None: all, for staff)."""
@@ -72,7 +99,7 @@ def usage_report(*, by: str, since: dt.datetime, until: dt.datetime, bucket: str
                 points[1][index] += processes * part
                 start, index = edge, index + 1
     ordered = sorted(totals.items(), key=lambda item: (-item[1][0], -item[1][1], item[0]))
-    answer: dict[str, Any] = {
+    answer: UsageReport = {
         "by": by, "since": since, "until": until, "bucket": bucket,
         "totals": [{"key": key, "gpu_seconds": round(g, 3), "gpu_hours": round(g / 3600, 6),
                     "process_seconds": round(p, 3), "process_hours": round(p / 3600, 6), "nodes": int(n)}

@@ -6,9 +6,8 @@ ledger is written by reports/goodput_ledger.py, which computes each ended job's 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
-from .models import JobGoodput, NodeUsage
+from .models import JobGoodput, LedgerAttempt, NodeUsage
 
 
 def usage_open(*, node_id: int, job_id: int, attempt: int, user_id: int | None, username: str,
@@ -38,7 +37,7 @@ def usage_open_node_ids() -> list[int]:
     return list(NodeUsage.objects.filter(ended_at=None).values_list("node_id", flat=True))
 
 
-def usage_close_many(*, ends: dict[int, Any]) -> int:
+def usage_close_many(*, ends: dict[int, dt.datetime]) -> int:
     """Close the rows of nodes that ended without their transition closing them (a job deleted
     while a node was still counted live): node id -> when it ended."""
     return sum(usage_close(node_id=node_id, ended_at=ended_at) for node_id, ended_at in ends.items())
@@ -46,7 +45,7 @@ def usage_close_many(*, ends: dict[int, Any]) -> int:
 
 def goodput_record(*, job_id: int, job_name: str, user_id: int | None, username: str, project_id: int | None,
                    project_name: str, created_at: dt.datetime, finished_at: dt.datetime, wall_seconds: float,
-                   parts: dict[str, float], attempts: list[dict[str, Any]], rules: int) -> JobGoodput:
+                   parts: dict[str, float], attempts: list[LedgerAttempt], rules: int) -> JobGoodput:
     """An ended job's goodput split, into the ledger (reports/goodput_ledger.py computes it). Written
     again only by newer rules: the same job folded by two processes at once writes the same row."""
     row, _ = JobGoodput.objects.update_or_create(job_id=job_id, defaults={

@@ -76,7 +76,7 @@ def parse_addr(text: str) -> str:
     raise ValueError(f"{host!r} is not a host name or an IP address")
 
 
-def fetch_config(server: str, token: str, timeout: float = 10.0, ca_file: str | None = None) -> dict[str, Any]:
+def fetch_config(server: str, token: str, timeout: float = 10.0, ca_file: str | None = None) -> protocol.AgentConfig:
     """Ask the server for this machine's id and the Redis URL, authenticated by the token (over
     HTTPS, `ca_file` is trusted beside the system's authorities)."""
     request = urllib.request.Request(
@@ -230,7 +230,7 @@ class Agent:
             return runs.write_peers(self.work_dir, job_id, attempt, node_rank, membership)
 
         @app.task(name=protocol.TASK_WARM_CACHES)
-        def warm_caches(code: dict[str, Any], pip: list[str], pool: bool = False) -> warm.WarmResult:
+        def warm_caches(code: protocol.BundleRef, pip: list[str], pool: bool = False) -> warm.WarmResult:
             # pool: a job's hot spare, which also keeps a warm pool of the environment's Python.
             source = BundleSource(code, self.server_url, self.token)
             result = warm.warm_caches(self.work_dir / "cache", source, pip, self.python, pool=pool)

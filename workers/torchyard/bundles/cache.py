@@ -36,7 +36,7 @@ from typing import IO, Any
 from urllib.parse import unquote, urlparse
 
 from torchyard import tls
-from torchyard.protocol import NodeLaunch
+from torchyard.protocol import BundleRef, NodeLaunch
 from torchyard.storage import s3_client
 
 from .checks import MAX_RATIO, BundleError, BundleHashMismatch, BundleInfo, size_text
@@ -82,7 +82,7 @@ def write_atomically(path: Path, text: str) -> None:
 class BundleSource:
     """Where a bundle comes from: the launch's `code` and the agent's way to the server."""
 
-    code: dict[str, Any]
+    code: BundleRef
     server_url: str = ""
     machine_token: str = ""
     # A function's payload is judged by its size alone (checks.PAYLOAD_RATIO).

@@ -10,7 +10,7 @@ from __future__ import annotations
 import posixpath
 import tarfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 MAX_MEMBERS = 100_000
 # A real project compresses 2-10x; a bomb compresses 1000x. Small bundles are never refused for it.
@@ -71,12 +71,20 @@ def check_ratio(unpacked: int, compressed: int, max_ratio: float | None) -> None
         )
 
 
+class ArchiveMember(TypedDict):
+    """A member of the archive that will be unpacked: a file, or a link (size 0)."""
+
+    path: str
+    size: int
+    mode: int  # its permission bits
+
+
 @dataclass
 class BundleInfo:
     """What `inspect_archive` found: every member that will be unpacked."""
 
     unpacked_size: int = 0
-    files: list[dict[str, Any]] = field(default_factory=list)  # {"path", "size", "mode"}; links too
+    files: list[ArchiveMember] = field(default_factory=list)  # links too
     symlinks: dict[str, str] = field(default_factory=dict)
     directories: list[str] = field(default_factory=list)  # those the archive names itself
     sha256: str = ""  # of the bytes read, compressed

@@ -16,7 +16,7 @@ import posixpath
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from .checks import BundleInfo
 
@@ -25,6 +25,19 @@ MANIFEST_VERSION = 2
 
 class StaleEntry(Exception):
     """A cache entry differs from its manifest; the message names the first difference."""
+
+
+class ManifestJson(TypedDict):
+    """A Manifest as its marker holds it: each file [path, size, executable (0/1), mtime_ns,
+    ctime_ns, inode], each link [path, target]."""
+
+    version: int
+    sha256: str
+    built_at: float
+    unpacked_size: int
+    directories: list[str]
+    files: list[list[str | int]]
+    symlinks: list[list[str]]
 
 
 @dataclass(frozen=True)
@@ -58,18 +71,19 @@ class Manifest:
     built_at: float = 0.0
 
     def to_json(self) -> str:
-        return json.dumps({
+        data: ManifestJson = {
             "version": MANIFEST_VERSION, "sha256": self.sha256, "built_at": self.built_at,
             "unpacked_size": self.unpacked_size, "directories": self.directories,
             "files": [[f.path, f.size, int(f.executable), f.mtime_ns, f.ctime_ns, f.ino] for f in self.files],
             "symlinks": [list(link) for link in self.symlinks],
-        }, separators=(",", ":"))
+        }
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> Manifest | None:
         """The manifest, or None for a marker of an older layout (or an unreadable one)."""
         try:
-            data: dict[str, Any] = json.loads(text)
+            data: ManifestJson = json.loads(text)  # checked below, field by field
             if data.get("version") != MANIFEST_VERSION:
                 return None
             return cls(

@@ -12,13 +12,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from torchyard.protocol import GpuInfo
 
 from . import CliError
 from .http import ApiClient
@@ -28,6 +30,43 @@ LIVE_NODE = {"pending", "launching", "preparing", "running"}
 MAX_JOBS = 100  # live jobs whose nodes are looked up per refresh
 STATUS_STYLE = {"online": "green", "busy": "cyan", "draining": "yellow", "quarantined": "magenta", "offline": "red",
                 "pending": "dim"}
+
+
+class MachineCapsShown(TypedDict, total=False):
+    """What the view reads of a machine's capabilities (its agent's, protocol.Capabilities)."""
+
+    cpu_count: int
+    gpus: list[GpuInfo]
+    gpus_declared: bool
+    gpus_detected: list[GpuInfo]
+    gpu_warnings: list[str]
+
+
+class MachineLoadShown(TypedDict, total=False):
+    cpu_usage: float  # percent
+    memory_usage: float
+    gpu_usage: list[float]  # by position in the capabilities' gpus
+
+
+class ProjectGpus(TypedDict):
+    """GPUs one project's live nodes hold on the machine (an item of MachineOut's `usage`)."""
+
+    project: str
+    gpus: int
+
+
+class MachineShown(TypedDict, total=False):
+    """What the view reads of a machine of GET /api/machines (the REST schema's MachineOut)."""
+
+    id: int
+    name: str
+    host: str
+    status: str
+    quarantined_at: str | None
+    last_heartbeat: str | None  # ISO 8601
+    capabilities: MachineCapsShown
+    current_load: MachineLoadShown
+    usage: list[ProjectGpus]
 
 
 @dataclass
@@ -50,7 +89,7 @@ class Task:
 
 @dataclass
 class Snapshot:
-    machines: list[dict[str, Any]]
+    machines: list[MachineShown]
     tasks: dict[int, list[Task]] = field(default_factory=dict)  # machine id -> its live nodes
     taken_at: float = field(default_factory=time.time)
 
@@ -75,14 +114,14 @@ def _tasks(api: ApiClient) -> dict[int, list[Task]]:
     return tasks
 
 
-def find_worker(machines: list[dict[str, Any]], worker: str) -> dict[str, Any] | None:
+def find_worker(machines: list[MachineShown], worker: str) -> MachineShown | None:
     """The machine named `worker` (or of that id)."""
     return next((m for m in machines if m["name"] == worker or str(m["id"]) == worker), None)
 
 
 def fetch(api: ApiClient, worker: str | None = None) -> Snapshot:
     """What the view shows now; a CliError when the server cannot say (or has no such machine)."""
-    machines = api.call("GET", "/api/machines")
+    machines: list[MachineShown] = api.call("GET", "/api/machines")
     if worker is not None:
         found = find_worker(machines, worker)
         if found is None:
@@ -107,8 +146,9 @@ def _percent(value: Any) -> str:
     return f"{value:.0f}%" if isinstance(value, (int, float)) else "-"
 
 
-def render_machine(machine: dict[str, Any], tasks: list[Task], now: float) -> Panel:
-    caps, load = machine.get("capabilities") or {}, machine.get("current_load") or {}
+def render_machine(machine: MachineShown, tasks: list[Task], now: float) -> Panel:
+    caps = machine.get("capabilities") or MachineCapsShown()
+    load = machine.get("current_load") or MachineLoadShown()
     status = machine["status"] + (" (quarantined)" if machine.get("quarantined_at") and machine["status"] != "quarantined"
                                   else "")
     header = Text.assemble(

@@ -3,12 +3,30 @@ markup, never highlighted and never wrapped, so a pipe gets exactly the characte
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from rich.console import Console
 from rich.text import Text
 
 from torchyard.bundles import size_text
 
-__all__ = ["say", "size_text"]
+__all__ = ["JobShown", "say", "size_text"]
+
+
+class JobProgressShown(TypedDict, total=False):
+    step: int | None
+    total_steps: int | None
+
+
+class JobShown(TypedDict, total=False):
+    """What a job's line shows of the REST schema's JobSummaryOut (GET /api/jobs) or JobDetailOut
+    (what a submit, a stop or a change of priority answers)."""
+
+    id: int
+    name: str
+    status: str
+    world_size: int | None
+    progress: JobProgressShown
 
 
 def say(console: Console, text: str | Text, style: str = "") -> None:

@@ -8,7 +8,7 @@ it with `POST /api/plugins`; the server checks it again and answers field errors
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 from urllib.parse import quote
 
 from rich.console import Console
@@ -21,8 +21,20 @@ from .output import say
 from .upload import upload_project
 
 
+class PluginShown(TypedDict, total=False):
+    """What the CLI reads of a plugin of GET /api/plugins or of a push's answer (the REST schema's PluginOut)."""
+
+    name: str
+    version: str
+    description: str
+    entrypoint: str
+    builtin: bool
+    bundle: str | None  # null for a built-in one
+    project: str | None
+
+
 def push_plugin(api: ApiClient, directory: Path, console: Console, *, name: str | None = None,
-                project: str | None = None) -> dict[str, Any]:
+                project: str | None = None) -> PluginShown:
     if not directory.is_dir():
         raise CliError(f"{directory}: not a directory")
     try:
@@ -31,13 +43,13 @@ def push_plugin(api: ApiClient, directory: Path, console: Console, *, name: str 
         raise CliError(str(exc)) from None
     bundle = upload_project(api, directory, console, entrypoint=manifest.entrypoint)
     body = {**manifest.to_dict(), "bundle": bundle, **({"project": project} if project else {})}
-    plugin = api.call("POST", "/api/plugins", body)
+    plugin: PluginShown = api.call("POST", "/api/plugins", body)
     say(console, f"plugin {plugin['name']} {plugin['version']} registered (entrypoint {plugin['entrypoint']}, "
-                 f"bundle {plugin['bundle'][:12]}); run it with plugin_name {plugin['name']!r}")
+                 f"bundle {str(plugin['bundle'])[:12]}); run it with plugin_name {plugin['name']!r}")
     return plugin
 
 
-def plugin_lines(plugins: list[dict[str, Any]]) -> list[str]:
+def plugin_lines(plugins: list[PluginShown]) -> list[str]:
     lines = []
     for plugin in plugins:
         origin = "built-in" if plugin["builtin"] else plugin.get("project") or ""

@@ -4,19 +4,18 @@ the exception and its remote traceback), or with --out saved as `DIR/rank-<R>.pk
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
-from torchyard.function_results import first_failure
+from torchyard.function_results import FunctionResults, ResultRow, first_failure
 
 from . import CliError
 from .http import ApiClient
 from .output import say, size_text
 
 
-def _describe(result: dict[str, Any], first: bool) -> Text:
+def _describe(result: ResultRow, first: bool) -> Text:
     where = f"rank {result['rank']} (node {result['node_rank']} on {result['machine'] or '?'})"
     if result["ok"]:
         return Text(f"{where}: {result['repr']}  [{size_text(result['size'])}]")
@@ -29,7 +28,7 @@ def _describe(result: dict[str, Any], first: bool) -> Text:
 def show_results(api: ApiClient, job_id: int, out: Path | None, console: Console) -> int:
     """Print (or save) the results of the job's last attempt; exit code 1 when a rank raised or
     results are missing, so scripts can tell."""
-    answer = api.call("GET", f"/api/jobs/{job_id}/results")
+    answer: FunctionResults = api.call("GET", f"/api/jobs/{job_id}/results")
     results = answer["results"]
     say(console, f"job {job_id}: {answer['function']} ({answer['status']}, attempt {answer['attempt']}): "
                  f"{len(results)} of {answer['world_size'] or '?'} result(s)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 from datetime import datetime
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 from rich import box
 from rich.console import Console
@@ -16,7 +16,8 @@ from rich.text import Text
 
 from . import CliError
 from .http import ApiClient
-from .output import say
+from .output import JobShown, say
+from .specfile import JobSpecBody
 
 PRIORITY_NAMES = ("low", "normal", "high")
 
@@ -32,7 +33,11 @@ def priority_arg(text: str) -> str | int:
         raise CliError(f"--priority {text}: low, normal, high or an integer") from None
 
 
-def apply_queue_options(spec: dict[str, Any], *, priority: str | None, time_limit: str | None) -> dict[str, Any]:
+# A spec as its file wrote it (sent as written), or as `torchyard run` built it.
+Spec = TypeVar("Spec", JobSpecBody, dict[str, Any])
+
+
+def apply_queue_options(spec: Spec, *, priority: str | None, time_limit: str | None) -> Spec:
     """A spec with the command line's priority and time limit (they win over the file's)."""
     if priority is not None:
         spec["priority"] = priority_arg(priority)
@@ -179,5 +184,5 @@ def show_usage(api: ApiClient, console: Console, *, by: str, since: str | None, 
     return 0
 
 
-def set_priority(api: ApiClient, job_id: int, priority: str) -> dict[str, Any]:
+def set_priority(api: ApiClient, job_id: int, priority: str) -> JobShown:
     return api.call("PATCH", f"/api/jobs/{job_id}", {"priority": priority_arg(priority)})

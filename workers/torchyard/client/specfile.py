@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
@@ -26,6 +26,81 @@ from . import CliError
 from .http import format_errors
 
 MAX_NAME = 200  # the server's limit on a job name
+
+
+# --- a JobSpec as this package writes one (`torchyard run`, torchyard.fn) --------------------------
+# The fields the client sets, each optional; the server's JobSpec serializer checks them (and any
+# other a spec file gives, which the CLI sends as written).
+class CodeAsk(TypedDict):
+    bundle: str  # sha256 of an uploaded bundle
+
+
+class FunctionAsk(TypedDict, total=False):
+    payload: str  # sha256 of the bundle holding the pickled function and its arguments
+    name: str  # its qualified name
+    python: str  # major.minor it was pickled on: only that Python can load it
+    result_max_bytes: int
+
+
+class ResourcesAsk(TypedDict, total=False):
+    nodes: int | str  # a count, or an elastic range "MIN:MAX"
+    procs_per_node: int
+    gpus_per_node: int
+    min_gpu_memory: int  # MB per GPU
+    cpus_per_node: int  # whole cores
+    memory_per_node: int  # bytes
+
+
+class VolumeAsk(TypedDict, total=False):
+    name: str
+    mount_path: str
+    access_mode: str  # ReadWriteMany (the server's default) or ReadWriteOnce
+    size: int  # bytes free the job needs on it
+    storage_class: str
+
+
+class CheckpointingAsk(TypedDict, total=False):
+    enabled: bool
+    every_n_steps: int
+    keep: int
+
+
+class RuntimeAsk(TypedDict):
+    pip: list[str]
+
+
+class FaultToleranceAsk(TypedDict):
+    max_restarts: int
+
+
+class DistributedAsk(TypedDict):
+    launcher: str
+
+
+class PlacementAsk(TypedDict):
+    labels: dict[str, str]
+
+
+class JobSpecBody(TypedDict, total=False):
+    name: str
+    project: str
+    entrypoint: str
+    module: str
+    args: list[str]
+    code: CodeAsk
+    function: FunctionAsk
+    resources: ResourcesAsk
+    env: dict[str, str]
+    secret_env: dict[str, str]  # in clear on the way in: the server seals it
+    runtime: RuntimeAsk
+    fault_tolerance: FaultToleranceAsk
+    checkpointing: CheckpointingAsk
+    distributed: DistributedAsk
+    framework: str
+    volumes: list[VolumeAsk]
+    placement: PlacementAsk
+    priority: int | str  # an integer, or "low", "normal", "high"
+    time_limit: int | str  # seconds, or "2h"
 
 
 @dataclass
@@ -236,19 +311,20 @@ def run_spec(*, target: str, module: bool, args: list[str], directory: Path, nno
              env: dict[str, str] | None = None, secret_env: dict[str, str] | None = None,
              pip: list[str] | None = None, max_restarts: int | None = None,
              project: str | None = None, volumes: list[str] | None = None,
-             launcher: str | None = None, framework: str | None = None) -> dict[str, Any]:
+             launcher: str | None = None, framework: str | None = None) -> JobSpecBody:
     """The JobSpec of `torchyard run`, without its `code` (set once the bundle is uploaded).
     `target` is the entrypoint (a path inside `directory`) or, with `module`, a module name.
     `framework` "ray": a Ray cluster over the nodes, the script its driver on node 0."""
-    resources: dict[str, Any] = {"nodes": nnodes, "procs_per_node": nproc_per_node}
+    resources: ResourcesAsk = {"nodes": nnodes, "procs_per_node": nproc_per_node}
     if gpus_per_node is not None:
         resources["gpus_per_node"] = gpus_per_node
-    spec: dict[str, Any] = {
-        "name": name or f"{target} ({Path(os.path.abspath(directory)).name or '/'})"[:MAX_NAME],
-        "module" if module else "entrypoint": target,
-        "args": list(args),
-        "resources": resources,
-    }
+    spec: JobSpecBody = {"name": name or f"{target} ({Path(os.path.abspath(directory)).name or '/'})"[:MAX_NAME]}
+    if module:
+        spec["module"] = target
+    else:
+        spec["entrypoint"] = target
+    spec["args"] = list(args)
+    spec["resources"] = resources
     if env:
         spec["env"] = dict(env)
     if secret_env:
@@ -268,11 +344,11 @@ def run_spec(*, target: str, module: bool, args: list[str], directory: Path, nno
     return spec
 
 
-def volume_request(text: str) -> dict[str, str]:
+def volume_request(text: str) -> VolumeAsk:
     """`--volume NAME[:MOUNT_PATH][:ACCESS_MODE]` as a JobSpec volume: shared-data:/data,
     scratch:scratch:ReadWriteOnce. The server checks the values."""
     name, _, rest = text.partition(":")
-    volume = {"name": name}
+    volume: VolumeAsk = {"name": name}
     mount_path, _, access_mode = rest.rpartition(":") if rest.endswith(("ReadWriteOnce", "ReadWriteMany")) \
         else (rest, "", "")
     if mount_path:

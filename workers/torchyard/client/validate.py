@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TypedDict
 
 from rich import box
 from rich.console import Console
@@ -43,6 +43,42 @@ PASS, FAIL, SKIP = "pass", "fail", "skip"
 STYLES = {PASS: "green", FAIL: "bold red", SKIP: "dim"}
 DEEP_CHECKS = ("database", "redis", "storage", "controller", "ingest")
 JOB_CHECKS = ("code bundle", "2-node job", "checkpoint", "kill and recovery")
+
+
+class DeepCheck(TypedDict, total=False):
+    name: str
+    ok: bool
+    detail: str
+    ms: float
+
+
+class DeepHealth(TypedDict, total=False):
+    """GET /api/health/deep (DeepHealthOut), failing (503) or not."""
+
+    status: str  # "ok" or "failing"
+    checks: list[DeepCheck]
+
+
+class WorkerShown(TypedDict, total=False):
+    """What an agent's row reads of a machine of GET /api/cluster/workers (WorkerOut)."""
+
+    id: int
+    name: str
+    host: str
+    status: str
+    healthy: bool  # its agent reports, and its last heartbeat is recent
+    drained: bool
+    heartbeat_age_seconds: float | None  # null: it never reported
+    cpu_count: int
+    gpus: list[object]  # counted only
+
+
+class PingShown(TypedDict, total=False):
+    """A machine's answer in POST /api/network/health-check (HealthCheckResultOut); {}: none."""
+
+    machine_id: int
+    reachable: bool
+    rtt_ms: float | None
 
 
 class CheckFailed(Exception):
@@ -128,7 +164,7 @@ class Validation:
             self.record(str(entry.get("name")), PASS if entry.get("ok") else FAIL, str(entry.get("detail") or ""),
                         float(entry.get("ms") or 0) / 1000)
 
-    def _deep_health(self) -> dict[str, Any]:
+    def _deep_health(self) -> DeepHealth:
         """GET /api/health/deep, whose failing answer (503) carries the checks as a passing one does."""
         request = urllib.request.Request(self.api.server + "/api/health/deep",
                                          headers={**self.api.auth_headers(), "Accept": "application/json"})
@@ -147,8 +183,9 @@ class Validation:
     def agent_checks(self) -> None:
         started = time.monotonic()
         try:
-            workers = self.api.call("GET", "/api/cluster/workers")
-            pings = {r["machine_id"]: r for r in self.api.call("POST", "/api/network/health-check")["results"]}
+            workers: list[WorkerShown] = self.api.call("GET", "/api/cluster/workers")
+            pings: dict[int, PingShown] = {
+                r["machine_id"]: r for r in self.api.call("POST", "/api/network/health-check")["results"]}
         except CliError as exc:
             self.record("agents", FAIL, str(exc).strip(), time.monotonic() - started)
             return
@@ -158,7 +195,7 @@ class Validation:
                         "dashboard's Machines page) and start its agent", seconds)
             return
         for worker in workers:
-            result, detail = agent_verdict(worker, pings.get(worker["id"]) or {})
+            result, detail = agent_verdict(worker, pings.get(worker["id"]) or PingShown())
             self.record(f"agent {worker['name']}", result, detail, seconds / len(workers))
 
     def job_checks(self) -> None:
@@ -190,7 +227,7 @@ class Validation:
             self.job_kept = job.clean_up(delete=not self.failed and not self.keep)
 
 
-def agent_verdict(worker: dict[str, Any], ping: dict[str, Any]) -> tuple[str, str]:
+def agent_verdict(worker: WorkerShown, ping: PingShown) -> tuple[str, str]:
     """One machine's row: PASS only with status up, a fresh heartbeat (the server's `healthy`) and
     an answer to the ping."""
     status, age = worker.get("status"), worker.get("heartbeat_age_seconds")

@@ -24,13 +24,14 @@ import urllib.parse
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from rich.console import Console
 
 from ..stream_contract import CheckpointEvent, EventEnvelope, JobEvent, LogEvent, MetricEvent, StateEvent
 from . import CliError
 from .http import ApiClient
+from .specfile import JobSpecBody
 from .upload import upload_project
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "_validate_crash_once.py"
@@ -47,7 +48,7 @@ def _ts(event: EventEnvelope) -> float:
     return datetime.fromisoformat(str(event.get("ts"))).timestamp()
 
 
-def job_spec(bundle: str) -> dict[str, Any]:
+def job_spec(bundle: str) -> JobSpecBody:
     return {
         "name": "torchyard-validate", "entrypoint": ENTRYPOINT, "code": {"bundle": bundle},
         "args": ["--steps", str(STEPS), "--step-sleep", str(STEP_SLEEP)],

@@ -7,9 +7,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .images import Image, check_image
+
+if TYPE_CHECKING:
+    from torchyard.client.specfile import ResourcesAsk, VolumeAsk
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?B?|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
@@ -22,6 +25,14 @@ ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce")
 FRAMEWORKS = {"pytorch": "torchrun", "python": "none", "ray": "ray"}
 # distribute(worker_node_options=...): what each node of the cluster needs, as Compute's names.
 NODE_OPTIONS = ("gpus", "cpus", "memory")
+
+
+class NodeOptions(TypedDict, total=False):
+    """distribute(worker_node_options=...): what each node of a Ray cluster needs, as Compute takes it."""
+
+    gpus: int
+    cpus: int | float | str
+    memory: int | str
 
 
 class FunctionError(ValueError):
@@ -102,12 +113,13 @@ class Volume:
         if self.access_mode not in ACCESS_MODES:
             raise ValueError(f"volume {self.name}: access_mode must be one of {', '.join(ACCESS_MODES)}")
 
-    def to_spec(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"name": self.name, "access_mode": self.access_mode}
+    def to_spec(self) -> VolumeAsk:
+        spec: VolumeAsk = {"name": self.name, "access_mode": self.access_mode}
         if self.mount_path:
             spec["mount_path"] = self.mount_path
-        if self.size:
-            spec["size"] = self.size
+        size = parse_size(self.size, f"volume {self.name}: size")  # bytes already (__post_init__)
+        if size:
+            spec["size"] = size
         if self.storage_class:
             spec["storage_class"] = self.storage_class
         return spec
@@ -154,9 +166,9 @@ class Distribution:
 
     @classmethod
     def of(cls, framework: str = "pytorch", workers: int | tuple[int, int] = 1, nproc_per_node: int | None = None,
-           *, max_restarts: int | None = None, worker_node_options: dict[str, Any] | None = None) -> Distribution:
+           *, max_restarts: int | None = None, worker_node_options: NodeOptions | None = None) -> Distribution:
         """From `distribute`'s arguments (RemoteFunction.distribute, Compute.distribute, the decorator)."""
-        options = tuple(sorted((worker_node_options or {}).items()))
+        options = tuple(sorted(worker_node_options.items() if worker_node_options else ()))
         return cls(framework, workers, nproc_per_node, max_restarts, options)
 
     @property
@@ -208,18 +220,19 @@ class Compute:
 
     def distribute(self, framework: str = "pytorch", workers: int | tuple[int, int] = 1,
                    nproc_per_node: int | None = None, *, max_restarts: int | None = None,
-                   worker_node_options: dict[str, Any] | None = None) -> Compute:
+                   worker_node_options: NodeOptions | None = None) -> Compute:
         """This compute over `workers` nodes (as `RemoteFunction.distribute` takes them): a new Compute
         that `torchyard.fn(f).to(compute)` runs distributed. A `.distribute(...)` on the function after
         `.to(compute)` wins."""
         return replace(self, distribution=Distribution.of(framework, workers, nproc_per_node, max_restarts=max_restarts,
                                                           worker_node_options=worker_node_options))
 
-    def resources(self) -> dict[str, Any]:
+    def resources(self) -> ResourcesAsk:
         """The JobSpec `resources` entries this compute sets (nodes and processes come from distribute)."""
-        out: dict[str, Any] = {"gpus_per_node": self.gpus}
-        if self.cpus is not None:
-            out["cpus_per_node"] = self.cpus
+        out: ResourcesAsk = {"gpus_per_node": self.gpus}
+        cpus = parse_cpus(self.cpus)  # whole cores already (__post_init__), as the spec counts them
+        if cpus is not None:
+            out["cpus_per_node"] = cpus
         memory = parse_size(self.memory, "memory")
         if memory:
             out["memory_per_node"] = memory

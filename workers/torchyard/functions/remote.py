@@ -30,13 +30,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchyard import protocol
 from torchyard.bundles import pack_directory
-from torchyard.function_results import META_FILE, PAYLOAD_FILE, RemoteError, first_failure
+from torchyard.function_results import (
+    META_FILE,
+    PAYLOAD_FILE,
+    FunctionResults,
+    PayloadMeta,
+    RemoteError,
+    ResultRow,
+    first_failure,
+)
 
-from .compute import FRAMEWORKS, Compute, Distribution, FunctionError
+from .compute import FRAMEWORKS, Compute, Distribution, FunctionError, NodeOptions
+
+if TYPE_CHECKING:
+    from torchyard.client.specfile import FunctionAsk, JobSpecBody, ResourcesAsk
 
 RUNNER_MODULE = "torchyard.functions.runner"
 # A directory with one of these is a project's root; the function's file is looked up from there.
@@ -140,7 +151,7 @@ def check_python(api, minor: str) -> None:
                             f"--python is {minor}.")
 
 
-def _upload_payload(api, data: bytes, meta: dict[str, Any], console) -> str:
+def _upload_payload(api, data: bytes, meta: PayloadMeta, console) -> str:
     """The pickle (and what the runner reads before unpickling it) as a small bundle of its own,
     content-addressed: the same call uploads nothing twice, and the project's bundle stays the same."""
     from torchyard.client.upload import push_bundle
@@ -186,7 +197,7 @@ class RemoteFunction:
 
     def distribute(self, framework: str = "pytorch", workers: int | tuple[int, int] = 1,
                    nproc_per_node: int | None = None, *, max_restarts: int | None = None,
-                   worker_node_options: dict[str, Any] | None = None) -> RemoteFunction:
+                   worker_node_options: NodeOptions | None = None) -> RemoteFunction:
         """Across `workers` nodes (or an elastic range: `workers=(2, 4)`, as many as fit, at least 2)
         with `nproc_per_node` processes each (torchrun for "pytorch";
         "python" runs the function once per node with NODE_RANK, MASTER_ADDR ... set). "ray" counts
@@ -230,7 +241,8 @@ class RemoteFunction:
         from torchyard.client.upload import upload_project
 
         code = upload_project(api, root, console)
-        meta = {"sys_path": _import_paths(root), "name": self.qualname, "source": _source_in(self.function, root)}
+        meta: PayloadMeta = {"sys_path": _import_paths(root), "name": self.qualname,
+                             "source": _source_in(self.function, root)}
         payload = _upload_payload(api, data, meta, console)
         job = api.call("POST", "/api/jobs", self.spec(code=code, payload=payload))
         return FunctionRun(api=api, job_id=int(job["id"]), name=self.qualname)
@@ -241,25 +253,26 @@ class RemoteFunction:
         name = str(getattr(self.function, "__qualname__", None) or getattr(self.function, "__name__", "function"))
         return f"{module}.{name}" if module and module != "__main__" else name
 
-    def spec(self, *, code: str, payload: str) -> dict[str, Any]:
+    def spec(self, *, code: str, payload: str) -> JobSpecBody:
         """The JobSpec of one call."""
         dist, compute = self.distribution, self.compute
         if dist.worker_node_options:
             compute = replace(compute, **dict(dist.worker_node_options))  # cpus "4" read as Compute reads it
         nproc = dist.nproc_per_node or (compute.gpus if compute.gpus and dist.framework == "pytorch" else 1)
-        resources = {"nodes": dist.nodes, "procs_per_node": nproc, **compute.resources()}
-        spec: dict[str, Any] = {
+        resources: ResourcesAsk = {"nodes": dist.nodes, "procs_per_node": nproc, **compute.resources()}
+        function: FunctionAsk = {"payload": payload, "name": self.qualname[:300], "python": _python_minor()}
+        if self.result_max_bytes:
+            function["result_max_bytes"] = self.result_max_bytes
+        spec: JobSpecBody = {
             "name": (self.name or f"fn {self.qualname}")[:200],
             "code": {"bundle": code},
-            "function": {"payload": payload, "name": self.qualname[:300], "python": _python_minor()},
+            "function": function,
             "resources": resources,
-            "distributed": {"launcher": FRAMEWORKS[dist.framework]},
         }
         if dist.framework == "ray":
             spec["framework"] = "ray"
-            del spec["distributed"]
-        if self.result_max_bytes:
-            spec["function"]["result_max_bytes"] = self.result_max_bytes
+        else:
+            spec["distributed"] = {"launcher": FRAMEWORKS[dist.framework]}
         if compute.labels:
             spec["placement"] = {"labels": dict(compute.labels)}
         pip, env = compute.pip(), compute.environment()
@@ -314,7 +327,7 @@ class FunctionRun:
         """Every rank's return value in global rank order, once the job has ended. Raises RemoteError
         for the lowest rank that raised, or when the job failed or was stopped without results."""
         status = self.wait(timeout)
-        answer = self.api.call("GET", f"/api/jobs/{self.job_id}/results")
+        answer: FunctionResults = self.api.call("GET", f"/api/jobs/{self.job_id}/results")
         results = answer["results"]
         failed = first_failure(results)
         if failed is not None:
@@ -346,12 +359,12 @@ class FunctionRun:
                 buffer.write(block)
         return buffer.getvalue()
 
-    def _load(self, result: dict[str, Any]) -> Any:
+    def _load(self, result: ResultRow) -> Any:
         import cloudpickle
 
         return cloudpickle.loads(self._download(int(result["rank"])))
 
-    def _remote_error(self, result: dict[str, Any]) -> RemoteError:
+    def _remote_error(self, result: ResultRow) -> RemoteError:
         error = RemoteError(job_id=self.job_id, rank=result["rank"], node_rank=result.get("node_rank"),
                             machine=result.get("machine") or "?", error_type=result.get("error_type") or "Error",
                             error=result.get("error") or "", remote_traceback=result.get("traceback") or "")

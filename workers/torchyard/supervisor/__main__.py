@@ -21,7 +21,7 @@ from torchyard.protocol import NodeLaunch
 
 from .argv import LAUNCH_FILE, RESULT_FILE, default_code_root
 from .publisher import EventPublisher, connect
-from .states import SupervisorSettings, SupervisorState, write_json_atomic
+from .states import SupervisorOutcome, SupervisorSettings, SupervisorState, write_json_atomic
 from .supervisor import NodeSupervisor
 
 log = logging.getLogger("torchyard.supervisor")
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot start: %s", exc)
         if run_dir.is_dir():
             now = time.time()
-            failure = {
+            failure: SupervisorOutcome = {
                 "state": SupervisorState.FAILED.value,
                 "exit_code": None,
                 "reason": f"supervisor cannot start: {exc}",

@@ -28,10 +28,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 from torchyard.node.versions import PreflightError, Versions
-from torchyard.protocol import AddressInfo
+from torchyard.protocol import AddressInfo, NodeVolume
 from torchyard.stream_contract import LinkReport
 
 from . import links as link_probes
@@ -317,7 +317,7 @@ class MasterListener:
         self._sock.close()
 
     def serve(self, *, job_id: int, attempt: int, peers: set[int], versions: Versions,
-              tick: Tick, volumes: list[dict[str, Any]] | None = None,
+              tick: Tick, volumes: list[NodeVolume] | None = None,
               machine: str = "", warm: bool = False, links: LinkProbe | None = None,
               master_addr: str = "", machines: dict[int, str] | None = None) -> dict[int, Hello]:
         """Answer peers once every node rank in `peers` has checked in; returns their hellos.
@@ -420,7 +420,7 @@ class MasterListener:
 
     @staticmethod
     def _answer(sock: socket.socket, hello: Hello, *, job_id: int, attempt: int,
-                versions: Versions, volumes: list[dict[str, Any]] | None = None, machine: str = "") -> int | None:
+                versions: Versions, volumes: list[NodeVolume] | None = None, machine: str = "") -> int | None:
         """Reply to one hello; the node rank it accounts for, or None. Raises on a version mismatch."""
 
         if hello.get("protocol") != PROTOCOL or hello.get("job") != job_id or hello.get("attempt") != attempt:

@@ -11,10 +11,10 @@ import json
 import os
 import signal
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from torchyard import protocol
 from torchyard.stream_contract import LogLine, ResultEvent
@@ -51,6 +51,30 @@ class SupervisorState(StrEnum):
         return self in (SupervisorState.COMPLETED, SupervisorState.FAILED, SupervisorState.STOPPED)
 
 
+class SupervisorOutcome(TypedDict):
+    """What RUN_DIR/result.json holds at least (a supervisor that could not start writes only this)."""
+
+    state: str  # a final SupervisorState
+    exit_code: int | None
+    reason: str
+    started_at: float  # epoch seconds
+    ended_at: float
+
+
+class SupervisorResultJson(SupervisorOutcome):
+    """SupervisorResult as result.json holds it."""
+
+    supervisor_pid: int
+    torchrun_pid: int | None
+    torchrun_started_at: float | None
+    last_lines: list[LogLine]
+    swept_pids: list[int]
+    events_published: int
+    events_dropped: dict[str, int]
+    final_state_delivered: bool
+    results: list[ResultEvent]
+
+
 @dataclass
 class SupervisorResult:
     """What RUN_DIR/result.json holds once the supervisor is done."""
@@ -70,10 +94,15 @@ class SupervisorResult:
     final_state_delivered: bool = False
     results: list[ResultEvent] = field(default_factory=list)  # a function job's ranks on this node
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["state"] = self.state.value
-        return data
+    def to_dict(self) -> SupervisorResultJson:
+        return {
+            "state": self.state.value, "exit_code": self.exit_code, "reason": self.reason,
+            "started_at": self.started_at, "ended_at": self.ended_at, "supervisor_pid": self.supervisor_pid,
+            "torchrun_pid": self.torchrun_pid, "torchrun_started_at": self.torchrun_started_at,
+            "last_lines": list(self.last_lines), "swept_pids": list(self.swept_pids),
+            "events_published": self.events_published, "events_dropped": dict(self.events_dropped),
+            "final_state_delivered": self.final_state_delivered, "results": list(self.results),
+        }
 
 
 @dataclass(frozen=True)
@@ -102,16 +131,20 @@ class SupervisorSettings:
         """Defaults, with $TORCHYARD_SUPERVISOR_STOP_GRACE_S, $TORCHYARD_SUPERVISOR_WATCHDOG_S and
         $TORCHYARD_SUPERVISOR_VICTIM_GRACE_S applied."""
         environ = os.environ if environ is None else environ
-        overrides: dict[str, Any] = {}
-        for name, key in ((ENV_STOP_GRACE, "stop_grace_s"), (ENV_WATCHDOG, "watchdog_s"),
-                          (ENV_VICTIM_GRACE, "victim_grace_s")):
+
+        def seconds(name: str, default: float) -> float:
             raw = environ.get(name, "").strip()
-            if raw:
-                value = float(raw)  # a bad value fails loudly at start, not at the first stop
-                if value <= 0:
-                    raise ValueError(f"{name} must be positive, got {raw!r}")
-                overrides[key] = value
-        return cls(**overrides)
+            if not raw:
+                return default
+            value = float(raw)  # a bad value fails loudly at start, not at the first stop
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {raw!r}")
+            return value
+
+        defaults = cls()
+        return cls(stop_grace_s=seconds(ENV_STOP_GRACE, defaults.stop_grace_s),
+                   watchdog_s=seconds(ENV_WATCHDOG, defaults.watchdog_s),
+                   victim_grace_s=seconds(ENV_VICTIM_GRACE, defaults.victim_grace_s))
 
 
 class StopRequested(Exception):

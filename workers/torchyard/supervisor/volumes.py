@@ -28,7 +28,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from torchyard import protocol
 from torchyard.bundles.cache import PrepareError
@@ -50,17 +50,17 @@ def env_name(name: str) -> str:
     return protocol.ENV_VOLUME_PREFIX + re.sub(r"[-.]", "_", name).upper()
 
 
-def volume_env(volumes: list[dict[str, Any]]) -> dict[str, str]:
+def volume_env(volumes: list[protocol.NodeVolume]) -> dict[str, str]:
     """The variables every process of the node gets: each volume's path on this machine."""
     return {env_name(str(v["name"])): str(v["path"]) for v in volumes}
 
 
-def _where(volume: dict[str, Any]) -> str:
+def _where(volume: protocol.NodeVolume) -> str:
     machine = volume.get("machine")
     return f"on machine {machine}" if machine else "on this machine"
 
 
-def check_present(volumes: list[dict[str, Any]]) -> None:
+def check_present(volumes: list[protocol.NodeVolume]) -> None:
     """Fail the node before anything starts when a volume's path is not a directory here."""
     for volume in volumes:
         path = str(volume["path"])
@@ -69,7 +69,7 @@ def check_present(volumes: list[dict[str, Any]]) -> None:
                               f"(declared by the machine's agent or on the server); create or mount it there")
 
 
-def link_volumes(volumes: list[dict[str, Any]], workdir: Path) -> list[Path]:
+def link_volumes(volumes: list[protocol.NodeVolume], workdir: Path) -> list[Path]:
     """Make each volume visible at its mount_path: a link in the working directory for a relative
     one; an absolute one must be the volume's path itself (nothing is mounted). Returns the links."""
     links = []
@@ -123,11 +123,11 @@ class VolumeProbe(TypedDict):
     nonce: str
 
 
-def shared(volumes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def shared(volumes: list[protocol.NodeVolume]) -> list[protocol.NodeVolume]:
     return [v for v in volumes if (v.get("access_mode") or READ_WRITE_MANY) == READ_WRITE_MANY]
 
 
-def write_probes(volumes: list[dict[str, Any]], *, job_id: int, attempt: int, node_rank: int) -> list[Probe]:
+def write_probes(volumes: list[protocol.NodeVolume], *, job_id: int, attempt: int, node_rank: int) -> list[Probe]:
     """One nonce file per ReadWriteMany volume, under `<path>/.torchyard/`."""
     probes: list[Probe] = []
     try:
@@ -156,7 +156,7 @@ def remove_probes(probes: list[Probe]) -> None:
             probe.written.unlink()
 
 
-def unshared(mine: list[dict[str, Any]], hello: Mapping[str, object], *, machine: str = "") -> str:
+def unshared(mine: list[protocol.NodeVolume], hello: Mapping[str, object], *, machine: str = "") -> str:
     """The master's check of a peer's hello (preflight.Hello, as the peer sent it: read defensively):
     "" when every ReadWriteMany volume of the job holds the file the peer wrote, else why not,
     naming both machines."""

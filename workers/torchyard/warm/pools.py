@@ -20,12 +20,12 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import psutil
 
 from .proctitle import room_arg, room_env
-from .zygote import AGENT_PID_ENV, IMPORT_TIME_PREFIXES
+from .zygote import AGENT_PID_ENV, IMPORT_TIME_PREFIXES, HelloAnswer
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def socket_of(cache_dir: Path, key: str) -> Path:
     return Path("/tmp") / f"torchyard-warm-{digest}.sock"
 
 
-def hello(path: Path, timeout: float = 2.0) -> dict[str, Any] | None:
+def hello(path: Path, timeout: float = 2.0) -> HelloAnswer | None:
     """The pool's own account of itself (Python, torch, threads, open descriptors), or None when no
     pool answers there."""
     try:
@@ -76,7 +76,8 @@ def hello(path: Path, timeout: float = 2.0) -> dict[str, Any] | None:
                     return None
                 data += chunk
         answer = json.loads(data.partition(b"\n")[0])
-        return answer if isinstance(answer, dict) and "pid" in answer else None
+        # What zygote.Server answers a hello; anything else is no pool of ours.
+        return cast(HelloAnswer, answer) if isinstance(answer, dict) and "pid" in answer else None
     except (OSError, ValueError):
         return None
 

@@ -27,7 +27,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 from torchyard import rank_main
 from torchyard.warm import proctitle
@@ -48,6 +48,64 @@ MAX_REQUEST_BYTES = 8 * 1024 * 1024
 IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "TORCH_", "KMP_", "MKL_", "OPENBLAS_", "GOTO_", "MALLOC_", "GLIBC_", "OMP_")
 
 
+# --- what goes over the socket (one JSON object a line) ---------------------------------------------
+class HelloRequest(TypedDict):
+    op: Literal["hello"]
+
+
+class SpawnRequest(TypedDict):
+    """Start one rank (warm/run.py asks): what a cold `python -u script` under torchrun would have."""
+
+    op: Literal["spawn"]
+    argv: list[str]  # the script and its arguments (with `module`: the arguments after argv[0])
+    env: dict[str, str]
+    cwd: str  # absolute, as are stdout and stderr: the rank's files
+    stdout: str
+    stderr: str
+    umask: int
+    module: NotRequired[str]  # `python -m module`
+    rlimits: NotRequired[dict[str, list[int]]]  # RLIMIT_ name -> [soft, hard]
+
+
+Request = HelloRequest | SpawnRequest
+
+
+class Preloaded(TypedDict):
+    """What importing left in the server: what a fork would copy."""
+
+    import_s: float
+    versions: dict[str, str]  # top-level module -> its __version__
+    threads: int
+    cuda_initialized: bool
+
+
+class PoolHello(Preloaded):
+    """The pool's account of itself, with its interpreter and the import-time environment it read."""
+
+    python: str
+    version: str  # Python's, "3.11.9"
+    env: dict[str, str]
+
+
+class HelloAnswer(PoolHello):
+    """The answer to a hello: the pool's account, and how it is doing now."""
+
+    pid: int
+    forks: int
+    fds: list[int]
+
+
+class SpawnAnswer(TypedDict):
+    """Sent twice for a spawn: with the rank's pid once forked, then with its exit code too."""
+
+    pid: int
+    exit: NotRequired[int]
+
+
+class Refusal(TypedDict):
+    error: str
+
+
 def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
@@ -56,7 +114,7 @@ def _open_fds() -> list[int]:
     return sorted(int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) > 2)
 
 
-def preload() -> dict[str, Any]:
+def preload() -> Preloaded:
     """Import what every rank would import first; report what a fork would copy."""
     started = time.monotonic()
     versions: dict[str, str] = {}
@@ -87,7 +145,7 @@ def _text_stream(fd: int, errors: str) -> io.TextIOWrapper:
     return io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors=errors, write_through=True)
 
 
-def become_rank(request: dict[str, Any], base_path: list[str]) -> int:
+def become_rank(request: SpawnRequest, base_path: list[str]) -> int:
     """In the forked child: turn into the rank the request describes and run it; its exit code."""
     os.setsid()
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
@@ -143,7 +201,7 @@ def become_rank(request: dict[str, Any], base_path: list[str]) -> int:
 
 # --- the server ------------------------------------------------------------------------------------
 class Server:
-    def __init__(self, path: Path, hello: dict[str, Any], agent_pid: int) -> None:
+    def __init__(self, path: Path, hello: PoolHello, agent_pid: int) -> None:
         self.path = Path(path)
         self.agent_pid = agent_pid
         self.hello = hello
@@ -171,7 +229,7 @@ class Server:
         own = {p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
         self.base_path = [p for p in sys.path[1:] if p not in own]
 
-    def serve(self) -> dict[str, Any] | None:
+    def serve(self) -> SpawnRequest | None:
         """The server's loop. Returns only in a forked child, with its request."""
         while True:
             for key, _ in self.selector.select(timeout=1.0):
@@ -212,7 +270,7 @@ class Server:
             if self.path.stat().st_ino == self.inode:  # not a newer pool's socket at the same path
                 self.path.unlink()
 
-    def _read(self, conn: socket.socket) -> dict[str, Any] | None:
+    def _read(self, conn: socket.socket) -> Request | None:
         try:
             data = conn.recv(65536)
         except OSError:
@@ -234,7 +292,7 @@ class Server:
             return None
         return request
 
-    def _handle(self, conn: socket.socket, request: dict[str, Any]) -> dict[str, Any] | None:
+    def _handle(self, conn: socket.socket, request: Request) -> SpawnRequest | None:
         if request["op"] == "hello":
             self._send(conn, {**self.hello, "pid": os.getpid(), "forks": self.forks, "threads": _threads(),
                               "fds": _open_fds()})
@@ -275,7 +333,7 @@ class Server:
                 if conn not in self.buffers:
                     conn.close()  # its client hung up already
 
-    def _send(self, conn: socket.socket, message: dict[str, Any]) -> None:
+    def _send(self, conn: socket.socket, message: HelloAnswer | SpawnAnswer | Refusal) -> None:
         with contextlib.suppress(OSError):
             conn.sendall(json.dumps(message).encode() + b"\n")
 
@@ -327,9 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     # The agent that started this pool says who it is: asked of getppid() here, an agent killed before
     # this line ran would leave init as the "agent", and the pool would serve on forever.
     agent_pid = int(os.environ.pop(AGENT_PID_ENV, "") or os.getppid())
-    hello = preload()
-    hello.update(python=sys.executable, version=sys.version.split()[0],
-                 env={k: v for k, v in os.environ.items() if k.startswith(IMPORT_TIME_PREFIXES)})
+    hello: PoolHello = {**preload(), "python": sys.executable, "version": sys.version.split()[0],
+                        "env": {k: v for k, v in os.environ.items() if k.startswith(IMPORT_TIME_PREFIXES)}}
     refusal = ""
     if hello["threads"] != 1:
         refusal = f"importing torch left {hello['threads']} threads: forking would copy their state"

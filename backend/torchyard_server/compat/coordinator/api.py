@@ -11,7 +11,7 @@ so a seed client's error handling keeps working. Every other answer is the canon
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, Required, TypedDict
 
 from django.conf import settings
 from rest_framework import serializers, status
@@ -68,7 +68,47 @@ PARSING = {serializers.IntegerField: "int_parsing", serializers.FloatField: "flo
            serializers.CharField: "string_type"}
 
 
-def job_spec(body: dict[str, Any]) -> dict[str, Any]:
+class Seed001Body(TypedDict, total=False):
+    """A body Seed001JobIn validated: its fields as the Rust coordinator names them."""
+
+    world_size: Required[int]
+    job_id: str
+    checkpoint_every: int
+    sleep_sec: float
+    dataset_dir: str
+    heartbeat_timeout: float
+    max_restarts: int
+    project: str
+
+
+class SeedResources(TypedDict):
+    workers: int  # the world size, spread by the planner
+
+
+class SeedCheckpointing(TypedDict, total=False):
+    enabled: bool
+    every_n_steps: int
+
+
+class SeedFaultTolerance(TypedDict, total=False):
+    restart_delay: float
+    heartbeat_timeout: float
+    max_restarts: int
+
+
+class SeedJobSpec(TypedDict):
+    """The JobSpec a seed body makes, before the JobSpec serializer checks it like any other."""
+
+    name: str
+    entrypoint: str
+    resources: SeedResources
+    checkpointing: SeedCheckpointing
+    fault_tolerance: SeedFaultTolerance
+    env: dict[str, str]
+    project: NotRequired[str]
+
+
+def job_spec(body: Seed001Body) -> SeedJobSpec:
     """The JobSpec of a validated body of the Rust coordinator (its fields over the server's SEED001_DEFAULTS)."""
     values = {**settings.SEED001_DEFAULTS, **body}
     every = int(values.get("checkpoint_every", DEFAULT_CHECKPOINT_EVERY))
@@ -77,13 +117,19 @@ def job_spec(body: dict[str, Any]) -> dict[str, Any]:
         env["SLEEP_SEC"] = repr(float(values["sleep_sec"]))
     if values.get("dataset_dir"):
         env["DATASET_DIR"] = str(values["dataset_dir"])
-    fault_tolerance = {"restart_delay": RESTART_DELAY,
-                       **{key: values[key] for key in ("heartbeat_timeout", "max_restarts") if key in values}}
-    spec: dict[str, Any] = {
+    fault_tolerance: SeedFaultTolerance = {"restart_delay": RESTART_DELAY}
+    if "heartbeat_timeout" in values:
+        fault_tolerance["heartbeat_timeout"] = values["heartbeat_timeout"]
+    if "max_restarts" in values:
+        fault_tolerance["max_restarts"] = values["max_restarts"]
+    checkpointing: SeedCheckpointing = {"enabled": every > 0}
+    if every > 0:
+        checkpointing["every_n_steps"] = every
+    spec: SeedJobSpec = {
         "name": values.get("job_id") or DEFAULT_NAME,
         "entrypoint": WORKER,
         "resources": {"workers": values["world_size"]},
-        "checkpointing": {"enabled": every > 0, **({"every_n_steps": every} if every > 0 else {})},
+        "checkpointing": checkpointing,
         "fault_tolerance": fault_tolerance,
         "env": env,
     }
@@ -92,7 +138,16 @@ def job_spec(body: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def _error(kind: str, loc: list[str | int], msg: str, value: Any) -> dict[str, Any]:
+class FastApiError(TypedDict):
+    """An item of a FastAPI 422's `detail`."""
+
+    type: str  # pydantic's error type: "missing", "int_parsing", "extra_forbidden", ...
+    loc: list[str | int]  # ["body", field, ...]
+    msg: str
+    input: Any  # the value refused, as the body gave it
+
+
+def _error(kind: str, loc: list[str | int], msg: str, value: Any) -> FastApiError:
     return {"type": kind, "loc": ["body", *loc], "msg": msg, "input": value}
 
 
@@ -105,7 +160,7 @@ def _flatten(errors: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, .
     return [(path, errors)]
 
 
-def fastapi_errors(errors: Any, data: dict[str, Any], *, spec: bool = False) -> list[dict[str, Any]]:
+def fastapi_errors(errors: Any, data: dict[str, Any], *, spec: bool = False) -> list[FastApiError]:
     """DRF's validation errors of the seed body (or, with `spec`, of the JobSpec made from it) as
     FastAPI's items, each located at the body field it came from."""
     out = []
@@ -120,7 +175,7 @@ def fastapi_errors(errors: Any, data: dict[str, Any], *, spec: bool = False) -> 
     return out
 
 
-def unprocessable(detail: list[dict[str, Any]]) -> Response:
+def unprocessable(detail: list[FastApiError]) -> Response:
     return Response({"detail": detail}, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
 
 

@@ -7,9 +7,10 @@ nodes."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.utils import timezone
@@ -26,6 +27,71 @@ from ...machines.selectors import machine_list
 M = Machine.Status
 # Machines whose agents report: their resources count.
 UP = (M.ONLINE, M.BUSY, M.DRAINING, M.QUARANTINED)
+
+
+class WorkerGpu(TypedDict):
+    index: int
+    name: str
+    memory_mb: int
+    allocated: bool  # held by a live node
+    usage_percent: float | None
+
+
+class ClusterWorker(TypedDict):
+    """A machine as DistroML's worker (WorkerOut)."""
+
+    id: int
+    name: str
+    host: str
+    status: str
+    healthy: bool
+    drained: bool
+    last_heartbeat: dt.datetime | None
+    heartbeat_age_seconds: float | None
+    agent_version: str
+    labels: dict[str, str]
+    cpu_count: int
+    memory_bytes: int
+    cpu_usage_percent: float | None
+    memory_usage_percent: float | None
+    gpus: list[WorkerGpu]
+    nodes_running: int
+    processes_running: int
+
+
+class CpuResources(TypedDict):
+    cores: int
+    processes_running: int
+    usage_percent: float | None
+
+
+class MemoryResources(TypedDict):
+    total_bytes: int
+    used_bytes: int
+
+
+class GpuModelCount(TypedDict):
+    name: str
+    count: int
+
+
+class GpuResources(TypedDict):
+    total: int
+    allocated: int
+    free: int
+    memory_mb: int
+    usage_percent: float | None
+    models: list[GpuModelCount]
+
+
+class ClusterResources(TypedDict):
+    """What the cluster has and holds (ResourcesOut)."""
+
+    machines: dict[str, int]  # total, healthy, and how many are in each status
+    cpu: CpuResources
+    memory: MemoryResources
+    gpus: GpuResources
+    nodes_running: int
 
 
 @dataclass
@@ -52,11 +118,11 @@ def _percent(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def worker(machine: Machine, held: Held, now) -> dict[str, Any]:
+def worker(machine: Machine, held: Held, now: dt.datetime) -> ClusterWorker:
     caps, load = machine.capabilities or {}, machine.current_load or {}
     age = (now - machine.last_heartbeat).total_seconds() if machine.last_heartbeat else None
     usage = list(load.get("gpu_usage") or [])
-    gpus = []
+    gpus: list[WorkerGpu] = []
     for position, gpu in enumerate(caps.get("gpus") or []):
         index = int(gpu.get("index", position))
         gpus.append({"index": index, "name": str(gpu.get("name") or ""), "memory_mb": int(gpu.get("memory_mb") or 0),
@@ -73,12 +139,12 @@ def worker(machine: Machine, held: Held, now) -> dict[str, Any]:
     }
 
 
-def cluster_workers() -> list[dict[str, Any]]:
+def cluster_workers() -> list[ClusterWorker]:
     held, now = held_by_machine(), timezone.now()
     return [worker(m, held.get(m.pk, Held()), now) for m in machine_list()]
 
 
-def cluster_resources() -> dict[str, Any]:
+def cluster_resources() -> ClusterResources:
     workers = cluster_workers()
     up = [w for w in workers if w["status"] in UP]
     # New nodes go to online and busy machines only: a draining or quarantined machine's idle GPUs are not free.

@@ -10,9 +10,10 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
+from torchyard.protocol import GpuInfo
 
 from ...machines.selectors import machine_list
-from ...machines.volumes import merged_volumes
+from ...machines.volumes import MachineVolume, merged_volumes
 from ..models import Job, JobNode
 from ..spec.plan import Plan
 from ..states import NODE_LIVE, SPARES_HELD
@@ -44,7 +45,7 @@ class Candidate:
     host: str
     status: str
     cpu_count: int = 0
-    gpus: list[dict[str, Any]] = field(default_factory=list)
+    gpus: list[GpuInfo] = field(default_factory=list)
     busy_gpus: set[int] = field(default_factory=set)
     live_nodes: int = 0
     busy_procs: int = 0  # processes of live nodes already placed here
@@ -58,11 +59,9 @@ class Candidate:
     # Why a hang's verdict quarantined it (Machine.quarantine_reason), while it is: its status is
     # then "quarantined", and nothing is planned on it.
     quarantine_reason: str = ""
-    # Volumes by name: {"path": on this machine, "exists": True/False, None when only the server
-    # declared it, "free_bytes", "storage_class": the class its agent declares} (machines/volumes.py
-    # merged_volumes).
-    volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    labels: dict[str, Any] = field(default_factory=dict)
+    # Volumes by name, as this machine has them (machines/volumes.py merged_volumes).
+    volumes: dict[str, MachineVolume] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
     memory_total: int = 0  # bytes; 0: not reported
     memory_free: int = 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 from torchyard.sdk.scaling import adjust_hyperparameters
 
@@ -140,8 +140,19 @@ def _holders(machines: list[Candidate], need: Need) -> int:
     return sum(1 for m in machines if _could_hold(m, need))
 
 
-def _asks(spec: JobSpec) -> dict[str, Any]:
-    """What every node asks of its machine beyond processes and GPUs (Need's other fields)."""
+class NodeAsks(TypedDict):
+    """What every node asks of its machine beyond processes and GPUs: Need's other fields."""
+
+    volumes: tuple[str, ...]
+    volume_sizes: tuple[tuple[str, int], ...]
+    volume_classes: tuple[tuple[str, str], ...]
+    cpus: int
+    memory: int
+    labels: tuple[tuple[str, str], ...]
+    python: str
+
+
+def _asks(spec: JobSpec) -> NodeAsks:
     return {"volumes": spec.volume_names,
             "volume_sizes": tuple((v.name, int(v.size)) for v in spec.volumes or [] if v.size),
             "volume_classes": tuple((v.name, str(v.storage_class)) for v in spec.volumes or [] if v.storage_class),

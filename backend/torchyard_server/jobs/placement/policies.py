@@ -21,7 +21,7 @@ import functools
 import logging
 from collections.abc import Sequence
 from importlib.metadata import entry_points
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from django.conf import settings
 from django.core import checks
@@ -169,7 +169,15 @@ def policy_names() -> list[str]:
     return [*BUILT_IN, *sorted(set(installed()) - set(BUILT_IN))]
 
 
-def policy_catalog() -> list[dict[str, Any]]:
+class PolicyListed(TypedDict):
+    """A placement policy as GET /api/placement-policies lists it (PlacementPolicyOut)."""
+
+    name: str
+    description: str
+    built_in: bool
+
+
+def policy_catalog() -> list[PolicyListed]:
     return [{"name": name, "description": policy.description or (type(policy).__doc__ or "").strip().split("\n")[0],
              "built_in": name in BUILT_IN} for name, policy in installed().items()]
 
