@@ -309,6 +309,8 @@ SPECTACULAR_SETTINGS = {
         "DistributedBackendEnum": ["auto", "gloo", "nccl"],
         "TaskTypeEnum": ["TRAIN"],
         "StragglerPolicyEnum": "torchyard_server.jobs.spec.jobspec.STRAGGLER_POLICIES",
+        "RecoveryModeEnum": "torchyard_server.jobs.spec.jobspec.RECOVERY_MODES",
+        "ScalingModeEnum": ["keep_global_batch", "scale_global_batch", "none"],
     },
     # The WebSocket streams' messages, events and close codes (live/contract_schema.py).
     "POSTPROCESSING_HOOKS": [

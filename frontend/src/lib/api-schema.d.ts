@@ -826,12 +826,14 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * @description The whole job (a DistributedTrainingConfig, or `{"job_id": "plan-12"}` of a plan), or one rank
-         *     of it to one machine (TransformerLab's dispatch body: `job_id`, `target_machine`, `rank`,
-         *     `world_size` ...; a plan's `job_id` stands for its plugin_name, config and requirements, and any
-         *     of those the body repeats must say what the plan says). Torchyard picks the master: a rank's
-         *     `master_addr` is accepted when it names rank 0's machine and its `master_port` only when it is
-         *     the port Torchyard picked when it scheduled the job; any other value is refused.
+         * @description The whole job (a DistributedTrainingConfig, with your own `job_id` or none, or
+         *     `{"job_id": "plan-12"}` of a plan), or one rank of it to one machine (TransformerLab's dispatch
+         *     body: `job_id`, `target_machine`, `rank`, `world_size` ...; a plan's `job_id` stands for its
+         *     plugin_name, config and requirements, and any of those the body repeats must say what the plan
+         *     says). A job_id of your own names one live job of yours at a time: the status and stop routes
+         *     take it. Torchyard picks the master: a rank's `master_addr` is accepted when it names rank 0's
+         *     machine and its `master_port` only when it is the port Torchyard picked when it scheduled the
+         *     job; any other value is refused, saying why.
          */
         post: operations["network_distributed_dispatch_create"];
         delete?: never;
@@ -872,9 +874,10 @@ export interface paths {
          * @description `distributed/status/{job_id}` and `distributed_jobs/{job_id}/status` take the same ids, read one
          *     way: digits are Torchyard's job id (as they always were here, so callers of integer ids keep
          *     working); `plan-12`, the job_id distributed/plan answers, is the plan (`planned`) until it is
-         *     queued, then the newest job it became; any other id is the name a per-rank dispatch of yours gave
-         *     its job (`dispatching` while its ranks come in, then the job). Since digits are never a plan's,
-         *     a plan's id carries the `plan-` prefix, and a per-rank dispatch may not name its job with digits.
+         *     queued, then the newest job it became; any other id is the name you gave a job of yours, whole or
+         *     rank by rank (`dispatching` while its ranks come in, then the job; the newest job of that name).
+         *     Since digits are never a plan's, a plan's id carries the `plan-` prefix, and no job of yours may be
+         *     named with digits.
          *     An unknown id is a 404 saying so, one over 100 characters a 400.
          */
         get: operations["network_distributed_status_retrieve"];
@@ -919,9 +922,10 @@ export interface paths {
          * @description `distributed/status/{job_id}` and `distributed_jobs/{job_id}/status` take the same ids, read one
          *     way: digits are Torchyard's job id (as they always were here, so callers of integer ids keep
          *     working); `plan-12`, the job_id distributed/plan answers, is the plan (`planned`) until it is
-         *     queued, then the newest job it became; any other id is the name a per-rank dispatch of yours gave
-         *     its job (`dispatching` while its ranks come in, then the job). Since digits are never a plan's,
-         *     a plan's id carries the `plan-` prefix, and a per-rank dispatch may not name its job with digits.
+         *     queued, then the newest job it became; any other id is the name you gave a job of yours, whole or
+         *     rank by rank (`dispatching` while its ranks come in, then the job; the newest job of that name).
+         *     Since digits are never a plan's, a plan's id carries the `plan-` prefix, and no job of yours may be
+         *     named with digits.
          *     An unknown id is a 404 saying so, one over 100 characters a 400.
          */
         get: operations["network_distributed_jobs_status_retrieve"];
@@ -943,12 +947,14 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * @description The whole job (a DistributedTrainingConfig, or `{"job_id": "plan-12"}` of a plan), or one rank
-         *     of it to one machine (TransformerLab's dispatch body: `job_id`, `target_machine`, `rank`,
-         *     `world_size` ...; a plan's `job_id` stands for its plugin_name, config and requirements, and any
-         *     of those the body repeats must say what the plan says). Torchyard picks the master: a rank's
-         *     `master_addr` is accepted when it names rank 0's machine and its `master_port` only when it is
-         *     the port Torchyard picked when it scheduled the job; any other value is refused.
+         * @description The whole job (a DistributedTrainingConfig, with your own `job_id` or none, or
+         *     `{"job_id": "plan-12"}` of a plan), or one rank of it to one machine (TransformerLab's dispatch
+         *     body: `job_id`, `target_machine`, `rank`, `world_size` ...; a plan's `job_id` stands for its
+         *     plugin_name, config and requirements, and any of those the body repeats must say what the plan
+         *     says). A job_id of your own names one live job of yours at a time: the status and stop routes
+         *     take it. Torchyard picks the master: a rank's `master_addr` is accepted when it names rank 0's
+         *     machine and its `master_port` only when it is the port Torchyard picked when it scheduled the
+         *     job; any other value is refused, saying why.
          */
         post: operations["network_distributed_jobs_dispatch_create"];
         delete?: never;
@@ -990,7 +996,8 @@ export interface paths {
         /**
          * @description `/api/network/execute_job`: run a job now (what TransformerLab's coordinator machine asked of a machine).
          *     Here the control plane places it, on the machine `target_machine` names when given (the whole
-         *     job there, as dispatch_job), else where the planner chooses.
+         *     job there, as dispatch_job), else where the planner chooses. Its `job_id`, when given, names the
+         *     job as a whole-job dispatch's does: distributed/status/{job_id} and distributed/stop/{job_id} take it.
          */
         post: operations["network_execute_job_create"];
         delete?: never;
@@ -1488,7 +1495,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description Online machines in the order the planner would use them (least loaded first). */
+        /**
+         * @description Online machines that fit, in the order a placement policy uses them: by default `spread` (the
+         *     least loaded first), the order TransformerLab's bodies with machine_selection auto are placed in.
+         */
         get: operations["tasks_distributed_suggest_machines_retrieve"];
         put?: never;
         post?: never;
@@ -1958,7 +1968,7 @@ export interface components {
         DistributedJobStatusOut: {
             /** @description Torchyard's job id; null while the ranks of a per-rank dispatch are coming in, and for a plan never queued */
             job_id: number | null;
-            /** @description the TransformerLab job_id this job is known by when it is not Torchyard's: the name a per-rank dispatch gave it ("dist_job_123") or its plan's job_id ("plan-12"); null otherwise */
+            /** @description the TransformerLab job_id this job is known by when it is not Torchyard's: the name its dispatch (whole, rank by rank, or execute_job) gave it ("dist_job_123") or its plan's job_id ("plan-12"); null otherwise */
             seed_job_id: string | null;
             /**
              * @description the job's; `planned`: a plan not queued yet
@@ -2059,7 +2069,8 @@ export interface components {
         };
         /**
          * @description TransformerLab's DistributedTrainingConfig; `plugin_name` is a registered plugin (`GET /api/plugins`)
-         *     or a built-in recipe (`mlp_ddp` or its path).
+         *     or a built-in recipe (`mlp_ddp` or its path). Machines: `machine_selection` auto (the least loaded
+         *     first, Torchyard's spread policy) or manual (`selected_machines`, in rank order).
          */
         DistributedTrainingConfig: {
             /** @description a plugin of GET /api/plugins (registered or built-in) */
@@ -2069,8 +2080,15 @@ export interface components {
                 [key: string]: unknown;
             };
             resource_requirements?: components["schemas"]["ResourceRequirements"];
-            /** @default auto */
+            /**
+             * @description auto: Torchyard chooses the machines, the least loaded first (its spread policy); manual: the machines of selected_machines
+             *
+             *     * `auto` - auto
+             *     * `manual` - manual
+             * @default auto
+             */
             machine_selection?: components["schemas"]["MachineSelectionEnum"];
+            /** @description with machine_selection manual: the job's machines (names, ids or hosts) in rank order, rank 0's (the master) first; num_machines, when given, must count them */
             selected_machines?: string[];
             /** @description Torchyard's */
             args?: string[];
@@ -2144,12 +2162,20 @@ export interface components {
         ExecuteJobIn: {
             /** @description the JobSpec (DESIGN.md section 4) */
             job_data: components["schemas"]["JobSpec"];
-            /** @description the caller's own id for the job, given back as seed_job_id */
+            /** @description the caller's own id for the job (dist_job_123), given back as seed_job_id: distributed/status/{job_id} and distributed/stop/{job_id} take it. Never digits (Torchyard's job ids) nor plan-<number> (a plan's) */
             job_id?: string | null;
             /** @description a machine's name, id or host: the whole job on it; else where the planner chooses */
             target_machine?: string;
         };
         FaultTolerance: {
+            /**
+             * @description restart: a dead rank stops every rank and the attempt is relaunched (warm) from the last checkpoint; in_place: only the dead rank is replaced, forked warm on its machine, while the others wait, kept alive, and hand it their state from memory (needs torchft on the machines' training Python and a script that trains through sdk.resilient(); a machine that is gone, or max_restarts replacements spent, falls back to restart)
+             *
+             *     * `restart` - restart
+             *     * `in_place` - in_place
+             * @default restart
+             */
+            mode?: components["schemas"]["RecoveryModeEnum"];
             /** @default 3 */
             max_restarts?: number;
             /**
@@ -2574,6 +2600,7 @@ export interface components {
             min_interval: number;
         };
         JobFaultToleranceOut: {
+            mode: components["schemas"]["RecoveryModeEnum"];
             max_restarts: number;
             /** Format: double */
             heartbeat_timeout: number;
@@ -2894,7 +2921,7 @@ export interface components {
             pip: string[];
         };
         JobScalingOut: {
-            mode: components["schemas"]["ModeEnum"];
+            mode: components["schemas"]["ScalingModeEnum"];
             lr_rule: components["schemas"]["LrRuleEnum"];
             warmup_steps: number;
         };
@@ -3520,13 +3547,6 @@ export interface components {
             buckets: components["schemas"]["MetricBucketOut"][];
         };
         /**
-         * @description * `keep_global_batch` - keep_global_batch
-         *     * `scale_global_batch` - scale_global_batch
-         *     * `none` - none
-         * @enum {string}
-         */
-        ModeEnum: "keep_global_batch" | "scale_global_batch" | "none";
-        /**
          * @description * `database` - database
          *     * `redis` - redis
          *     * `storage` - storage
@@ -3535,6 +3555,38 @@ export interface components {
          * @enum {string}
          */
         NameEnum: "database" | "redis" | "storage" | "controller" | "ingest";
+        /**
+         * @description A whole job (TransformerLab's DistributedTrainingConfig) under your own job_id: poll and stop it
+         *     with that id on every route that takes one.
+         */
+        NamedDispatchIn: {
+            /** @description a plugin of GET /api/plugins (registered or built-in) */
+            plugin_name: string;
+            /** @description the hyperparameters */
+            config?: {
+                [key: string]: unknown;
+            };
+            resource_requirements?: components["schemas"]["ResourceRequirements"];
+            /**
+             * @description auto: Torchyard chooses the machines, the least loaded first (its spread policy); manual: the machines of selected_machines
+             *
+             *     * `auto` - auto
+             *     * `manual` - manual
+             * @default auto
+             */
+            machine_selection?: components["schemas"]["MachineSelectionEnum"];
+            /** @description with machine_selection manual: the job's machines (names, ids or hosts) in rank order, rank 0's (the master) first; num_machines, when given, must count them */
+            selected_machines?: string[];
+            /** @description Torchyard's */
+            args?: string[];
+            /**
+             * @description Torchyard's: the job's project
+             * @default default
+             */
+            project?: string;
+            /** @description your own name for the job (dist_job_123): the status and stop routes take it. Never digits (Torchyard's job ids) nor plan-<number> (a plan's job_id: that dispatches the plan) */
+            job_id: string;
+        };
         NetworkStatusOut: {
             total_machines: number;
             /** @description machines in each status */
@@ -3811,6 +3863,7 @@ export interface components {
              *     * `manual` - manual
              */
             machine_selection?: components["schemas"]["MachineSelectionEnum"];
+            /** @description with machine_selection manual: the job's machines (names, ids or hosts) in rank order, rank 0's (the master) first; num_machines, when given, must count them */
             selected_machines?: string[];
             /** @description Torchyard's */
             args?: string[];
@@ -4041,6 +4094,8 @@ export interface components {
             master_port?: number;
         };
         RankRequirements: {
+            /** @description world_size says it: leave it out, or send the same */
+            num_machines?: number;
             /** @default 0 */
             gpus_per_machine?: number;
             /**
@@ -4066,6 +4121,12 @@ export interface components {
             /** @description the first paragraph of the recipe's docstring */
             summary: string;
         };
+        /**
+         * @description * `restart` - restart
+         *     * `in_place` - in_place
+         * @enum {string}
+         */
+        RecoveryModeEnum: "restart" | "in_place";
         ResourceRequirements: {
             /** @default 1 */
             num_machines?: number;
@@ -4222,13 +4283,20 @@ export interface components {
         };
         Scaling: {
             /** @default keep_global_batch */
-            mode?: components["schemas"]["ModeEnum"];
+            mode?: components["schemas"]["ScalingModeEnum"];
             /** @default linear */
             lr_rule?: components["schemas"]["LrRuleEnum"];
             /** @default 0 */
             warmup_steps?: number;
         };
-        SeedDispatchIn: components["schemas"]["DistributedTrainingConfig"] | components["schemas"]["PlannedDispatchIn"] | components["schemas"]["RankDispatchIn"];
+        /**
+         * @description * `keep_global_batch` - keep_global_batch
+         *     * `scale_global_batch` - scale_global_batch
+         *     * `none` - none
+         * @enum {string}
+         */
+        ScalingModeEnum: "keep_global_batch" | "scale_global_batch" | "none";
+        SeedDispatchIn: components["schemas"]["DistributedTrainingConfig"] | components["schemas"]["NamedDispatchIn"] | components["schemas"]["PlannedDispatchIn"] | components["schemas"]["RankDispatchIn"];
         /**
          * @description * `agent` - agent
          *     * `server` - server
@@ -4385,8 +4453,15 @@ export interface components {
                 [key: string]: unknown;
             };
             resource_requirements?: components["schemas"]["ResourceRequirements"];
-            /** @default auto */
+            /**
+             * @description auto: Torchyard chooses the machines, the least loaded first (its spread policy); manual: the machines of selected_machines
+             *
+             *     * `auto` - auto
+             *     * `manual` - manual
+             * @default auto
+             */
             machine_selection?: components["schemas"]["MachineSelectionEnum"];
+            /** @description with machine_selection manual: the job's machines (names, ids or hosts) in rank order, rank 0's (the master) first; num_machines, when given, must count them */
             selected_machines?: string[];
             /** @description Torchyard's */
             args?: string[];
@@ -8163,7 +8238,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id a per-rank dispatch of yours named its job with (dist_job_123) */
+                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id you named a job of yours with (dist_job_123: a whole job's, a per-rank dispatch's, execute_job's) */
                 job_id: string;
             };
             cookie?: never;
@@ -8221,7 +8296,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id a per-rank dispatch of yours named its job with (dist_job_123) */
+                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id you named a job of yours with (dist_job_123: a whole job's, a per-rank dispatch's, execute_job's) */
                 job_id: string;
             };
             cookie?: never;
@@ -8279,7 +8354,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id a per-rank dispatch of yours named its job with (dist_job_123) */
+                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id you named a job of yours with (dist_job_123: a whole job's, a per-rank dispatch's, execute_job's) */
                 job_id: string;
             };
             cookie?: never;
@@ -10953,10 +11028,14 @@ export interface operations {
     tasks_distributed_suggest_machines_retrieve: {
         parameters: {
             query?: {
-                /** @description free GPUs each must have (default 0) */
+                /** @description free GPUs each must have */
                 gpus_per_machine?: number;
-                /** @description how many machines (default 1) */
+                /** @description MB each of those GPUs must have */
+                min_gpu_memory?: number;
+                /** @description how many machines */
                 num_machines?: number;
+                /** @description the placement policy whose order the machines come in (a JobSpec's placement.policy); spread, the order of TransformerLab's machine_selection auto, unless told */
+                policy?: string;
             };
             header?: never;
             path?: never;

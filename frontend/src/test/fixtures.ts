@@ -92,7 +92,7 @@ export function jobSpec(overrides: Partial<JobSpec> = {}): JobSpec {
     scaling: { mode: 'keep_global_batch', lr_rule: 'linear', warmup_steps: 0 },
     checkpointing: { enabled: true, every_n_steps: 200, store: 'default', keep: 3 },
     fault_tolerance: {
-      max_restarts: 3, heartbeat_timeout: 10, retry_same_error: 1, restart_delay: 0, stall_timeout: null, on_stall: 'report', exit_grace: 30, stragglers: 'report',
+      mode: 'restart', max_restarts: 3, heartbeat_timeout: 10, retry_same_error: 1, restart_delay: 0, stall_timeout: null, on_stall: 'report', exit_grace: 30, stragglers: 'report',
       straggler_threshold: 0.3, straggler_window: 60,
     },
     compression: { enabled: false, hook: 'fp16' },

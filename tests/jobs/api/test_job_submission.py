@@ -29,7 +29,7 @@ def test_it_accepts_a_good_spec_and_queues_the_job(api, two_machines):
     body = response.json()
     assert body["status"] == "queued"
     assert body["spec"]["resources"] == {"nodes": 2, "procs_per_node": 2, "gpus_per_node": 0, "min_gpu_memory": 0}
-    assert body["spec"]["fault_tolerance"] == {"max_restarts": 3, "heartbeat_timeout": 10.0, "retry_same_error": 1, "restart_delay": 0.0,
+    assert body["spec"]["fault_tolerance"] == {"mode": "restart", "max_restarts": 3, "heartbeat_timeout": 10.0, "retry_same_error": 1, "restart_delay": 0.0,
                                                "stall_timeout": "auto",
                                                "on_stall": "report", "exit_grace": 30.0, "stragglers": "report",
                                                "straggler_threshold": 0.3, "straggler_window": 60.0}

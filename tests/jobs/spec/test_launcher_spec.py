@@ -147,3 +147,30 @@ def test_membership_goes_to_every_live_node_and_a_failure_reaches_them_before_th
                      (protocol.TASK_STOP_NODE, protocol.machine_queue(node1.machine_id))]
     later = sent[0][1]["kwargs"]["membership"]
     assert later["version"] > first["version"] and later["nodes"][0]["status"] == "failed"
+
+
+# fault_tolerance.mode in_place: the warm launcher replaces one rank of a fixed, data-parallel world.
+def test_in_place_is_accepted_for_a_torchrun_job_and_reaches_the_script_config(api, two_machines):
+    response = submit(api, entrypoint="examples/mlp_ddp.py", fault_tolerance={"mode": "in_place", "max_restarts": 2})
+    assert response.status_code == 201, response.json()
+    assert response.json()["spec"]["fault_tolerance"]["mode"] == "in_place"
+    job = Job.objects.get(pk=response.json()["id"])
+    plan = {"nnodes": 2, "procs_per_node": 1, "world_size": 2, "master_addr": "10.0.0.1", "master_port": 29500,
+            "backend": "gloo", "nodes": [{"node_rank": 0, "host": "10.0.0.1", "machine_name": "a"},
+                                         {"node_rank": 1, "host": "10.0.0.2", "machine_name": "b"}]}
+    node = JobNode.objects.create(job=job, attempt=0, machine_name="a", host="10.0.0.1", node_rank=0, nproc=1,
+                                  rank_start=0, rank_end=0)
+    config = _launch_payload(job, JobSpec.from_json(job.spec), Plan.from_json(plan), node, "")["config"]
+    assert config["fault_tolerance"] == {"mode": "in_place", "max_restarts": 2}
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"distributed": {"launcher": "none"}}, "launcher none restarts the attempt"),
+    ({"distributed": {"warm": False}}, "leave distributed.warm true"),
+    ({"resources": {"nodes": "1:2", "procs_per_node": 1}}, "in_place is for a fixed world size"),
+    ({"compression": {"enabled": True}}, "disable compression"),
+])
+def test_in_place_is_refused_where_a_rank_cannot_be_replaced_alone(api, two_machines, fields, says):
+    response = submit(api, entrypoint="examples/mlp_ddp.py", fault_tolerance={"mode": "in_place"}, **fields)
+    assert response.status_code == 400, response.json()
+    assert says in response.json()["fault_tolerance"]["mode"][0], response.json()

@@ -64,17 +64,18 @@ def pool(tmp_path_factory):
         server.wait()
 
 
-def launch(pool, tmp_path: Path, *args: str, nproc: int = 2, port: int = 0) -> tuple[subprocess.Popen, Path]:
+def launch(pool, tmp_path: Path, *args: str, nproc: int = 2, port: int = 0, script_text: str = PROBE,
+           **plan_extra: object) -> tuple[subprocess.Popen, Path]:
     _, path, _ = pool
     script = tmp_path / "probe.py"
-    script.write_text(PROBE)
+    script.write_text(script_text)
     if not port:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
     plan = {"socket": str(path), "nproc": nproc, "rank_start": 0, "world_size": nproc, "nnodes": 1, "node_rank": 0,
             "master_addr": "127.0.0.1", "master_port": port, "run_id": "t", "log_dir": str(tmp_path / "logs"),
-            "argv": [str(script), *args], "module": "", "binary": sys.executable}
+            "argv": [str(script), *args], "module": "", "binary": sys.executable, **plan_extra}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     env = dict(os.environ, PYTHONPATH=str(WORKERS), TORCHYARD_JOB_ID="4242")
     with open(tmp_path / "launcher.log", "wb") as log:
@@ -219,3 +220,48 @@ def test_a_pool_whose_agent_died_before_it_started_serves_nothing(tmp_path):
                             env=env, capture_output=True, text=True, timeout=120)
     assert server.returncode == 0, server.stdout + server.stderr
     assert not (tmp_path / "pool.sock").exists()
+
+
+# fault_tolerance.mode in_place: rank 1 dies (exit 3) unless it is a replacement; rank 0 waits for the
+# replacement's word, so it is alive throughout. `--always` makes every rank 1 die.
+DIES_ONCE = """\
+import os, sys, time
+from pathlib import Path
+word = Path("replaced.txt")
+if os.environ["RANK"] == "1":
+    if "--always" in sys.argv or not os.environ.get("TORCHYARD_FT_REPLACEMENT"):
+        raise SystemExit(3)
+    word.write_text(os.environ["TORCHYARD_FT_REPLACEMENT"] + " " + os.environ["TORCHYARD_FT_LIGHTHOUSE"])
+    raise SystemExit(0)
+deadline = time.monotonic() + 60
+while not word.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("RANK0", os.getpid(), flush=True)
+"""
+
+
+def test_in_place_a_dead_rank_is_replaced_alone_and_node_0_runs_the_lighthouse(pool, tmp_path):
+    proc, logs = launch(pool, tmp_path, script_text=DIES_ONCE, in_place=True, replacements=2)
+    assert proc.wait(timeout=60) == 0, (tmp_path / "launcher.log").read_text()
+    said = (tmp_path / "launcher.log").read_text()
+    first = json.loads((logs.parent / "pids.json").read_text())
+    assert "failed (exitcode" not in said, said
+    assert f"replaced in place by pid {first['1']}, the others kept running (replacement 1)" in said, said
+    # Rank 0 was never replaced: the pid the launcher first named printed the word.
+    assert f"local rank 0 pid {first['0']}" in said and f"RANK0 {first['0']}" in (logs / "0" / "stdout.log").read_text()
+    number, lighthouse = (tmp_path / "replaced.txt").read_text().split()
+    assert number == "1" and lighthouse.startswith("http://127.0.0.1:")
+    assert "in_place lighthouse for 2 ranks" in (logs / "lighthouse" / "stderr.log").read_text()
+    pid = int(said.split("the in_place lighthouse pid ")[1].split()[0])
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the lighthouse outlived its launcher"
+        time.sleep(0.1)
+
+
+def test_in_place_spent_replacements_fall_back_to_stopping_the_node(pool, tmp_path):
+    proc, _ = launch(pool, tmp_path, "--always", script_text=DIES_ONCE, in_place=True, replacements=1)
+    assert proc.wait(timeout=90) == 1
+    said = (tmp_path / "launcher.log").read_text()
+    assert "(replacement 1)" in said and "its in-place replacements are spent (1 of" in said, said
+    assert "failed (exitcode: 3) local_rank: 1" in said, said

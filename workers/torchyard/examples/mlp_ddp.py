@@ -151,24 +151,34 @@ def train(
     recipe: str,
     sharded: bool = False,
     epoch: Callable[[], int | None] = lambda: None,
+    run: sdk.Resilient | None = None,
 ) -> int:
     """Steps ``start + 1 .. args.steps`` (the loop the MLP recipes share): reports loss and
     throughput, checkpoints ``checkpoint_state()`` every ``every`` steps and at the end (with
     ``epoch()``, the passes over the data completed, in the manifest), and prints the loss on a fixed
     evaluation batch when it starts from a checkpoint and when it ends (the same weights give the
-    same number, whatever the world size). Returns the last checkpointed step."""
+    same number, whatever the world size). With ``run`` (sdk.resilient: fault_tolerance.mode in_place)
+    a step that a rank's death left uncommitted is taken again, on the same data. Returns the last
+    checkpointed step."""
     rank = sdk.rank()
     sdk.set_total_steps(args.steps)  # progress and ETA on the job's page
     if start:
         print_eval_loss(model, data, start)
     window_start, window_samples = time.perf_counter(), 0
     saved_at = start
-    for step in range(start + 1, args.steps + 1):
+    sampler: sdk.GlobalSampler | None = getattr(data, "sampler", None)
+    for step in run.steps(args.steps) if run is not None else range(start + 1, args.steps + 1):
+        if run is not None and run.in_place and sampler is not None:
+            # A world of fixed size takes one global batch a step: a step taken again, or a replacement
+            # going on at its replicas' step, reads that step's samples.
+            sampler.position = (step - 1) * sampler.global_batch_size
+        optimizer.zero_grad(set_to_none=True)
         x, y = data.batch(step)
         loss = data.loss(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if run is not None and not run.committed(step):
+            continue  # a rank died during the step: nothing was applied anywhere, the step comes again
         window_samples += x.shape[0]
 
         last = step == args.steps
@@ -269,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         if "rng" in state:
             sdk.checkpoint.restore_rng(state["rng"])
         print(f"rank {rank}: resumed from checkpoint at step {start}", flush=True)
-    ddp_model = sdk.wrap_ddp(model)
+    # In place (fault_tolerance.mode in_place) a replacement rank takes the model, the optimizer and the
+    # data position from a live replica's memory; otherwise this is sdk.wrap_ddp(model).
+    run = sdk.resilient(model, optimizer, start=start)
     epochs = f" ({hp['epochs']} epochs of {epoch_size} samples)" if hp.get("epochs") is not None else ""
     print(
         f"rank {rank}: training steps {start + 1}..{args.steps}{epochs} with {type(optimizer).__name__}, batch "
@@ -279,11 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     saved_at = train(
-        args, model=ddp_model, optimizer=optimizer, data=data, start=start, every=every,
+        args, model=run.model, optimizer=run.optimizer, data=data, start=start, every=every,
         checkpoint_state=lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                   "data": sampler.state_dict(), "rng": sdk.checkpoint.rng_state()},
-        recipe="mlp_ddp", epoch=lambda: sampler.epoch if epoch_size else None,
+        recipe="mlp_ddp", epoch=lambda: sampler.epoch if epoch_size else None, run=run,
     )  # fmt: skip
+    run.shutdown()
     print(
         f"rank {rank}: done at step {max(start, args.steps)} (last checkpoint: {saved_at or '-'})", flush=True
     )

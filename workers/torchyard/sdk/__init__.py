@@ -40,11 +40,13 @@ from torchyard.sdk.distributed import (
 from torchyard.sdk.events import report, set_total_steps, total_steps
 from torchyard.sdk.peers import PeersTimeout, on_membership_change, peers, pod_ips
 from torchyard.sdk.preemption import preemption_requested, should_yield, yield_for_preemption
+from torchyard.sdk.resilient import Resilient, resilient
 from torchyard.sdk.scaling import adjust_hyperparameters
 
 __all__ = [
     "GlobalSampler",
     "PeersTimeout",
+    "Resilient",
     "add_training_arguments",
     "adjust_hyperparameters",
     "attempt",
@@ -76,6 +78,7 @@ __all__ = [
     "print_distributed_info",
     "rank",
     "report",
+    "resilient",
     "set_total_steps",
     "shard",
     "should_yield",

@@ -11,7 +11,7 @@ from torchyard import protocol
 from torchyard.sdk import context
 from torchyard.sdk.scaling import LR_KEYS, adjust_hyperparameters
 
-SECTIONS = ("hyperparameters", "scaling", "distributed", "checkpointing", "compression", "resources")
+SECTIONS = ("hyperparameters", "scaling", "distributed", "checkpointing", "compression", "resources", "fault_tolerance")
 
 
 @functools.lru_cache(maxsize=4)

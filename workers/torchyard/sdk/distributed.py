@@ -16,6 +16,9 @@ from torchyard.sdk import context
 from torchyard.sdk.compression import register as register_compression
 from torchyard.sdk.config import job_config
 
+# The lighthouse of an in_place job's ranks (sdk/resilient.py, which imports this module).
+ENV_LIGHTHOUSE = "TORCHYARD_FT_LIGHTHOUSE"
+
 
 def planned_backend() -> str:
     """The planned backend (TORCHYARD_DIST_BACKEND), else nccl when CUDA is available, else gloo."""
@@ -33,7 +36,9 @@ def init_process_group(backend: str | None = None, **kwargs: Any) -> bool:
     Uses torchrun's environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE). With nccl it also binds
     this process to the GPU of its local rank. Calling it twice is harmless.
     """
-    if not context.is_distributed():
+    if not context.is_distributed() or os.environ.get(ENV_LIGHTHOUSE):
+        # fault_tolerance.mode in_place: the ranks average through torchft's own process groups
+        # (sdk.resilient); the job's master port is its lighthouse's.
         return False
     import torch
     import torch.distributed as dist

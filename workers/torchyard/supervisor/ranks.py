@@ -54,6 +54,7 @@ class RankProcesses:
         self.started_at = time.time()
         # A warm start's ranks by local rank (None: ended before its pid was read), once known.
         self._warm_ranks: dict[int, psutil.Process | None] = {}
+        self._pids_read = 0  # the pids file's mtime when last read
 
     @property
     def pid(self) -> int:
@@ -67,7 +68,14 @@ class RankProcesses:
         forked them: they are not under the launcher). Process objects: psutil tells a pid reused by
         another process from the rank."""
         pids_file = self.command.warm_pids_file
-        if not self._warm_ranks and pids_file is not None:
+        if pids_file is None:
+            return self._warm_ranks
+        # Read again when the launcher rewrote it: a rank replaced in place (fault_tolerance.mode in_place).
+        with contextlib.suppress(OSError):
+            changed = pids_file.stat().st_mtime_ns
+            if changed != self._pids_read:
+                self._warm_ranks, self._pids_read = {}, changed
+        if not self._warm_ranks:
             with contextlib.suppress(OSError, ValueError):
                 for local_rank, pid in json.loads(pids_file.read_text()).items():
                     try:

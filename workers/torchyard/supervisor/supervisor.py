@@ -89,6 +89,8 @@ log = logging.getLogger(__name__)
 # SIGTERMs the other local workers, then, once they are gone, it names the first failure.
 _CLOSING_PEERS = re.compile(r"Sending process \d+ closing signal")
 _FIRST_FAILURE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+# The warm launcher's word that it replaced a dead rank in place (warm/run.py Replacer).
+_REPLACED = re.compile(r"\[torchyard warm\] (rank \d+ .*replaced in place.*)")
 
 def _stall_summary(seen: Examined) -> str:
     stall = seen.stall
@@ -297,6 +299,9 @@ class NodeSupervisor:
             # nodes start alike.
             self._warm_pool = None
             self._cold_because = "another node of the job has no warm pool for its Python (a job's nodes start alike)"
+        if self._warm_pool is None and warm_launch.in_place(launch):
+            self.pump.supervisor_line(f"fault_tolerance.mode in_place needs a warm start, and the nodes start cold "
+                                      f"({self._cold_because}): a rank that dies restarts the attempt")
 
     def _pin(self, network: str, master_address: str, job_env: dict[str, str]) -> None:
         """The ranks' rendezvous and process group go through the network the preflight chose: the
@@ -429,6 +434,13 @@ class NodeSupervisor:
         if self.state is not SupervisorState.RUNNING or self._lingered:
             # After our own SIGTERM, torchrun closing its workers is expected; after a lingering
             # rank was ended, the failure torchrun names is that rank's SIGKILL.
+            return
+        replaced = _REPLACED.search(line)
+        if replaced and self._ranks is not None:
+            # On the job's timeline: the node goes on running, with one rank replaced.
+            self.publisher.emit({"type": protocol.STATE, "status": protocol.NODE_RUNNING, "reason": replaced.group(1),
+                                 "pid": self._ranks.pid, "supervisor_pid": os.getpid(),
+                                 "hostname": socket.gethostname(), "scope": "node"})
             return
         failure = _FIRST_FAILURE.search(line)
         if failure:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TypedDict
 
 from torchyard.protocol import NodeLaunch
 from torchyard.warm import pools
@@ -54,7 +55,22 @@ def build_plan(launch: NodeLaunch, run_dir: Path, script: Path | None, *, socket
         "master_addr": launch.master_addr, "master_port": launch.master_port, "run_id": rdzv_id(launch),
         "log_dir": str(Path(run_dir) / TORCHRUN_LOG_DIR / f"{rdzv_id(launch)}_warm"),
         "argv": argv, "module": launch.module if script is None else "", "binary": python,
+        **in_place(launch),
     }
+
+
+def in_place(launch: NodeLaunch) -> InPlace:
+    """fault_tolerance.mode in_place: the warm launcher replaces a dead rank (up to max_restarts times)
+    instead of stopping the node. Only a warm start can: torchrun restarts every worker of a node."""
+    tolerance = launch.config.get("fault_tolerance") or {}
+    if tolerance.get("mode") != "in_place":
+        return {}
+    return {"in_place": True, "replacements": int(tolerance.get("max_restarts", 0))}
+
+
+class InPlace(TypedDict, total=False):
+    in_place: bool
+    replacements: int
 
 
 def launcher_argv(plan_file: Path) -> list[str]:

@@ -70,17 +70,20 @@ def _script_config(spec: JobSpec) -> dict[str, Any]:
     """The spec's sections the script's config holds (torchyard.sdk reads them), as stored."""
     return {"hyperparameters": spec.hyperparameters, "scaling": spec.scaling.to_json(),
             "distributed": spec.distributed.to_json(), "checkpointing": spec.checkpointing.to_json(),
-            "compression": spec.compression.to_json(), "resources": spec.resources.to_json()}
+            "compression": spec.compression.to_json(), "resources": spec.resources.to_json(),
+            # The warm launcher's in-place replacements (mode, and how many: max_restarts).
+            "fault_tolerance": {"mode": spec.fault_tolerance.mode, "max_restarts": spec.fault_tolerance.max_restarts}}
 
 
-def _node_volumes(plan: Plan, node: JobNode) -> list[dict[str, Any]]:
+def _node_volumes(plan: Plan, node: JobNode) -> list[protocol.NodeVolume]:
     """The job's volumes with this node's machine's paths (the plan's), and the machine's name for
     the preflight's messages."""
     planned = plan.node(node.node_rank)
-    return [{**v.to_json(), "machine": node.machine_name} for v in (planned.volumes if planned else None) or []]
+    return [{"name": v.name, "path": v.path, "mount_path": v.mount_path, "access_mode": v.access_mode,
+             "machine": node.machine_name} for v in (planned.volumes if planned else None) or []]
 
 
-def _checkpoint_url(job: Job, spec: JobSpec, volumes: list[dict[str, Any]]) -> str:
+def _checkpoint_url(job: Job, spec: JobSpec, volumes: list[protocol.NodeVolume]) -> str:
     """The store's folder of the job, or with `checkpointing.store: volume:NAME` a folder on that
     volume at this node's machine's path (the server need not see it)."""
     store = str(spec.checkpointing.store or "default")
@@ -96,7 +99,7 @@ def _job_store_url(job: Job) -> str:
     return f"{settings.STORAGE_URL.rstrip('/')}/job-{job.pk}"
 
 
-def _function_payload(job: Job, spec: JobSpec) -> dict[str, Any]:
+def _function_payload(job: Job, spec: JobSpec) -> protocol.FunctionLaunch:
     """A function job's payload bundle and where its ranks' results go (the server's store, always:
     the API reads them from there)."""
     function = spec.function
@@ -111,7 +114,7 @@ def _function_payload(job: Job, spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def code_payload(spec: JobSpec) -> dict[str, Any]:
+def code_payload(spec: JobSpec) -> protocol.BundleRef:
     code = spec.code
     if not code:
         return {}

@@ -17,6 +17,7 @@ from torchyard.sdk.choices import HOOK_SETTINGS, HOOKS, MIN_START_ITER
 from ...rest.strict import StrictFields
 from ..placement import policies as placement_policies
 from ..spec.jobspec import (
+    RECOVERY_MODES,
     STRAGGLER_POLICIES,
     Checkpointing,
     Compression,
@@ -331,6 +332,13 @@ class CheckpointingSerializer(StrictFields, serializers.Serializer):
 
 
 class FaultToleranceSerializer(StrictFields, serializers.Serializer):
+    mode = serializers.ChoiceField(
+        choices=list(RECOVERY_MODES), default=FaultTolerance.mode,
+        help_text="restart: a dead rank stops every rank and the attempt is relaunched (warm) from the last "
+                  "checkpoint; in_place: only the dead rank is replaced, forked warm on its machine, while the "
+                  "others wait, kept alive, and hand it their state from memory (needs torchft on the machines' "
+                  "training Python and a script that trains through sdk.resilient(); a machine that is gone, or "
+                  "max_restarts replacements spent, falls back to restart)")
     max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=FaultTolerance.max_restarts)
     heartbeat_timeout = serializers.FloatField(min_value=2, max_value=3600, default=FaultTolerance.heartbeat_timeout)
     retry_same_error = serializers.IntegerField(

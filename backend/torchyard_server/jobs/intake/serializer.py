@@ -152,6 +152,7 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
         if both:
             raise serializers.ValidationError({"secret_env": [f"{', '.join(both)}: also in env; give it once."]})
         self._validate_launcher(attrs)
+        self._validate_in_place(attrs)
         if attrs["distributed"]["launcher"] != "command" or attrs.get("code"):
             self._validate_code(attrs)
         self._validate_recipe_hyperparameters(attrs)
@@ -246,6 +247,30 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
                                        dataset=attrs.get("dataset"))
         if found:
             raise serializers.ValidationError({"hyperparameters": {key: [why] for key, why in found.items()}})
+
+    @staticmethod
+    def _validate_in_place(attrs: dict[str, Any]) -> None:
+        """fault_tolerance.mode in_place replaces one rank of a data-parallel world of fixed size: the warm
+        launcher forks the replacement (torchrun restarts every worker of a node), and the survivors hand
+        it a replica of their state. What cannot be replaced so is refused, saying what to use."""
+        if attrs["fault_tolerance"]["mode"] != "in_place":
+            return
+        distributed, refusals = attrs["distributed"], {}
+        if distributed["launcher"] != "torchrun" or "function" in attrs:
+            what = "a function" if "function" in attrs else f"launcher {distributed['launcher']}"
+            refusals["mode"] = [f"in_place replaces a rank that torchrun's place launched; {what} restarts the "
+                                "attempt (mode restart)."]
+        elif distributed.get("warm") is False:
+            refusals["mode"] = ["in_place forks the replacement rank from the machine's warm pool: leave "
+                                "distributed.warm true (the default), or use mode restart."]
+        elif "min_nodes" in attrs["resources"]:
+            refusals["mode"] = ["an elastic job (nodes MIN:MAX) goes on with fewer nodes when it loses one; "
+                                "in_place is for a fixed world size."]
+        elif attrs["compression"]["enabled"]:
+            refusals["mode"] = ["in_place averages gradients through torchft's own DDP, which takes no "
+                                "compression hook: disable compression, or use mode restart."]
+        if refusals:
+            raise serializers.ValidationError({"fault_tolerance": refusals})
 
     def _validate_launcher(self, attrs: dict[str, Any]) -> None:
         """launcher none runs one process per node; launcher command runs its command, nothing else;

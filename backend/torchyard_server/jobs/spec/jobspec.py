@@ -18,6 +18,9 @@ from .stored import StoredValue, shown
 
 # fault_tolerance.stragglers (jobs/control/stragglers.py).
 STRAGGLER_POLICIES = ("report", "replace", "off")
+# fault_tolerance.mode: restart stops every rank and relaunches the attempt from the last checkpoint;
+# in_place replaces the dead rank alone while the others wait (torchft, workers/torchyard/warm/run.py).
+RECOVERY_MODES = ("restart", "in_place")
 
 DEFAULT_PREEMPTION_GRACE = 120.0
 # elastic.min_interval's default: the fewest seconds between two resizes of an elastic job.
@@ -109,6 +112,7 @@ class Checkpointing(StoredValue):
 
 @dataclass
 class FaultTolerance(StoredValue):
+    mode: str = shown("restart", choices=list(RECOVERY_MODES))
     max_restarts: int = 3
     heartbeat_timeout: float = 10.0
     retry_same_error: int = shown(1, help_text=(

@@ -42,6 +42,7 @@ from torchyard.sdk.checkpoint.stores import (
     step_of,
 )
 from torchyard.sdk.config import job_config
+from torchyard.sdk.resilient import in_place
 from torchyard.stream_contract import Manifest, SaveTiming
 
 __all__ = [
@@ -97,7 +98,7 @@ def settings() -> dict[str, Any]:
 def _group_active() -> bool:
     if distributed.is_initialized():
         return True
-    if context.is_distributed():
+    if context.is_distributed() and not in_place():  # in_place: rank 0 writes the replicas' state alone
         raise RuntimeError(
             "checkpoints in a distributed run need the process group: call sdk.init_process_group() first"
         )
@@ -626,7 +627,9 @@ def load_latest(*, into: Any = None, map_location: Any = "cpu", weights_only: bo
     """
     background.wait(why="load_latest")  # this process's own save in flight commits first
     candidates = None
-    if context.rank() == 0:
+    # Without a process group (in_place: torchft's groups are the replicas') every rank reads for itself.
+    reads = context.rank() == 0 or not _group_active()
+    if reads:
         try:
             candidates = _candidates()
         except Exception as exc:  # noqa: BLE001
@@ -637,7 +640,7 @@ def load_latest(*, into: Any = None, map_location: Any = "cpu", weights_only: bo
     for url, step_dir in candidates:
         store = stores.setdefault(url, open_store(url))
         # Rank 0 reads the manifest for all: the ranks must agree on it before a collective load.
-        manifest = _from_rank0(_read_manifest(store, step_dir) if context.rank() == 0 else None)
+        manifest = _from_rank0(_read_manifest(store, step_dir) if reads else None)
         state, why = None, None
         if manifest is None:
             why = "it has no readable manifest"
