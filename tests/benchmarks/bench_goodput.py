@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -40,21 +39,6 @@ ROUNDS = 5
 KILL_RANK = lc.WORLD - 1  # node 1, local rank 1: not the master's node (nor the lighthouse's)
 JOB_ARGS = ["--steps", "1000000", "--step-sleep", "0.02", "--report-every", "1"]
 TARGET_S = 1.0
-
-
-def kill_rank(stack, job_id: int, rank: int) -> float:
-    victims = []
-    for proc in stack.job_processes(job_id):
-        try:
-            environ, cmdline = proc.environ(), " ".join(proc.cmdline())
-        except lc.psutil.Error:
-            continue
-        if environ.get("RANK") == str(rank) and lc.SCRIPT.rsplit("/", 1)[-1] in cmdline:
-            victims.append(proc)
-    assert len(victims) == 1, f"rank {rank} of job {job_id}: {victims}\n{stack.log_tail()}"
-    killed = time.time()
-    victims[0].send_signal(signal.SIGKILL)
-    return killed
 
 
 def metrics(reader: lc.EventReader) -> list[dict]:
@@ -73,7 +57,7 @@ def round_of(stack, round_no: int, mode: str) -> dict[str, float]:
         assert time.monotonic() < deadline, stack.job_log_tail(job["id"])
         time.sleep(0.3)
         reader.poll()
-    killed = kill_rank(stack, job["id"], KILL_RANK)
+    killed = lc.kill_rank(stack, job["id"], 0, KILL_RANK)
     time.sleep(0.5)
     reader.poll()
     before = max(e["step"] for e in metrics(reader) if lc.ts(e) < killed)

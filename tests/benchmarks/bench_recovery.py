@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -47,23 +46,6 @@ TARGET_TOTAL_S = 3.0
 FINAL_NODE = {"failed", "stopped", "lost", "completed"}
 
 
-def kill_rank(stack, job_id: int, attempt: int, rank: int) -> float:
-    """SIGKILL the training process of `rank`; returns the time just before the signal."""
-    victims = []
-    for proc in stack.job_processes(job_id):
-        try:
-            environ, cmdline = proc.environ(), " ".join(proc.cmdline())
-        except lc.psutil.Error:
-            continue
-        if (environ.get("TORCHYARD_ATTEMPT") == str(attempt) and environ.get("RANK") == str(rank)
-                and "torch.distributed.run" not in cmdline):
-            victims.append(proc)
-    assert len(victims) == 1, f"rank {rank} of job {job_id}: {victims}\n{stack.log_tail()}"
-    killed = time.time()
-    victims[0].send_signal(signal.SIGKILL)
-    return killed
-
-
 def wait_checkpoint(stack, job_id: int, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not stack.api("GET", f"/api/jobs/{job_id}/checkpoints").json():
@@ -81,7 +63,7 @@ def recovery_round(stack, round_no: int, warm: bool = True) -> dict[str, float]:
     reader, _ = lc.first_metrics(stack, job["id"], 0)
     wait_checkpoint(stack, job["id"])
     time.sleep(0.5)  # steady training, not right at a checkpoint's commit
-    killed = kill_rank(stack, job["id"], 0, KILL_RANK)
+    killed = lc.kill_rank(stack, job["id"], 0, KILL_RANK)
     reader, first = lc.first_metrics(stack, job["id"], 1, reader=reader)
     lc.end_job(stack, job["id"])
     reader.poll()

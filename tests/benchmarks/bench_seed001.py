@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -113,7 +112,7 @@ def restart_round(stack, dataset: Path, round_no: int) -> dict[str, float]:
         assert time.monotonic() < deadline, f"no checkpoint:\n{stack.job_log_tail(job['id'])}"
         time.sleep(0.2)
     time.sleep(0.5)  # steady training, not right at a commit
-    killed = kill_rank(stack, job["id"], KILL_RANK)
+    killed = lc.kill_rank(stack, job["id"], 0, KILL_RANK)
     reader, first = lc.first_metrics(stack, job["id"], 1, reader=reader)
     lc.end_job(stack, job["id"])
     reader.poll()
@@ -125,23 +124,6 @@ def restart_round(stack, dataset: Path, round_no: int) -> dict[str, float]:
     recovering, running = first_state("recovering", 0), first_state("running", 1)
     return {"detect": recovering - killed, "restart": running - recovering, "first step": max(first.values()) - running,
             "running": running - killed, "total": max(first.values()) - killed}
-
-
-def kill_rank(stack, job_id: int, rank: int) -> float:
-    """SIGKILL the training process of `rank` in attempt 0; the time just before the signal."""
-    victims = []
-    for proc in stack.job_processes(job_id):
-        try:
-            environ, cmdline = proc.environ(), " ".join(proc.cmdline())
-        except lc.psutil.Error:
-            continue
-        if environ.get("TORCHYARD_ATTEMPT") == "0" and environ.get("RANK") == str(rank) \
-                and "torch.distributed.run" not in cmdline:
-            victims.append(proc)
-    assert len(victims) == 1, f"rank {rank} of job {job_id}: {victims}\n{stack.log_tail()}"
-    killed = time.time()
-    victims[0].send_signal(signal.SIGKILL)
-    return killed
 
 
 def ms(seconds: float) -> str:

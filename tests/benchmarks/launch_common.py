@@ -133,6 +133,24 @@ def first_metrics(stack: Stack, job_id: int, attempt: int, *, reader: EventReade
         time.sleep(poll_s)
 
 
+def kill_rank(stack: Stack, job_id: int, attempt: int, rank: int) -> float:
+    """SIGKILL the training process of `rank` in `attempt` (not torchrun, nor an in_place job's
+    lighthouse, which has no RANK); returns the time just before the signal."""
+    victims = []
+    for proc in stack.job_processes(job_id):
+        try:
+            environ, cmdline = proc.environ(), " ".join(proc.cmdline())
+        except psutil.Error:
+            continue
+        if (environ.get("TORCHYARD_ATTEMPT") == str(attempt) and environ.get("RANK") == str(rank)
+                and "torch.distributed.run" not in cmdline):
+            victims.append(proc)
+    assert len(victims) == 1, f"rank {rank} of job {job_id}: {victims}\n{stack.log_tail()}"
+    killed = time.time()
+    victims[0].send_signal(signal.SIGKILL)
+    return killed
+
+
 def end_job(stack: Stack, job_id: int, timeout: float = 90.0) -> None:
     """Stop the job unless it ended already; wait until it is final and none of its processes is left."""
     if stack.job(job_id)["status"] not in ("completed", "failed", "stopped"):

@@ -33,6 +33,15 @@ TASK_DUMP_STACKS = "torchyard.agent.dump_stacks"
 HEALTH_PATH = "/api/agent/health"
 
 
+class CheckpointCadence(TypedDict):
+    """`checkpointing.every_n_steps: auto`: how often the job's machines fail, as the control plane
+    estimates it from their history (jobs/control/cadence.py), and that history in words. The SDK
+    measures what a save costs and picks the interval (sdk/checkpoint/cadence.py)."""
+
+    mtbf_seconds: float
+    why: str
+
+
 class HealthCheck(TypedDict):
     name: str
     ok: bool

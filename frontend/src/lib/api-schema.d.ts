@@ -1799,8 +1799,11 @@ export interface components {
         Checkpointing: {
             /** @default true */
             enabled?: boolean;
-            /** @default 200 */
-            every_n_steps?: number;
+            /**
+             * @description steps between two checkpoints, or "auto": the interval that loses the least time, from the measured cost of a save (the time the loop is blocked) and how often the job's machines have failed (Young/Daly: sqrt(2 x cost x mean time between failures)), revised as the job runs
+             * @default 200
+             */
+            every_n_steps?: number | "auto";
             /**
              * @description default, local or s3 (the server's store), or volume:NAME: a volume of the job, each node writing to its machine's path of it (file://<path>/torchyard-checkpoints/job-<id>)
              * @default default
@@ -2517,7 +2520,8 @@ export interface components {
         };
         JobCheckpointingOut: {
             enabled: boolean;
-            every_n_steps: number;
+            /** @description steps between two checkpoints, or "auto": the interval that loses the least time, from the measured cost of a save (the time the loop is blocked) and how often the job's machines have failed (Young/Daly: sqrt(2 x cost x mean time between failures)), revised as the job runs */
+            every_n_steps: number | "auto";
             store: components["schemas"]["StoreEnum"];
             keep: number;
         };

@@ -236,6 +236,13 @@ if os.environ["RANK"] == "1":
 deadline = time.monotonic() + 60
 while not word.exists() and time.monotonic() < deadline:
     time.sleep(0.05)
+import socket  # the lighthouse listens on the job's master port once it is up
+while time.monotonic() < deadline:
+    try:
+        socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])), timeout=1).close()
+        break
+    except OSError:
+        time.sleep(0.05)
 print("RANK0", os.getpid(), flush=True)
 """
 

@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                                                weight_decay=0.01)
     global_batch = int(hp["batch_size"]) * world
     args.steps = recipe_params.steps(hp, args.steps, getattr(data, "epoch_windows", None), global_batch)
-    every = sdk.checkpoint.every_n_steps(args.checkpoint_every)
+    cadence = sdk.checkpoint.cadence(args.checkpoint_every)
     print(
         f"rank {rank}: {data.describe()}, vocabulary {data.vocab_size}, "
         f"{sum(p.numel() for p in model.parameters())} parameters",
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         # Preempted: save now on every rank and yield; the job resumes from this step later.
         preempted = sdk.should_yield() and not last
-        if (every and (step % every == 0 or last)) or preempted:
+        if cadence.due(step) or (cadence.enabled and last) or preempted:
             state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": sdk.checkpoint.rng_state()}
             if isinstance(data, LineData):
                 state["data"] = data.lines.state_dict()  # every rank: it gathers the positions

@@ -146,7 +146,7 @@ def train(
     optimizer: torch.optim.Optimizer,
     data: SyntheticData | DigitsData,
     start: int,
-    every: int,
+    cadence: sdk.checkpoint.Cadence,
     checkpoint_state: Callable[[], Any],
     recipe: str,
     sharded: bool = False,
@@ -154,7 +154,8 @@ def train(
     run: sdk.Resilient | None = None,
 ) -> int:
     """Steps ``start + 1 .. args.steps`` (the loop the MLP recipes share): reports loss and
-    throughput, checkpoints ``checkpoint_state()`` every ``every`` steps and at the end (with
+    throughput, checkpoints ``checkpoint_state()`` when ``cadence`` says (every N steps, or the interval
+    chosen under every_n_steps: auto) and at the end (with
     ``epoch()``, the passes over the data completed, in the manifest), and prints the loss on a fixed
     evaluation batch when it starts from a checkpoint and when it ends (the same weights give the
     same number, whatever the world size). With ``run`` (sdk.resilient: fault_tolerance.mode in_place)
@@ -196,7 +197,7 @@ def train(
         # Preempted (a job of higher priority needs the GPUs): save now, on every rank, and yield;
         # the job resumes from this step when it runs again.
         preempted = sdk.should_yield() and not last
-        if (every and (step % every == 0 or last)) or preempted:
+        if cadence.due(step) or (cadence.enabled and last) or preempted:
             metadata = {"recipe": recipe, "loss": loss.item()}
             with sdk.preemption.committing():
                 if sdk.checkpoint.save(checkpoint_state(), step, sharded=sharded, metadata=metadata, epoch=epoch()):
@@ -266,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)  # identical initial weights everywhere (DDP also broadcasts rank 0's)
     model = MLP(input_dim, int(hp["hidden"]), data.outputs).to(device)
     optimizer = recipe_optimizer.build_optimizer(model.parameters(), hp, default=recipe_params.DEFAULT_OPTIMIZER[RECIPE])
-    every = sdk.checkpoint.every_n_steps(args.checkpoint_every)
+    cadence = sdk.checkpoint.cadence(args.checkpoint_every)
 
     start = 0
     resumed = sdk.checkpoint.load_latest()
@@ -286,12 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"rank {rank}: training steps {start + 1}..{args.steps}{epochs} with {type(optimizer).__name__}, batch "
         f"{hp['batch_size']} per rank (global {hp['global_batch_size']}), lr {recipe_params.learning_rate(hp):g}, "
-        f"checkpoint every {every or '-'}, from global sample {sampler.position}",
+        f"checkpoint every {cadence.plan()}, from global sample {sampler.position}",
         flush=True,
     )
 
     saved_at = train(
-        args, model=run.model, optimizer=run.optimizer, data=data, start=start, every=every,
+        args, model=run.model, optimizer=run.optimizer, data=data, start=start, cadence=cadence,
         checkpoint_state=lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                   "data": sampler.state_dict(), "rng": sdk.checkpoint.rng_state()},
         recipe="mlp_ddp", epoch=lambda: sampler.epoch if epoch_size else None, run=run,

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler = sdk.GlobalSampler(epoch_size, batch_size=int(hp["batch_size"])) if epoch_size else None
     data = SyntheticData(int(hp["input_dim"]), int(hp["batch_size"]), args.seed, rank, device, sampler=sampler)
     args.steps = recipe_params.steps(hp, args.steps, epoch_size, int(hp["batch_size"]) * world)
-    every = sdk.checkpoint.every_n_steps(args.checkpoint_every)
+    cadence = sdk.checkpoint.cadence(args.checkpoint_every)
     state = {"train": TrainState(model, optimizer)}
 
     start = 0
@@ -95,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
             # Sharded checkpoints keep no sample position: every step took one global batch (the
             # same at any world size under keep_global_batch).
             sampler.load_state_dict({"position": start * sampler.global_batch_size})
-    print(f"rank {rank}: training steps {start + 1}..{args.steps}, checkpoint every {every or '-'}", flush=True)
+    print(f"rank {rank}: training steps {start + 1}..{args.steps}, checkpoint every {cadence.plan()}", flush=True)
 
     saved_at = train(
-        args, model=model, optimizer=optimizer, data=data, start=start, every=every,
+        args, model=model, optimizer=optimizer, data=data, start=start, cadence=cadence,
         checkpoint_state=lambda: state, recipe="mlp_fsdp", sharded=True,
         epoch=lambda: sampler.epoch if sampler is not None else None,
     )  # fmt: skip

@@ -10,8 +10,10 @@ from torchyard import protocol
 from ...bundles.services import bundles_url
 from ..models import Job, JobNode
 from ..spec import secretbox
+from ..spec.cadence import CADENCE_AUTO
 from ..spec.jobspec import JobSpec
 from ..spec.plan import Plan
+from .cadence import checkpoint_cadence
 from .links import reused_links
 
 # What every rank of a function job runs (workers/torchyard/functions/runner.py).
@@ -48,7 +50,7 @@ def launch_payload(job: Job, spec: JobSpec, plan: Plan, node: JobNode, resume_ma
         env=env,
         # Opened only here: the payload crosses Redis to the agent, which gives them to the ranks.
         secret_env=open_secrets(spec),
-        config=_script_config(spec) | {"backend": plan.backend, "job_name": job.name, "dataset": spec.dataset},
+        config=_script_config(spec, plan) | {"backend": plan.backend, "job_name": job.name, "dataset": spec.dataset},
         checkpoint_url=_checkpoint_url(job, spec, volumes),
         resume_manifest=resume_manifest,
         backend=plan.backend,
@@ -66,10 +68,15 @@ def launch_payload(job: Job, spec: JobSpec, plan: Plan, node: JobNode, resume_ma
     ).to_dict()
 
 
-def _script_config(spec: JobSpec) -> dict[str, Any]:
-    """The spec's sections the script's config holds (torchyard.sdk reads them), as stored."""
+def _script_config(spec: JobSpec, plan: Plan) -> dict[str, Any]:
+    """The spec's sections the script's config holds (torchyard.sdk reads them), as stored; with
+    `every_n_steps: auto`, the checkpointing section also says how often the job's machines fail."""
+    checkpointing = spec.checkpointing.to_json()
+    if spec.checkpointing.every_n_steps == CADENCE_AUTO:
+        checkpointing["cadence"] = checkpoint_cadence([int(n.machine_id) for n in plan.nodes],
+                                                      [n.machine_name for n in plan.nodes])
     return {"hyperparameters": spec.hyperparameters, "scaling": spec.scaling.to_json(),
-            "distributed": spec.distributed.to_json(), "checkpointing": spec.checkpointing.to_json(),
+            "distributed": spec.distributed.to_json(), "checkpointing": checkpointing,
             "compression": spec.compression.to_json(), "resources": spec.resources.to_json(),
             # The warm launcher's in-place replacements (mode, and how many: max_restarts).
             "fault_tolerance": {"mode": spec.fault_tolerance.mode, "max_restarts": spec.fault_tolerance.max_restarts}}

@@ -16,6 +16,7 @@ from torchyard.sdk.choices import HOOK_SETTINGS, HOOKS, MIN_START_ITER
 
 from ...rest.strict import StrictFields
 from ..placement import policies as placement_policies
+from ..spec.cadence import EveryNStepsField
 from ..spec.jobspec import (
     RECOVERY_MODES,
     STRAGGLER_POLICIES,
@@ -322,7 +323,7 @@ class VolumeSerializer(StrictFields, serializers.Serializer):
 
 class CheckpointingSerializer(StrictFields, serializers.Serializer):
     enabled = serializers.BooleanField(default=Checkpointing.enabled)
-    every_n_steps = serializers.IntegerField(min_value=1, default=Checkpointing.every_n_steps)
+    every_n_steps = EveryNStepsField(default=Checkpointing.every_n_steps)
     store = serializers.RegexField(
         r"^(default|local|s3|volume:[a-z0-9][a-z0-9._-]{0,62})$", default=Checkpointing.store, help_text=(
             "default, local or s3 (the server's store), or volume:NAME: a volume of the job, each node writing "

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from torchyard.sdk.choices import HOOKS
 
 from ...projects.models import DEFAULT_PROJECT
+from .cadence import EveryNStepsField
 from .plan import ACCESS_MODES, LAUNCHERS
 from .secrets import public_spec
 from .stall_timeout import STALL_AUTO, StallTimeoutField
@@ -105,7 +106,7 @@ class Scaling(StoredValue):
 @dataclass
 class Checkpointing(StoredValue):
     enabled: bool = True
-    every_n_steps: int = 200
+    every_n_steps: int | str = shown(200, field=EveryNStepsField)
     store: str = shown("default", choices=["default", "local", "s3"])
     keep: int = 3
 

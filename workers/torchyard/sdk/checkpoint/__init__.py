@@ -27,7 +27,9 @@ from typing import Any, NotRequired, TypedDict
 from torchyard import protocol
 from torchyard.sdk import context, distributed, events
 from torchyard.sdk.checkpoint import background
+from torchyard.sdk.checkpoint import cadence as cadence_module
 from torchyard.sdk.checkpoint.background import PendingSave
+from torchyard.sdk.checkpoint.cadence import AUTO, Cadence
 from torchyard.sdk.checkpoint.hashing import hash_file, skip_torch_crc32
 from torchyard.sdk.checkpoint.staging import Stager
 from torchyard.sdk.checkpoint.stores import (
@@ -86,10 +88,14 @@ def settings() -> dict[str, Any]:
     section = job_config()["checkpointing"]
     return {
         "enabled": bool(section.get("enabled", False)),
-        "every_n_steps": int(section.get("every_n_steps") or 0),
+        "every_n_steps": AUTO if section.get("every_n_steps") == AUTO else int(section.get("every_n_steps") or 0),
         "keep": int(section.get("keep") or DEFAULT_KEEP),
         **{k: v for k, v in section.items() if k not in ("enabled", "every_n_steps", "keep")},
     }
+
+
+# The cadence() the script asked for, which its saves teach ("auto").
+_cadence: Cadence | None = None
 
 
 # --- collectives that degrade to nothing in a single process -------------------------------------
@@ -347,8 +353,10 @@ def save(
     # 0 writes the manifest it goes into.
     described = describe_state(state, epoch) if context.rank() == 0 else None
     if not async_:
-        return _save(state, step, sharded, metadata, keep, described, group=None, started=started,
-                     background_started=None)
+        committed = _save(state, step, sharded, metadata, keep, described, group=None, started=started,
+                          background_started=None)
+        _taught(step, time.perf_counter() - started)
+        return committed
 
     group = background.checkpoint_group() if _group_active() else None
     # Replicated state is written by rank 0 alone: the other ranks have nothing to copy.
@@ -367,7 +375,9 @@ def save(
             background_started=background_started, blocking=blocking, failed=staging_error,
         )  # fmt: skip
 
-    return background.start(step, blocking, work)
+    pending = background.start(step, blocking, work)
+    _taught(step, blocking)
+    return pending
 
 
 def wait() -> bool | None:
@@ -592,11 +602,41 @@ def _torch_load(path: str, map_location, weights_only: bool):
 
 def every_n_steps(override: int | None = None) -> int:
     """How often to save: `override` (a recipe's --checkpoint-every) when given, else the job's
-    checkpointing.every_n_steps; 0 when checkpointing is off."""
+    checkpointing.every_n_steps; 0 when checkpointing is off. Under "auto" a fixed count
+    (cadence.FIRST_STEPS): only cadence() adapts it."""
+    every = _every(override)
+    return cadence_module.FIRST_STEPS if every == AUTO else int(every)
+
+
+def _every(override: int | None) -> int | str:
     if override is not None:
         return max(0, override)
     current = settings()
     return current["every_n_steps"] if current["enabled"] else 0
+
+
+def cadence(override: int | None = None) -> Cadence:
+    """When to save, step by step: ``cadence(args.checkpoint_every).due(step)``. A number of steps as
+    every_n_steps() says, or under `every_n_steps: auto` the interval Young/Daly's rule gives from the
+    measured cost of this job's saves and its machines' failure rate, revised at every save (see
+    torchyard.sdk.checkpoint.cadence). Saves made with save() teach it; every rank must ask it."""
+    global _cadence
+    estimate = settings().get("cadence") or {}
+
+    def announce(step: int, interval_s: float, line: str) -> None:
+        if context.rank() == 0:
+            cadence_module.print_line(line)
+            events.report(step=step, checkpoint_interval_s=round(interval_s, 1))
+
+    _cadence = Cadence(_every(override), mtbf_s=float(estimate.get("mtbf_seconds") or cadence_module.DEFAULT_MTBF_S),
+                       why=str(estimate.get("why") or ""), agree=lambda steps: int(_from_rank0(steps)), announce=announce)
+    return _cadence
+
+
+def _taught(step: int, blocking_s: float) -> None:
+    """A save's blocking time teaches the cadence (under "auto"): every rank, after the save."""
+    if _cadence is not None:
+        _cadence.saved(step, blocking_s)
 
 
 def _read_manifest(store: Store, step_dir: str) -> Manifest | None:
