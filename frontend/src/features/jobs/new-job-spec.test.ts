@@ -26,6 +26,12 @@ describe('the New job form as a JobSpec', () => {
     expect(buildSpec({ ...form, machine: 'b' }, null).placement).toEqual({ policy: 'pack', machines: ['b'] })
   })
 
+  it('restarts every rank by default and replaces a dead rank alone when asked (fault_tolerance.mode)', () => {
+    const form = { ...initialFormState(), max_restarts: '2' }
+    expect(buildSpec(form, null).fault_tolerance).toEqual({ max_restarts: 2 })
+    expect(buildSpec({ ...form, recovery: 'in_place' }, null).fault_tolerance).toEqual({ max_restarts: 2, mode: 'in_place' })
+  })
+
   it('spans the machine count with distributed training, on the manual pick when there is one', () => {
     const form = { ...initialFormState(), distributed: true, nodes: '4', machine: 'ignored', machines: ['a', 'b'] }
     expect(buildSpec(form, null)).toMatchObject({ resources: { nodes: 4 }, placement: { machines: [] } })

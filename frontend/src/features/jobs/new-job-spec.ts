@@ -31,6 +31,8 @@ export interface NewJobFormState {
   /** GB: what people read on a GPU's box; the spec counts MB. */
   min_gpu_memory_gb: string
   max_restarts: string
+  /** fault_tolerance.mode: restart every rank from the last checkpoint, or replace the dead one alone. */
+  recovery: 'restart' | 'in_place'
   selection: 'auto' | 'manual'
   /** Machine names in the order picked: the first is the master. */
   machines: string[]
@@ -68,6 +70,7 @@ export const initialFormState = (): NewJobFormState => ({
   gpus_per_node: '0',
   min_gpu_memory_gb: '0',
   max_restarts: '3',
+  recovery: 'restart',
   selection: 'auto',
   machines: [],
   policy: 'pack',
@@ -133,7 +136,10 @@ export function buildSpec(form: NewJobFormState, project: string | null): JobSpe
     },
     placement: { policy: form.policy, machines: pinnedMachines(form) },
     ...(Object.keys(hyperparameters).length ? { hyperparameters, scaling: { mode: form.scaling } } : {}),
-    fault_tolerance: { max_restarts: Number(form.max_restarts) },
+    fault_tolerance: {
+      max_restarts: Number(form.max_restarts),
+      ...(form.recovery === 'in_place' ? { mode: 'in_place' as const } : {}),
+    },
   }
 }
 

@@ -119,6 +119,16 @@ export function NewJobDistributedFields({ form, errors, onChange }: Props) {
       {numberField('gpus_per_node', 'GPUs/machine', 0)}
       {numberField('min_gpu_memory_gb', 'Min GPU memory (GB)', 0, 0.5)}
       {numberField('max_restarts', 'Max restarts', 0)}
+      <Field label="When a rank dies" errors={errors.recovery}>
+        <select
+          name="recovery"
+          value={form.recovery}
+          onChange={(e) => onChange({ recovery: e.target.value as NewJobFormState['recovery'] })}
+        >
+          <option value="restart">restart every rank from the last checkpoint</option>
+          <option value="in_place">replace it alone, the others keep running (in place)</option>
+        </select>
+      </Field>
       {!form.distributed && <SingleMachinePicker form={form} errors={errors} onChange={onChange} />}
       {(form.distributed || !form.machine) && (
         <Field label="Placement" errors={errors.policy}>

@@ -21,6 +21,7 @@ const FIELD_FOR_PATH: [field: string, matches: (path: string) => boolean][] = [
   ['config', (p) => p.startsWith('hyperparameters.')],
   ['scaling', (p) => p.startsWith('scaling')],
   ['max_restarts', (p) => p === 'fault_tolerance.max_restarts'],
+  ['recovery', (p) => p === 'fault_tolerance.mode'],
 ]
 
 /**
