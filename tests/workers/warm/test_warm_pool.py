@@ -229,6 +229,8 @@ import os, sys, time
 from pathlib import Path
 word = Path("replaced.txt")
 if os.environ["RANK"] == "1":
+    if "--yield" in sys.argv:
+        raise SystemExit(83)  # yielded for a preemption (protocol.YIELD_EXIT_CODE)
     if "--always" in sys.argv or not os.environ.get("TORCHYARD_FT_REPLACEMENT"):
         raise SystemExit(3)
     word.write_text(os.environ["TORCHYARD_FT_REPLACEMENT"] + " " + os.environ["TORCHYARD_FT_LIGHTHOUSE"])
@@ -272,3 +274,14 @@ def test_in_place_spent_replacements_fall_back_to_stopping_the_node(pool, tmp_pa
     said = (tmp_path / "launcher.log").read_text()
     assert "(replacement 1)" in said and "its in-place replacements are spent (1 of" in said, said
     assert "failed (exitcode: 3) local_rank: 1" in said, said
+
+
+def test_in_place_a_rank_that_yielded_for_a_preemption_is_not_replaced(pool, tmp_path):
+    from torchyard import protocol
+    from torchyard.warm import run
+
+    assert run.YIELD_EXIT_CODE == protocol.YIELD_EXIT_CODE
+    proc, _ = launch(pool, tmp_path, "--yield", script_text=DIES_ONCE, in_place=True, replacements=2)
+    assert proc.wait(timeout=60) == 1
+    said = (tmp_path / "launcher.log").read_text()
+    assert "replaced in place" not in said and "failed (exitcode: 83) local_rank: 1" in said, said

@@ -27,6 +27,7 @@ from typing import NoReturn, cast
 
 from torchyard import protocol
 from torchyard.sdk import context, events
+from torchyard.sdk.resilient import agree_any
 
 __all__ = ["committing", "preemption_requested", "request", "should_yield", "yield_for_preemption"]
 
@@ -83,7 +84,9 @@ def should_yield() -> bool:
     from torchyard.sdk import distributed
 
     if not distributed.is_initialized() or context.world_size() <= 1:
-        return mine
+        # fault_tolerance.mode in_place: no process group of the job; the replicas agree through torchft.
+        agreed = agree_any(mine) if context.world_size() > 1 else None
+        return mine if agreed is None else agreed
     import torch
     import torch.distributed as dist
 

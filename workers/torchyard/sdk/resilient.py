@@ -88,6 +88,8 @@ class Resilient:
             self._step = start
             return
         self.model, self.optimizer = self._managed(model, optimizer, start, state, load_state)
+        global _active
+        _active = self
 
     def _managed(self, model: Any, optimizer: Any, start: int, state: Callable[[], dict[str, Any]] | None,
                  load_state: Callable[[dict[str, Any]], None] | None) -> tuple[Any, Any]:
@@ -242,6 +244,29 @@ def _optimizer(manager: Any, optimizer: Any) -> Any:
                 self.manager.report_error(exc)
 
     return Optimizer(manager, optimizer)
+
+
+# The in_place run of this process, for what the ranks must agree on without a process group of the job.
+_active: Resilient | None = None
+
+
+def agree_any(flag: bool) -> bool | None:
+    """Whether any live replica's `flag` is set (a sum over the replicas through torchft), for
+    sdk.should_yield under in_place; None outside in_place. A failed exchange answers this rank's own."""
+    run = _active
+    if run is None or run.manager is None:
+        return None
+    import torch
+    from torch.distributed import ReduceOp
+
+    value = torch.tensor([1.0 if flag else 0.0])
+    try:
+        work = run.manager.allreduce(value, reduce_op=ReduceOp.SUM)
+        if not work.wait():
+            return flag
+    except Exception:  # noqa: BLE001 - a replica lost meanwhile: the next step asks again
+        return flag
+    return bool(value.item() > 0)
 
 
 def resilient(model: Any, optimizer: Any, *, start: int = 0, state: Callable[[], dict[str, Any]] | None = None,

@@ -37,6 +37,8 @@ TERM_GRACE_S = 30.0
 # sdk/resilient.py's: the lighthouse a rank's torchft Manager asks, and a replacement's number.
 ENV_LIGHTHOUSE = "TORCHYARD_FT_LIGHTHOUSE"
 ENV_REPLACEMENT = "TORCHYARD_FT_REPLACEMENT"
+# A rank that yielded for a preemption (protocol.YIELD_EXIT_CODE) left on purpose: it is not replaced.
+YIELD_EXIT_CODE = 83
 LIGHTHOUSE_MODULE = "torchyard.warm.lighthouse"
 LIGHTHOUSE = -1  # its Rank's local_rank: not a rank
 PLAN_KEYS = ("socket", "nproc", "rank_start", "world_size", "nnodes", "node_rank", "master_addr", "master_port",
@@ -209,7 +211,7 @@ class Replacer:
         """The dead rank's replacement, forked and with a pid; None when none is left or the pool
         refused (the caller falls back to stopping the node), having said why."""
         rank = int(self.plan["rank_start"]) + dead.local_rank
-        if not self.plan.get("in_place"):
+        if not self.plan.get("in_place") or dead.exit == YIELD_EXIT_CODE:
             return None
         if self.left <= 0:
             say(f"rank {rank} exited with {dead.exit}; its in-place replacements are spent "
