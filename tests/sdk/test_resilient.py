@@ -72,3 +72,15 @@ def test_two_replicas_agree_on_a_preemption_only_one_saw_and_hold_the_same_weigh
     said = [[line for line in out.splitlines() if line.startswith(("YIELD", "DONE"))] for out in outputs]
     assert all(len(lines) == 1 for lines in said), outputs
     assert said[0] == said[1] and said[0][0].startswith("YIELD 20 "), said
+
+
+def test_under_in_place_wrap_ddp_says_to_train_through_resilient(monkeypatch):
+    """No process group of the job exists under in_place: DDP on it would train each rank alone, silently."""
+    import torch
+    from torchyard import sdk
+
+    monkeypatch.setenv("TORCHYARD_FT_LIGHTHOUSE", "http://127.0.0.1:1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert sdk.init_process_group() is False
+    with pytest.raises(RuntimeError, match=r"train through sdk.resilient\(model, optimizer\)"):
+        sdk.wrap_ddp(torch.nn.Linear(2, 1))

@@ -169,8 +169,10 @@ def test_in_place_is_accepted_for_a_torchrun_job_and_reaches_the_script_config(a
     ({"distributed": {"warm": False}}, "leave distributed.warm true"),
     ({"resources": {"nodes": "1:2", "procs_per_node": 1}}, "in_place is for a fixed world size"),
     ({"compression": {"enabled": True}}, "disable compression"),
+    ({"entrypoint": "examples/mlp_fsdp.py"}, "examples/mlp_fsdp.py trains without sdk.resilient"),
+    ({"entrypoint": "examples/char_gpt.py"}, "in_place runs examples/mlp_ddp.py"),
 ])
 def test_in_place_is_refused_where_a_rank_cannot_be_replaced_alone(api, two_machines, fields, says):
-    response = submit(api, entrypoint="examples/mlp_ddp.py", fault_tolerance={"mode": "in_place"}, **fields)
+    response = submit(api, **{"entrypoint": "examples/mlp_ddp.py", "fault_tolerance": {"mode": "in_place"}, **fields})
     assert response.status_code == 400, response.json()
     assert says in response.json()["fault_tolerance"]["mode"][0], response.json()

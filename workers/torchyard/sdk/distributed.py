@@ -142,6 +142,10 @@ def wrap_ddp(model, compression: dict[str, Any] | None = None, **ddp_kwargs: Any
     special case. Move the model to ``sdk.device()`` before wrapping.
     """
     if not is_initialized():
+        if os.environ.get(ENV_LIGHTHOUSE) and context.is_distributed():
+            raise RuntimeError("fault_tolerance.mode in_place: the job has no process group of its own; train "
+                               "through sdk.resilient(model, optimizer), which averages the gradients over the "
+                               "replicas (or submit with mode restart)")
         return model
     from torch.nn.parallel import DistributedDataParallel
 

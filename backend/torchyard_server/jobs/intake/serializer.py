@@ -17,7 +17,7 @@ from torchyard.sdk.scaling import adjust_hyperparameters
 
 from ...projects.models import DEFAULT_PROJECT
 from ...rest.strict import StrictFields
-from ..spec.recipes import DATASET_RECIPES, MODEL_RECIPES, builtin_recipes
+from ..spec.recipes import DATASET_RECIPES, IN_PLACE_RECIPES, MODEL_RECIPES, builtin_recipes
 from .queue_fields import PreemptionSerializer, PriorityField, TimeLimitField
 from .sections import (
     CheckpointingSerializer,
@@ -249,7 +249,7 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
             raise serializers.ValidationError({"hyperparameters": {key: [why] for key, why in found.items()}})
 
     @staticmethod
-    def _validate_in_place(attrs: dict[str, Any]) -> None:
+    def _validate_in_place(attrs: dict[str, Any]) -> None:  # noqa: C901 - one refusal per case
         """fault_tolerance.mode in_place replaces one rank of a data-parallel world of fixed size: the warm
         launcher forks the replacement (torchrun restarts every worker of a node), and the survivors hand
         it a replica of their state. What cannot be replaced so is refused, saying what to use."""
@@ -269,6 +269,11 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
         elif attrs["compression"]["enabled"]:
             refusals["mode"] = ["in_place averages gradients through torchft's own DDP, which takes no "
                                 "compression hook: disable compression, or use mode restart."]
+        elif (entrypoint := attrs.get("entrypoint")) in builtin_recipes() and entrypoint not in IN_PLACE_RECIPES \
+                and not attrs.get("code"):
+            refusals["mode"] = [f"{entrypoint} trains without sdk.resilient, so its ranks cannot be replaced alone; "
+                                f"in_place runs {', '.join(IN_PLACE_RECIPES)} (or your script through "
+                                "sdk.resilient), or use mode restart."]
         if refusals:
             raise serializers.ValidationError({"fault_tolerance": refusals})
 

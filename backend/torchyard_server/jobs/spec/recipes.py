@@ -32,3 +32,8 @@ def recipe_catalog() -> list[dict[str, str]]:
         summary = " ".join(docstring.split("\n\n", 1)[0].split()).replace("``", "")
         catalog.append({"entrypoint": entrypoint, "summary": summary})
     return catalog
+
+
+# The built-in recipes that train through sdk.resilient, whose ranks fault_tolerance.mode in_place can
+# replace alone.
+IN_PLACE_RECIPES = ("examples/mlp_ddp.py",)
