@@ -33,6 +33,19 @@ TASK_DUMP_STACKS = "torchyard.agent.dump_stacks"
 HEALTH_PATH = "/api/agent/health"
 
 
+class StacksNode(TypedDict):
+    node_rank: int
+    machine: str
+
+
+class StacksRequested(TypedDict):
+    """POST /api/jobs/{id}/stacks (StacksRequestedOut): `request` names the `stacks` events that will
+    answer, one per node asked."""
+
+    request: str
+    nodes: list[StacksNode]
+
+
 class CheckpointCadence(TypedDict):
     """`checkpointing.every_n_steps: auto`: how often the job's machines fail, as the control plane
     estimates it from their history (jobs/control/cadence.py), and that history in words. The SDK

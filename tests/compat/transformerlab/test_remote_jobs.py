@@ -23,12 +23,12 @@ from torchyard_server.machines.models import Machine
 from torchyard_server.machines.services import machine_create
 from torchyard_server.projects.models import Membership, Project
 
+from .status_routes import STATUS_FIELDS
+
 pytestmark = pytest.mark.django_db
 
 SPEC = {"name": "remote", "entrypoint": "examples/mlp_ddp.py", "args": ["--steps", "20"],
         "resources": {"nodes": 2, "procs_per_node": 2}, "hyperparameters": {"batch_size": 64}}
-STATUS_FIELDS = {"job_id", "seed_job_id", "status", "status_reason", "world_size", "attempt", "master_addr",
-                 "master_port", "nodes", "waiting_for_ranks"}
 NODE_FIELDS = {"machine_id", "machine_name", "rank", "ranks", "status", "start_time", "end_time", "progress"}
 SEED_CONFIG = {"plugin_name": "mlp_ddp", "config": {"batch_size": 64, "lr": 0.001}}
 

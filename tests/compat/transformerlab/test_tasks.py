@@ -11,6 +11,8 @@ from torchyard_server.jobs.spec import secretbox
 from torchyard_server.projects.models import Membership, Project
 from torchyard_server.templates.models import JobTemplate
 
+from .status_routes import STATUS_FIELDS
+
 pytestmark = pytest.mark.django_db
 
 SEED_TASK = {
@@ -22,8 +24,6 @@ SEED_TASK = {
 }
 TASK_FIELDS = {"id", "name", "type", "plugin_name", "config", "resource_requirements", "machine_selection",
                "selected_machines", "args", "project", "owner", "spec", "created_at", "updated_at"}
-STATUS_FIELDS = {"job_id", "seed_job_id", "status", "status_reason", "world_size", "attempt", "master_addr",
-                 "master_port", "nodes", "waiting_for_ranks"}
 
 
 def test_a_task_is_saved_from_the_seeds_fields_and_shown_in_the_seeds_shape(api):

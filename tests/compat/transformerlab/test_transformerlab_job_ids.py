@@ -16,27 +16,12 @@ from torchyard_server.jobs.models import Job
 from torchyard_server.machines.models import Machine
 from torchyard_server.templates.models import JobTemplate
 
+from .status_routes import status_urls, statuses
+
 pytestmark = pytest.mark.django_db
 
 PLAN = {"plugin_name": "mlp_ddp", "config": {"batch_size": 64, "lr": 0.001},
         "resource_requirements": {"num_machines": 2, "procs_per_machine": 2}}
-STATUS_FIELDS = {"job_id", "seed_job_id", "status", "status_reason", "world_size", "attempt", "master_addr",
-                 "master_port", "nodes", "waiting_for_ranks"}
-
-
-def status_urls(job_id) -> list[str]:
-    """Every spelling of the status route TransformerLab's document uses."""
-    return [f"/api/network/distributed/status/{job_id}", f"/api/network/distributed_jobs/{job_id}/status"]
-
-
-def statuses(api, job_id) -> dict:
-    """The status by `job_id` on every spelling, checked to be one and the same answer."""
-    answers = [api.get(url) for url in status_urls(job_id)]
-    for url, answer in zip(status_urls(job_id), answers, strict=True):
-        assert answer.status_code == 200, (url, answer.content)
-        assert set(answer.json()) == STATUS_FIELDS
-    assert answers[0].json() == answers[1].json()
-    return answers[0].json()
 
 
 def planned(api, body=PLAN) -> dict:

@@ -10,6 +10,8 @@ from clients import signed_in
 from torchyard_server.compat.transformerlab.models import NamedJob
 from torchyard_server.jobs.models import Job
 
+from .status_routes import status_urls, statuses
+
 pytestmark = pytest.mark.django_db
 
 PLAN = {"plugin_name": "mlp_ddp", "config": {"batch_size": 64, "lr": 0.001},
@@ -17,20 +19,6 @@ PLAN = {"plugin_name": "mlp_ddp", "config": {"batch_size": 64, "lr": 0.001},
 NAMED = {**PLAN, "job_id": "dist_job_123"}
 SPEC = {"name": "remote", "entrypoint": "examples/mlp_ddp.py", "args": ["--steps", "20"],
         "resources": {"nodes": 1, "procs_per_node": 2}, "hyperparameters": {"batch_size": 64}}
-
-
-def status_urls(job_id) -> list[str]:
-    """Every spelling of the status route TransformerLab's document uses."""
-    return [f"/api/network/distributed/status/{job_id}", f"/api/network/distributed_jobs/{job_id}/status"]
-
-
-def statuses(api, job_id) -> dict:
-    """The status by `job_id` on every spelling, checked to be one and the same answer."""
-    answers = [api.get(url) for url in status_urls(job_id)]
-    for url, answer in zip(status_urls(job_id), answers, strict=True):
-        assert answer.status_code == 200, (url, answer.content)
-    assert answers[0].json() == answers[1].json()
-    return answers[0].json()
 
 
 def dispatch(api, body, url="/api/network/distributed/dispatch"):

@@ -5,27 +5,15 @@ the answers arrive as the job's `stacks` events, one per node."""
 from __future__ import annotations
 
 import time
-from typing import TypedDict
 
 from rich.console import Console
 
+from ..protocol import StacksRequested
 from ..stream_contract import StacksEvent
 from . import CliError
 from .http import ApiClient
 
 POLL_S = 0.5
-
-
-class StacksNode(TypedDict):
-    node_rank: int
-    machine: str
-
-
-class StacksRequested(TypedDict):
-    """POST /api/jobs/{id}/stacks (StacksRequestedOut): the request's name and the nodes asked."""
-
-    request: str
-    nodes: list[StacksNode]
 
 
 def collect(api: ApiClient, job: int, timeout: float) -> tuple[StacksRequested, list[StacksEvent]]:

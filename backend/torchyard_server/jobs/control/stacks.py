@@ -7,7 +7,6 @@ the job's like any other: the stream and GET /api/jobs/{id}/events?type=stacks c
 from __future__ import annotations
 
 import uuid
-from typing import TypedDict
 
 from django.db import transaction
 from torchyard import protocol
@@ -20,19 +19,7 @@ class NothingRunning(Exception):
     """No node of the job's current attempt runs: there are no stacks to read."""
 
 
-class StacksNode(TypedDict):
-    node_rank: int
-    machine: str
-
-
-class StacksRequested(TypedDict):
-    """Who was asked: `request` names the `stacks` events that will answer, one per node."""
-
-    request: str
-    nodes: list[StacksNode]
-
-
-def job_request_stacks(*, job: Job) -> StacksRequested:
+def job_request_stacks(*, job: Job) -> protocol.StacksRequested:
     """Ask every running node of the job's current attempt for its ranks' stacks."""
     nodes = list(JobNode.objects.filter(job_id=job.pk, attempt=job.attempt, status=JobNode.Status.RUNNING,
                                         machine__isnull=False).order_by("node_rank"))
