@@ -174,6 +174,26 @@ def test_a_malformed_task_file_is_a_readable_message_and_a_bad_one_a_400(cluster
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\r")
 
 
+def _as_a_shell_starts_it() -> None:
+    """In the child, before exec: the pty becomes the session's controlling terminal (after setsid), so
+    Ctrl-C is a SIGINT, and SIGINT is handled and unblocked, as a shell starts a foreground command. A
+    pytest worker's own signal state (an xdist worker may ignore or block SIGINT, depending on what ran
+    in it before) would otherwise be inherited across exec, and the command would never see Ctrl-C."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _sigint_state(pid: int | str) -> str:
+    """Whether `pid` ignores or blocks SIGINT (/proc's SigIgn and SigBlk masks; bit 1 is SIGINT)."""
+    try:
+        fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if line.startswith(("SigIgn", "SigBlk")))
+    except OSError:
+        return "gone"
+    return ", ".join(f"{name} {'SIGINT' if int(mask, 16) & 2 else '-'}" for name, mask in sorted(fields.items()))
+
+
 class Terminal:
     """A command on the slave side of a pty (its controlling terminal, 50 x 160), read from the
     master side; `typed` writes keys as a user would (Ctrl-C is "\\x03")."""
@@ -183,8 +203,7 @@ class Terminal:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
         self.process = subprocess.Popen(
             argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, close_fds=True,
-            # After setsid: the pty becomes the session's controlling terminal, so Ctrl-C is a SIGINT.
-            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+            preexec_fn=_as_a_shell_starts_it)
         os.close(slave)
         self.raw = b""
 
@@ -222,13 +241,17 @@ class Terminal:
 
     def interrupted(self, timeout: float) -> int:
         """Ctrl-C typed, and the exit code once the command has ended. Should the terminal's SIGINT not
-        end it within 5 s (seen twice on a loaded CI run, cause unknown: the command drew nothing more),
-        the same SIGINT is sent to its process group directly, as a second Ctrl-C would."""
+        end it within 5 s, the same SIGINT is sent to its process group directly, as a second Ctrl-C would,
+        and a failure says whether the command or this process ignored or blocked SIGINT."""
         self.typed("\x03")
         with contextlib.suppress(AssertionError):
             return self.wait_exit(5)
+        said = f"the command: {_sigint_state(self.process.pid)}; this test's process: {_sigint_state('self')}"
         os.killpg(self.process.pid, signal.SIGINT)
-        return self.wait_exit(timeout)
+        try:
+            return self.wait_exit(timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{said}\n{exc}") from None
 
     def typed(self, keys: str) -> None:
         os.write(self.master, keys.encode())
