@@ -254,7 +254,7 @@ def test_in_place_a_dead_rank_is_replaced_alone_and_node_0_runs_the_lighthouse(p
     assert proc.wait(timeout=60) == 0, (tmp_path / "launcher.log").read_text()
     said = (tmp_path / "launcher.log").read_text()
     first = json.loads((logs.parent / "pids.json").read_text())
-    assert "failed (exitcode" not in said, said
+    assert "failed (exitcode" not in said and "closing signal" not in said, said  # the lighthouse's end is no failure
     assert f"replaced in place by pid {first['1']}, the others kept running (replacement 1)" in said, said
     # Rank 0 was never replaced: the pid the launcher first named printed the word.
     assert f"local rank 0 pid {first['0']}" in said and f"RANK0 {first['0']}" in (logs / "0" / "stdout.log").read_text()

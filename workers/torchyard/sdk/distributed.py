@@ -20,6 +20,11 @@ from torchyard.sdk.config import job_config
 ENV_LIGHTHOUSE = "TORCHYARD_FT_LIGHTHOUSE"
 
 
+def in_place() -> bool:
+    """Whether this rank runs under `fault_tolerance.mode: in_place` (the warm launcher says so)."""
+    return bool(os.environ.get(ENV_LIGHTHOUSE))
+
+
 def planned_backend() -> str:
     """The planned backend (TORCHYARD_DIST_BACKEND), else nccl when CUDA is available, else gloo."""
     planned = os.environ.get(protocol.ENV_DIST_BACKEND, "").strip().lower()
@@ -36,7 +41,7 @@ def init_process_group(backend: str | None = None, **kwargs: Any) -> bool:
     Uses torchrun's environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE). With nccl it also binds
     this process to the GPU of its local rank. Calling it twice is harmless.
     """
-    if not context.is_distributed() or os.environ.get(ENV_LIGHTHOUSE):
+    if not context.is_distributed() or in_place():
         # fault_tolerance.mode in_place: the ranks average through torchft's own process groups
         # (sdk.resilient); the job's master port is its lighthouse's.
         return False
@@ -142,7 +147,7 @@ def wrap_ddp(model, compression: dict[str, Any] | None = None, **ddp_kwargs: Any
     special case. Move the model to ``sdk.device()`` before wrapping.
     """
     if not is_initialized():
-        if os.environ.get(ENV_LIGHTHOUSE) and context.is_distributed():
+        if in_place() and context.is_distributed():
             raise RuntimeError("fault_tolerance.mode in_place: the job has no process group of its own; train "
                                "through sdk.resilient(model, optimizer), which averages the gradients over the "
                                "replicas (or submit with mode restart)")

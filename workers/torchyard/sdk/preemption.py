@@ -27,7 +27,6 @@ from typing import NoReturn, cast
 
 from torchyard import protocol
 from torchyard.sdk import context, events
-from torchyard.sdk.resilient import agree_any
 
 __all__ = ["committing", "preemption_requested", "request", "should_yield", "yield_for_preemption"]
 
@@ -76,6 +75,17 @@ def request() -> protocol.PreemptRequest:
     return cast("protocol.PreemptRequest", value) if isinstance(value, dict) else {}
 
 
+# Under fault_tolerance.mode in_place: whether any replica had seen a request by the last committed step
+# (sdk/resilient.py sums the flag inside every step); None otherwise.
+_replicas_agreed: bool | None = None
+
+
+def replicas_agreed(flag: bool) -> None:
+    """What the replicas agreed in their last committed step (sdk/resilient.py, in_place only)."""
+    global _replicas_agreed
+    _replicas_agreed = flag
+
+
 def should_yield() -> bool:
     """``preemption_requested()`` agreed by every rank: True on all of them at the same call once any
     one saw the request. Call it at the same point of every step on every rank (it is a collective
@@ -84,9 +94,9 @@ def should_yield() -> bool:
     from torchyard.sdk import distributed
 
     if not distributed.is_initialized() or context.world_size() <= 1:
-        # fault_tolerance.mode in_place: no process group of the job; the replicas agree through torchft.
-        agreed = agree_any(mine) if context.world_size() > 1 else None
-        return mine if agreed is None else agreed
+        # fault_tolerance.mode in_place: no process group of the job; the replicas agreed in their last
+        # committed step (sdk/resilient.py says so here).
+        return mine if _replicas_agreed is None or context.world_size() <= 1 else _replicas_agreed
     import torch
     import torch.distributed as dist
 

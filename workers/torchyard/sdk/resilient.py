@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
-from torchyard.sdk import context
-from torchyard.sdk.distributed import ENV_LIGHTHOUSE, planned_backend, wrap_ddp
+from torchyard.sdk import context, preemption
+from torchyard.sdk.distributed import ENV_LIGHTHOUSE, in_place, planned_backend, wrap_ddp
 
 # Set on a replacement rank: how many ranks of this node were replaced before it (1 for the first).
 ENV_REPLACEMENT = "TORCHYARD_FT_REPLACEMENT"
@@ -49,11 +49,6 @@ DEFAULT_REJOIN_TIMEOUT_S = 60.0
 QUORUM_TIMEOUT_S = 10.0
 # A collective (and a store or a peer's state transfer) that takes longer failed: the step is taken again.
 COLLECTIVE_TIMEOUT_S = 30.0
-
-
-def in_place() -> bool:
-    """Whether this rank runs under `fault_tolerance.mode: in_place` (the warm launcher says so)."""
-    return bool(os.environ.get(ENV_LIGHTHOUSE))
 
 
 def is_replacement() -> bool:
@@ -88,8 +83,7 @@ class Resilient:
             self._step = start
             return
         self.model, self.optimizer = self._managed(model, optimizer, start, state, load_state)
-        global _active
-        _active = self
+        preemption.replicas_agreed(False)  # sdk.should_yield reads what the replicas agreed from now on
 
     def _managed(self, model: Any, optimizer: Any, start: int, state: Callable[[], dict[str, Any]] | None,
                  load_state: Callable[[dict[str, Any]], None] | None) -> tuple[Any, Any]:
@@ -226,7 +220,9 @@ def _optimizer(manager: Any, optimizer: Any) -> Any:
     """torchft's optimizer wrapper (zero_grad asks for the step's quorum, step applies the update only
     when every replica commits), whose step does not raise when the quorum did not form in time: the
     step is then simply not committed (QUORUM_TIMEOUT_S)."""
+    import torch
     import torchft
+    from torch.distributed import ReduceOp
 
     class Optimizer(torchft.Optimizer):  # type: ignore[misc]
         def zero_grad(self, set_to_none: bool = True) -> None:
@@ -238,35 +234,22 @@ def _optimizer(manager: Any, optimizer: Any) -> Any:
             self.optim.zero_grad(set_to_none)
 
         def step(self, closure: object = None) -> None:
+            # Inside every step, as one more collective of it: whether any replica saw a preemption
+            # request, agreed only when the step commits (sdk.should_yield reads it). A collective of
+            # its own outside the step would pair with another one on a replica whose step did not
+            # commit, and wait for it.
+            flag = torch.tensor([1.0 if preemption.preemption_requested() else 0.0])
             try:
+                flag_sent = self.manager.allreduce(flag, reduce_op=ReduceOp.SUM).wait()
+                step = self.manager.current_step()
                 super().step(closure)
             except TimeoutError as exc:
                 self.manager.report_error(exc)
+                return
+            if flag_sent and self.manager.current_step() > step:
+                preemption.replicas_agreed(bool(flag.item() > 0))
 
     return Optimizer(manager, optimizer)
-
-
-# The in_place run of this process, for what the ranks must agree on without a process group of the job.
-_active: Resilient | None = None
-
-
-def agree_any(flag: bool) -> bool | None:
-    """Whether any live replica's `flag` is set (a sum over the replicas through torchft), for
-    sdk.should_yield under in_place; None outside in_place. A failed exchange answers this rank's own."""
-    run = _active
-    if run is None or run.manager is None:
-        return None
-    import torch
-    from torch.distributed import ReduceOp
-
-    value = torch.tensor([1.0 if flag else 0.0])
-    try:
-        work = run.manager.allreduce(value, reduce_op=ReduceOp.SUM)
-        if not work.wait():
-            return flag
-    except Exception:  # noqa: BLE001 - a replica lost meanwhile: the next step asks again
-        return flag
-    return bool(value.item() > 0)
 
 
 def resilient(model: Any, optimizer: Any, *, start: int = 0, state: Callable[[], dict[str, Any]] | None = None,

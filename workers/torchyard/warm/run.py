@@ -186,7 +186,9 @@ def say(message: str) -> None:
     print(f"[torchyard warm] {message}", file=sys.stderr, flush=True)
 
 
-def terminate(ranks: list[Rank], signum: int) -> None:
+def terminate(ranks: list[Rank], signum: int, *, named: bool = True) -> None:
+    """Signal each live rank's process group; `named`: torchrun's line for each SIGTERM (the supervisor
+    reads it as a node closing its workers after a failure: never said of the lighthouse's end)."""
     for rank in ranks:
         if rank.exit is None and rank.pid:
             try:
@@ -195,7 +197,7 @@ def terminate(ranks: list[Rank], signum: int) -> None:
                 continue
             except PermissionError:
                 pass
-            if signum == signal.SIGTERM:
+            if signum == signal.SIGTERM and named:
                 print(f"Sending process {rank.pid} closing signal SIGTERM", file=sys.stderr, flush=True)
 
 
@@ -292,7 +294,7 @@ def supervise(ranks: list[Rank], binary: str, *, plan: WarmPlan | None = None, r
                 terminate(list(live.values()), signal.SIGTERM)
                 kill_at = time.monotonic() + TERM_GRACE_S
     if lighthouse is not None and lighthouse.exit is None:
-        terminate([lighthouse], signal.SIGTERM)
+        terminate([lighthouse], signal.SIGTERM, named=False)
     if stop:
         return 128 + stop[0]
     return 0 if failed is None else 1
@@ -316,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, RuntimeError, ValueError) as exc:
         say(f"cannot start the ranks from the warm pool {plan['socket']}: {exc}")
         if lighthouse is not None:
-            terminate([lighthouse], signal.SIGTERM)
+            terminate([lighthouse], signal.SIGTERM, named=False)
         return 1
     pids = write_pids(plan, ranks)
     say(f"{len(ranks)} rank(s) forked from the warm pool in {1000 * (time.monotonic() - started):.0f} ms: "

@@ -44,7 +44,6 @@ from torchyard.sdk.checkpoint.stores import (
     step_of,
 )
 from torchyard.sdk.config import job_config
-from torchyard.sdk.resilient import in_place
 from torchyard.stream_contract import Manifest, SaveTiming
 
 __all__ = [
@@ -104,7 +103,7 @@ _cadence: Cadence | None = None
 def _group_active() -> bool:
     if distributed.is_initialized():
         return True
-    if context.is_distributed() and not in_place():  # in_place: rank 0 writes the replicas' state alone
+    if context.is_distributed() and not distributed.in_place():  # in_place: rank 0 writes the replicas' state alone
         raise RuntimeError(
             "checkpoints in a distributed run need the process group: call sdk.init_process_group() first"
         )
