@@ -165,13 +165,6 @@ class Resilient:
         the step leaves it out everywhere)."""
         return self.manager is None or self.manager.current_step() >= step
 
-    def replica_rank(self) -> int | None:
-        """This rank's place among the replicas of the current quorum (None while it is not in one);
-        the rank itself outside in_place."""
-        if self.manager is None:
-            return context.rank()
-        return self.manager.participating_rank()
-
     def shutdown(self) -> None:
         if self.manager is not None:
             self.manager.shutdown(wait=False)
