@@ -21,7 +21,7 @@ def test_a_port_or_a_malformed_host_is_refused_before_anything_connects(capsys):
     token = protocol.make_machine_token(7, "s" * 32)
     assert cli(["agent", "--token", token, "--addr", "10.0.0.5:50052", "--redis-url", "redis://127.0.0.1:1/0"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "torchyard: --addr 10.0.0.5:50052: the agent listens on no port (it connects out to the server, and the jobs' "
-        "ports come from the server's range): give --addr 10.0.0.5 without :50052")
+        "torchyard: --addr 10.0.0.5:50052: the agent connects out to the server and the jobs' ports come from the "
+        "server's range; its one listening port is set with --memory-port: give --addr 10.0.0.5 without :50052")
     assert cli(["agent", "--token", token, "--addr", "gpu box", "--redis-url", "redis://127.0.0.1:1/0"]) == 2
     assert capsys.readouterr().err.strip() == "torchyard: --addr gpu box: 'gpu box' is not a host name or an IP address"

@@ -129,9 +129,13 @@ def cmd_agent(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise CliError(f"--volume {exc}") from None
         volumes[name] = path  # its storage class (,class=CLASS) travels with the path to the heartbeat
-    Agent(token=token, redis_url=redis_url, work_dir=work_dir, concurrency=args.concurrency,
-          server_url=(args.server or "").rstrip("/"), python=python, volumes=volumes, gpus=gpus,
-          ca_file=ca_file or None, addr=addr).run()
+    try:
+        agent = Agent(token=token, redis_url=redis_url, work_dir=work_dir, concurrency=args.concurrency,
+                      server_url=(args.server or "").rstrip("/"), python=python, volumes=volumes, gpus=gpus,
+                      ca_file=ca_file or None, addr=addr, memory_port=args.memory_port)
+    except OSError as exc:  # the memory store's port is taken
+        raise CliError(f"--memory-port {args.memory_port}: cannot listen there ({exc.strerror or exc})") from None
+    agent.run()
     return 0
 
 
@@ -449,7 +453,11 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--addr", metavar="HOST", help="the address the other machines reach this one at: the "
                        "machine's host, the master address of the jobs whose node 0 runs here (default: the host "
                        "it was registered with). The Go scheduler worker's --addr HOST:0 is taken as HOST; the "
-                       "agent listens on no port of its own")
+                       "agent's one listening port is --memory-port's")
+    agent.add_argument("--memory-port", type=int, default=0, metavar="PORT",
+                       help="where this machine's agent serves the memory checkpoints it holds for jobs "
+                            "(checkpointing.memory) to their other machines (default 0: a free port, which the "
+                            "heartbeats report); open it to the job network when a firewall stands between machines")
     agent.set_defaults(func=cmd_agent)
 
     def api_command(name: str, func, help_text: str, parent=sub, **options: Any) -> argparse.ArgumentParser:

@@ -31,6 +31,9 @@ TASK_HEALTH_CHECK = "torchyard.agent.health_check"
 # publishes them as one STACKS event of the node.
 TASK_DUMP_STACKS = "torchyard.agent.dump_stacks"
 HEALTH_PATH = "/api/agent/health"
+# Sent to each machine of a job that kept memory checkpoints (checkpointing.memory) when the job ends:
+# its agent frees what it holds for the job (agent/memory.py).
+TASK_FREE_MEMORY = "torchyard.agent.free_memory"
 
 
 class StacksNode(TypedDict):
@@ -300,6 +303,8 @@ class Capabilities(TypedDict):
     # The training Python's versions (agent/main.py): the plan shows whether a job's machines agree.
     python_version: NotRequired[str]
     torch_version: NotRequired[str]
+    # The port of its agent's memory-checkpoint store (agent/memory.py; `torchyard agent --memory-port`).
+    memory_port: NotRequired[int]
 
 
 class Load(TypedDict):
@@ -403,6 +408,11 @@ ENV_CHECKPOINT_URL = "TORCHYARD_CHECKPOINT_URL"
 ENV_PREEMPT_FILE = "TORCHYARD_PREEMPT_FILE"
 # URI of the committed manifest.json to resume from (empty: start fresh).
 ENV_RESUME_MANIFEST = "TORCHYARD_RESUME_MANIFEST"
+# The job's memory-checkpoint key (checkpointing.memory): what the agents holding them ask of every
+# request (agent/memory.py). In the ranks' environment, not in their config file.
+ENV_MEMORY_KEY = "TORCHYARD_MEMORY_KEY"
+# A memory checkpoint's manifest URI: memory://job-<id>/step-<n> (it has no file of its own).
+MEMORY_SCHEME = "memory://"
 # "gloo" or "nccl", as planned.
 ENV_DIST_BACKEND = "TORCHYARD_DIST_BACKEND"
 # What a job writes here is collected into the store as artifacts when its node ends (one folder
@@ -496,6 +506,37 @@ class LinksChoice(TypedDict, total=False):
     master_address: str  # the master's address on it
 
 
+class MemoryHolder(TypedDict):
+    """A machine whose agent holds memory checkpoints (agent/memory.py): its name, its registered host,
+    its memory store's port and its addresses (the node reaches it on the network its job chose)."""
+
+    machine: str
+    host: str
+    port: int
+    addresses: list[AddressInfo]
+
+
+class MemoryResume(TypedDict):
+    """A recovery from a memory checkpoint: its committed manifest and the machines still holding it,
+    this node's own machine first."""
+
+    manifest: dict[str, Any]  # stream_contract.Manifest, with "tier": "memory"
+    holders: list[MemoryHolder]
+
+
+class MemoryLaunch(TypedDict, total=False):
+    """checkpointing.memory for one node: the job's key, its budget per machine, the cadence, and where
+    the node's saves go (its own machine, then `replicas` buddies on other machines); with `resume`
+    when this attempt resumes from memory. Empty when the job keeps no memory checkpoints."""
+
+    key: str
+    budget: int
+    every_n_steps: int
+    replicas: int
+    holders: list[MemoryHolder]
+    resume: MemoryResume
+
+
 @dataclass
 class NodeLaunch:
     """Everything one agent needs to start one node of one attempt of a job."""
@@ -545,6 +586,8 @@ class NodeLaunch:
     volumes: list[NodeVolume] = field(default_factory=list)
     # A Python function job's payload and where its results go; empty otherwise.
     function: FunctionLaunch = field(default_factory=lambda: FunctionLaunch())
+    # checkpointing.memory: where this node's memory checkpoints go, and the one it resumes from.
+    memory: MemoryLaunch = field(default_factory=lambda: MemoryLaunch(), repr=False)
     # Filled in by the agent from its own settings: where the event stream lives, how to fetch a
     # bundle from the server, the Python the ranks run with, and the machine's cache folder.
     redis_url: str = ""

@@ -208,6 +208,7 @@ class ManifestFile(TypedDict):
     path: str  # under the checkpoint's step folder
     size: int
     sha256: str
+    holders: NotRequired[list[str]]  # a memory checkpoint's: the machines whose agents hold the file
 
 
 # What a save cost the training loop. (`async` is a keyword: no class can name the field.)
@@ -240,6 +241,9 @@ class Manifest(TypedDict):
     created_at: str  # ISO 8601
     save: SaveTiming
     metadata: dict[str, Any]  # the script's own (sdk.save_checkpoint(metadata=...)), any JSON
+    # "memory": held in agents' memory (checkpointing.memory), its URI memory://job-<id>/step-<n>;
+    # absent: the store's (disk/S3).
+    tier: NotRequired[Literal["memory"]]
 
 
 class CheckpointEvent(EventEnvelope):

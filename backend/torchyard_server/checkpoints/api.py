@@ -27,6 +27,8 @@ class JobCheckpointManifestView(APIView):
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def get(self, request, job_id: int, checkpoint_id: int):
         row = _checkpoint_or_404(request, job_id, checkpoint_id)
+        if row.tier == CheckpointManifest.Tier.MEMORY:
+            return Response(row.manifest)  # it has no file: the commit's event carried it whole
         storage, key = _checkpoint_storage(row.uri, job_id)
         try:
             with storage.open(key, "rb") as handle:
@@ -46,6 +48,11 @@ class JobCheckpointFileView(APIView):
         entry = next((f for f in row.files if f.get("path") == path), None)
         if entry is None:
             return Response({"detail": f"{path!r} is not a file of this checkpoint."}, status=status.HTTP_404_NOT_FOUND)
+        if row.tier == CheckpointManifest.Tier.MEMORY:
+            holders = ", ".join(entry.get("holders") or []) or "no machine any more"
+            return Response({"detail": f"a memory checkpoint: {path} is held in the memory of {holders}, for the "
+                                       "job's recoveries; the store's checkpoints are the ones to download."},
+                            status=status.HTTP_404_NOT_FOUND)
         storage, manifest_key = _checkpoint_storage(row.uri, job_id)
         key = posixpath.join(posixpath.dirname(manifest_key), path)
         try:

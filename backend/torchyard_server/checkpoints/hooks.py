@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from torchyard import protocol
 from torchyard.stream_contract import AppliedEvent
 
 from ..jobs.registries import CheckpointTimes, EventApplier, ResumeLookup
-from .selectors import last_committed_at, latest_good_manifest_uri
+from .selectors import last_committed_at, latest_good_manifest_uri, memory_resume
 from .services import checkpoint_record
 
 
@@ -19,6 +20,9 @@ class NewestGoodManifest(ResumeLookup):
 
     def manifest_uri(self, job_id: int) -> str:
         return latest_good_manifest_uri(job_id=job_id)
+
+    def memory_resume(self, job_id: int, uri: str) -> tuple[dict[str, Any], list[str]] | None:
+        return memory_resume(job_id=job_id, uri=uri)
 
 
 class LastCommits(CheckpointTimes):

@@ -6,12 +6,20 @@ from django.db import models
 class CheckpointManifest(models.Model):
     """A committed checkpoint: it exists for Torchyard once its manifest is committed and recorded."""
 
+    class Tier(models.TextChoices):
+        # The store's (file:// or S3): durable, what survives every machine of the job.
+        DISK = "disk"
+        # Held in the agents' memory, the saving machine's and its buddies' (checkpointing.memory):
+        # it survives as long as one of the machines its files name lives.
+        MEMORY = "memory"
+
     job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="checkpoints")
     step = models.PositiveIntegerField()
     attempt = models.PositiveIntegerField(default=0)
     uri = models.CharField(max_length=1000, help_text="URI of manifest.json")
     world_size = models.PositiveIntegerField(null=True, blank=True)
-    files = models.JSONField(default=list)  # [{path, size, sha256}]
+    tier = models.CharField(max_length=8, choices=Tier.choices, default=Tier.DISK)
+    files = models.JSONField(default=list)  # [{path, size, sha256}], memory files also with their holders
     total_bytes = models.BigIntegerField(default=0)
     manifest = models.JSONField(default=dict)
     committed_at = models.DateTimeField()

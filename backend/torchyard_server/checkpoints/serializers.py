@@ -8,9 +8,11 @@ class CheckpointFileOut(serializers.Serializer):
     # As the job's SDK wrote them in its manifest.
     size = serializers.IntegerField(required=False)
     sha256 = serializers.CharField(required=False)
+    holders = serializers.ListField(child=serializers.CharField(), required=False,
+                                    help_text="memory checkpoints: the machines whose agents hold this file")
 
     class Meta:
-        optional_fields = ('size', 'sha256')
+        optional_fields = ('size', 'sha256', 'holders')
 
 
 class CheckpointOut(serializers.ModelSerializer):
@@ -19,6 +21,6 @@ class CheckpointOut(serializers.ModelSerializer):
     class Meta:
         model = CheckpointManifest
         fields = [
-            "id", "job", "step", "attempt", "uri", "world_size", "files", "total_bytes", "committed_at", "verified",
+            "id", "job", "step", "attempt", "tier", "uri", "world_size", "files", "total_bytes", "committed_at", "verified",
             "saved_async", "blocking_seconds", "background_seconds",
         ]  # fmt: skip

@@ -13,6 +13,9 @@ from ..jobs.models import Job
 from ..jobs.spec.jobspec import JobSpec
 from .models import CheckpointManifest
 
+# The memory checkpoints of a job an agent keeps (torchyard.agent.memory.KEEP_STEPS).
+MEMORY_KEEP = 2
+
 
 def checkpoint_record(*, event: CheckpointEvent) -> CheckpointManifest | None:
     """Record a manifest the SDK committed (its `checkpoint` event). Idempotent by (job, uri)."""
@@ -39,6 +42,7 @@ def checkpoint_record(*, event: CheckpointEvent) -> CheckpointManifest | None:
         uri=uri,
         defaults={
             "step": int(event.get("step") or manifest.get("step") or 0),
+            "tier": CheckpointManifest.Tier.MEMORY if manifest.get("tier") == "memory" else CheckpointManifest.Tier.DISK,
             "attempt": int(manifest.get("attempt") or event.get("attempt") or 0),
             "world_size": manifest.get("world_size"),
             "files": files,
@@ -50,11 +54,11 @@ def checkpoint_record(*, event: CheckpointEvent) -> CheckpointManifest | None:
             "background_seconds": _seconds(timing.get("background_seconds")),
         },
     )
-    # Retention happens in the SDK after each commit (the newest `keep`); mirror it here so the
-    # list shows what exists.
-    keep = JobSpec.from_json(job.spec).checkpointing.keep
+    # Retention happens where the files are, after each commit: the SDK keeps the newest `keep` in the
+    # store, an agent the newest MEMORY_KEEP of a job in memory. Mirrored here so the list shows what exists.
+    keep = MEMORY_KEEP if row.tier == CheckpointManifest.Tier.MEMORY else JobSpec.from_json(job.spec).checkpointing.keep
     if isinstance(keep, int) and keep > 0:
-        stale = CheckpointManifest.objects.filter(job_id=job_id, deleted=False).order_by("-step")[keep:]
+        stale = CheckpointManifest.objects.filter(job_id=job_id, tier=row.tier, deleted=False).order_by("-step")[keep:]
         CheckpointManifest.objects.filter(pk__in=[r.pk for r in stale]).update(deleted=True)
     if isinstance(event.get("attempt"), int):
         # An elastic job below its most nodes grows at a committed checkpoint when machines allow.

@@ -17,6 +17,10 @@ class ResumeLookup(Instance):
         """The URI of the manifest the job's next attempt resumes from, "" for none."""
         raise NotImplementedError
 
+    def memory_resume(self, job_id: int, uri: str) -> tuple[dict[str, Any], list[str]] | None:
+        """For a memory checkpoint's URI: its manifest and the names of the living machines holding it."""
+        raise NotImplementedError
+
 
 # Required: failing loudly beats relaunching a recovered job from scratch without a word.
 resume_lookups: Registry[ResumeLookup] = Registry("resume lookup", single=True)
@@ -24,6 +28,10 @@ resume_lookups: Registry[ResumeLookup] = Registry("resume lookup", single=True)
 
 def resume_manifest_uri(*, job_id: int) -> str:
     return resume_lookups.one().manifest_uri(job_id)
+
+
+def memory_resume(*, job_id: int, uri: str) -> tuple[dict[str, Any], list[str]] | None:
+    return resume_lookups.one().memory_resume(job_id, uri)
 
 
 class CheckpointTimes(Instance):

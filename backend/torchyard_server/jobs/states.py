@@ -8,6 +8,7 @@ from torchyard import protocol
 
 from ..usage.services import usage_close, usage_open
 from .events import publish_on_commit
+from .memory_free import free_memory_on_commit
 from .models import Job, JobNode
 from .queue_poke import queue_poke_on_commit
 
@@ -83,6 +84,8 @@ def transition_job(job: Job, to: str, reason: str = "", **fields) -> bool:
     job.status, job.status_reason = to, reason
     for name, value in fields.items():
         setattr(job, name, value)
+    if to in JOB_FINAL:
+        free_memory_on_commit(job)
     if to in JOB_FINAL or (to == J.QUEUED and previous == J.RECOVERING) or to == J.PREEMPTED:
         # What it held is free (or it waits again): a queued job may start now.
         queue_poke_on_commit()

@@ -89,11 +89,13 @@ class MachineCapabilitiesOut(StoredJsonOut):
     cache = MachineCacheOut(help_text="what its caches hold: it is what makes a launch fast")
     volumes = MachineVolumeReportOut(many=True, help_text="the agent's own volumes (--volume NAME=PATH)")
     interfaces = MachineInterfaceOut(many=True, help_text="its IPv4 interfaces that are up (loopback left out)")
+    memory_port = serializers.IntegerField(help_text=(
+        "where its agent serves the memory checkpoints it holds for jobs (checkpointing.memory; --memory-port)"))
 
     class Meta:
         optional_fields = ("cpu_count", "memory", "disk_space", "gpu_count", "gpu_memory", "gpus", "python_version",
                            "torch_version", "cache", "volumes", "gpus_declared", "gpus_detected", "gpu_warnings",
-                           "interfaces")
+                           "interfaces", "memory_port")
 
 
 class MachineLoadOut(StoredJsonOut):

@@ -1764,6 +1764,8 @@ export interface components {
             path: string;
             size?: number;
             sha256?: string;
+            /** @description memory checkpoints: the machines whose agents hold this file */
+            holders?: string[];
         };
         CheckpointOut: {
             readonly id: number;
@@ -1772,6 +1774,7 @@ export interface components {
             step: number;
             /** Format: int64 */
             attempt: number;
+            tier: components["schemas"]["TierEnum"];
             /** @description URI of manifest.json */
             uri: string;
             /** Format: int64 */
@@ -1811,6 +1814,8 @@ export interface components {
             store?: string;
             /** @default 3 */
             keep?: number;
+            /** @description checkpoints in memory beside the disk/S3 ones: the agents hold them, each copied to `replicas` other machines, and a recovery resumes from the newest that survives */
+            memory?: components["schemas"]["MemoryCheckpointing"];
         };
         Code: {
             /** @description sha256 of a bundle uploaded with PUT /api/bundles/{sha256} */
@@ -2524,6 +2529,7 @@ export interface components {
             every_n_steps: number | "auto";
             store: components["schemas"]["StoreEnum"];
             keep: number;
+            memory?: components["schemas"]["JobMemoryCheckpointingOut"];
         };
         JobCodeOut: {
             /** @description sha256 of the job's code bundle */
@@ -2719,6 +2725,14 @@ export interface components {
             master_address?: string;
             /** @description the choice and the slow pairs in words */
             summary?: string;
+        };
+        JobMemoryCheckpointingOut: {
+            /** @description a memory checkpoint every N steps (sdk.checkpoint.memory_due) */
+            every_n_steps: number;
+            /** @description copies on other machines of the job (buddies), beside the saving machine's */
+            replicas: number;
+            /** @description bytes the job may hold in each machine's memory: two saves */
+            budget: number;
         };
         JobMetricsOut: {
             job: number;
@@ -3218,6 +3232,8 @@ export interface components {
             volumes?: components["schemas"]["MachineVolumeReportOut"][];
             /** @description its IPv4 interfaces that are up (loopback left out) */
             interfaces?: components["schemas"]["MachineInterfaceOut"][];
+            /** @description where its agent serves the memory checkpoints it holds for jobs (checkpointing.memory; --memory-port) */
+            memory_port?: number;
         };
         MachineCountsOut: {
             total: number;
@@ -3522,6 +3538,24 @@ export interface components {
             role: components["schemas"]["RoleEnum"];
             /** Format: date-time */
             readonly created_at: string;
+        };
+        MemoryCheckpointing: {
+            /**
+             * @description a checkpoint in memory every N steps (the script asks sdk.checkpoint.memory_due(step))
+             * @default 1
+             */
+            every_n_steps?: number;
+            /**
+             * @description copies kept on other machines of the job (buddies), beside the saving machine's own: a lost machine's checkpoint survives on its buddy. 0: the saving machine only
+             * @default 1
+             */
+            replicas?: number;
+            /**
+             * Format: int64
+             * @description bytes of memory the job may hold on each of its machines (two saves: the last one and the next); the planner skips a machine without that much free beside resources.memory_per_node
+             * @default 4294967296
+             */
+            budget?: number;
         };
         MemoryOut: {
             total_bytes: number;
@@ -4525,6 +4559,12 @@ export interface components {
          * @enum {string}
          */
         TaskTypeEnum: "TRAIN";
+        /**
+         * @description * `disk` - Disk
+         *     * `memory` - Memory
+         * @enum {string}
+         */
+        TierEnum: "disk" | "memory";
         TokenLoginIn: {
             username: string;
             password: string;
@@ -4754,6 +4794,7 @@ export interface components {
             path: string;
             size: number;
             sha256: string;
+            holders?: string[];
         };
         SaveTiming: {
             async: boolean;
@@ -4786,6 +4827,8 @@ export interface components {
             metadata: {
                 [key: string]: unknown;
             };
+            /** @enum {string} */
+            tier?: "memory";
         };
         CheckpointEvent: components["schemas"]["EventOut"] & {
             /** @enum {string} */

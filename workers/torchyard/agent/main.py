@@ -30,6 +30,7 @@ from torchyard.stream_contract import JobEvent
 from torchyard.warm.pools import WarmPools
 
 from . import capabilities, health, runs, stacks, warm
+from .memory import MemoryHolder, MemoryServer
 from .standby import StandbySupervisor
 
 
@@ -53,9 +54,9 @@ def parse_addr(text: str) -> str:
     """`--addr`: the host the other machines reach this one at (a name, an IPv4 or IPv6 address).
 
     The Go scheduler's worker takes HOST:PORT, the port its own server listens on (0: any). The
-    agent listens on no port (it connects out to the server; a job's ports come from the server's
-    range), so HOST:0 is HOST and any other port is refused rather than ignored. ValueError says
-    what is wrong."""
+    agent connects out to the server, a job's ports come from the server's range, and its one
+    listening port, its memory-checkpoint store's, is --memory-port's; so HOST:0 is HOST and any
+    other port is refused rather than ignored. ValueError says what is wrong."""
     text = text.strip()
     host, port = text, None
     if text.startswith("["):  # [IPv6]:PORT
@@ -66,8 +67,9 @@ def parse_addr(text: str) -> str:
     elif text.count(":") == 1:
         host, port = text.split(":")
     if port is not None and port != "0":
-        raise ValueError(f"the agent listens on no port (it connects out to the server, and the jobs' ports come "
-                         f"from the server's range): give --addr {host or 'HOST'} without :{port}")
+        raise ValueError(f"the agent connects out to the server and the jobs' ports come from the server's range; "
+                         f"its one listening port is set with --memory-port: give --addr {host or 'HOST'} without "
+                         f":{port}")
     try:
         return str(ipaddress.ip_address(host))
     except ValueError:
@@ -96,7 +98,8 @@ def fetch_config(server: str, token: str, timeout: float = 10.0, ca_file: str | 
 class Agent:
     def __init__(self, *, token: str, redis_url: str, work_dir: Path, concurrency: int = 4,
                  server_url: str = "", python: str = "", volumes: dict[str, str] | None = None,
-                 gpus: capabilities.GpuDeclaration | None = None, ca_file: str | None = None, addr: str = ""):
+                 gpus: capabilities.GpuDeclaration | None = None, ca_file: str | None = None, addr: str = "",
+                 memory_port: int = 0):
         # Started by `torchyard-server run`: end with it; and before the warm pools copy the
         # environment, drop what marks a control-plane process (what it starts is training).
         lifeline.watch_launcher()
@@ -134,6 +137,10 @@ class Agent:
         self.pools.want(self.python or sys.executable)
         # A node supervisor started ahead, imports done, for the next launch (agent/standby.py).
         self.standby = StandbySupervisor(self.work_dir / "standby")
+        # The memory checkpoints this machine holds for its jobs, served on --memory-port (0: any),
+        # which the heartbeats report (agent/memory.py).
+        self.memory = MemoryHolder()
+        self.memory_server = MemoryServer(self.memory, memory_port)
 
     def _training_versions(self) -> TrainingVersions:
         """The training Python's and its torch's versions, read once: the plan shows whether the
@@ -158,7 +165,8 @@ class Agent:
             "token": self.token,
             "hostname": socket.gethostname(),
             "agent_version": torchyard.__version__,
-            "capabilities": {**capabilities.capabilities(str(self.work_dir), self.volumes, self.gpus), **self.training},
+            "capabilities": {**capabilities.capabilities(str(self.work_dir), self.volumes, self.gpus), **self.training,
+                             "memory_port": self.memory_server.port},
             "cache": warm.cache_summary(self.work_dir / "cache"),
             "load": capabilities.load(self.gpus),
             "running": runs.running_nodes(self.work_dir),
@@ -204,6 +212,9 @@ class Agent:
             node.machine_token = self.token
             node.python = self.python
             node.cache_dir = str(self.work_dir / "cache")
+            if node.memory.get("key"):
+                # Its ranks and its buddies' may store the job's memory checkpoints here from now on.
+                self.memory.admit(node.job_id, node.memory["key"], int(node.memory.get("budget") or 0))
             result = runs.launch_node(self.work_dir, node, self.publish, self.standby)
             log.info("launch job %s attempt %s node %s: %s", node.job_id, node.attempt, node.node_rank, result)
             return result
@@ -228,6 +239,13 @@ class Agent:
             # Idempotent: an older version (a redelivery, or two updates taken by two threads) never
             # replaces a newer one.
             return runs.write_peers(self.work_dir, job_id, attempt, node_rank, membership)
+
+        @app.task(name=protocol.TASK_FREE_MEMORY)
+        def free_memory(job_id: int) -> int:
+            # The job ended: what this machine held of its memory checkpoints goes.
+            freed = self.memory.free(job_id)
+            log.info("job %s ended: %d bytes of memory checkpoints freed", job_id, freed)
+            return freed
 
         @app.task(name=protocol.TASK_WARM_CACHES)
         def warm_caches(code: protocol.BundleRef, pip: list[str], pool: bool = False) -> warm.WarmResult:
@@ -271,6 +289,8 @@ class Agent:
         reattached = runs.running_nodes(self.work_dir)
         if reattached:
             log.info("re-attached to %d running node(s): %s", len(reattached), reattached)
+        self.memory_server.start()
+        log.info("memory checkpoints served on port %d", self.memory_server.port)
         beat = threading.Thread(target=self._heartbeat_loop, daemon=True, name="heartbeat")
         beat.start()
         try:
@@ -283,6 +303,8 @@ class Agent:
             ])
         finally:
             self.stop.set()
+            self.memory_server.shutdown()
+            self.memory_server.server_close()
             self.pools.close()
             self.standby.close()
             if self.shutdown_reason:

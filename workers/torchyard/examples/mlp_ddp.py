@@ -155,7 +155,8 @@ def train(
 ) -> int:
     """Steps ``start + 1 .. args.steps`` (the loop the MLP recipes share): reports loss and
     throughput, checkpoints ``checkpoint_state()`` when ``cadence`` says (every N steps, or the interval
-    chosen under every_n_steps: auto) and at the end (with
+    chosen under every_n_steps: auto) and at the end, in memory between them when the job keeps
+    memory checkpoints (checkpointing.memory; replicated state only) (with
     ``epoch()``, the passes over the data completed, in the manifest), and prints the loss on a fixed
     evaluation batch when it starts from a checkpoint and when it ends (the same weights give the
     same number, whatever the world size). With ``run`` (sdk.resilient: fault_tolerance.mode in_place)
@@ -204,6 +205,10 @@ def train(
                     saved_at = step
             if preempted and saved_at == step:
                 sdk.yield_for_preemption(step)
+        elif not sharded and sdk.checkpoint.memory_due(step):
+            # checkpointing.memory: a copy in this machine's memory and its buddies', which a recovery
+            # resumes from when it is the newest that survives (the loop waits only for the host copy).
+            sdk.checkpoint.save(checkpoint_state(), step, metadata={"recipe": recipe}, epoch=epoch(), tier="memory")
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
     if args.steps > start:

@@ -180,6 +180,8 @@ def build_env(launch: NodeLaunch, run_dir: Path, base_env: Mapping[str, str],
             protocol.ENV_CONFIG: str(run_dir / CONFIG_FILE),
             protocol.ENV_CHECKPOINT_URL: launch.checkpoint_url,
             protocol.ENV_RESUME_MANIFEST: launch.resume_manifest,
+            # checkpointing.memory: what the agents holding the job's memory checkpoints ask for.
+            protocol.ENV_MEMORY_KEY: str(launch.memory.get("key") or ""),
             # The ranks stat it (sdk.preemption_requested()); the agent writes it on a preemption.
             protocol.ENV_PREEMPT_FILE: str(run_dir.resolve() / protocol.PREEMPT_FILE),
             protocol.ENV_DIST_BACKEND: launch.backend,

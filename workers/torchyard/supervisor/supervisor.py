@@ -58,6 +58,7 @@ from .errors import first_error
 from .event_socket import EventSocket
 from .gpu_use import GpuUse, node_gpus
 from .linger import Lingered, LingerWatch, end_lingering
+from .memory import ranks_config
 from .network import ifname_env, interface_env, interface_towards
 from .node_preflight import run_preflight
 from .output_pump import OutputPump, secret_masker
@@ -140,6 +141,7 @@ class NodeSupervisor:
         self._gpus = GpuUse(node_gpus(launch.env))  # the node's GPUs' use, where NVML reads them
         self._listener: MasterListener | None = None  # node 0 holds the master port until torchrun takes it
         self._interface_env: dict[str, str] = {}
+        self._network = ""  # the network the preflight pinned the job to ("": none)
         self._preflight_since = 0.0
         self._stalls = StallWatch(launch.stall_timeout)
         self._pace = PaceWatch(launch.pace_every) if launch.pace_every > 0 else None
@@ -292,6 +294,7 @@ class NodeSupervisor:
                                   listener=self._listener, warm=self._warm_pool is not None,
                                   tick=self._preflight_tick, since=self._preflight_since,
                                   known=warm_launch.pool_versions(self._warm_pool) if self._warm_pool else None)
+        self._network = agreement.network  # memory checkpoints cross it too
         if agreement.network and agreement.master_address and agreement.master_address != launch.master_addr:
             self._pin(agreement.network, agreement.master_address, job_env)
         if not agreement.all_warm and self._warm_pool is not None:
@@ -334,7 +337,7 @@ class NodeSupervisor:
             raise StopRequested()
 
     def _start(self, script: Path | None) -> None:
-        write_json_atomic(self.run_dir / CONFIG_FILE, self.launch.config)
+        write_json_atomic(self.run_dir / CONFIG_FILE, ranks_config(self.launch, self._network))
         (self.workdir / OUTPUT_DIR).mkdir(parents=True, exist_ok=True)
         link_sdk(self.run_dir, function=bool(self.launch.function))
         torchrun = runs_torchrun(self.launch)

@@ -15,6 +15,7 @@ from ..spec.jobspec import JobSpec
 from ..spec.plan import Plan
 from .cadence import checkpoint_cadence
 from .links import reused_links
+from .memory import memory_launch
 
 # What every rank of a function job runs (workers/torchyard/functions/runner.py).
 FUNCTION_RUNNER = "torchyard.functions.runner"
@@ -65,6 +66,7 @@ def launch_payload(job: Job, spec: JobSpec, plan: Plan, node: JobNode, resume_ma
         peers=[{"node_rank": n.node_rank, "host": n.host, "machine": n.machine_name}
                for n in sorted(plan.nodes, key=lambda n: n.node_rank)],
         links=reused_links(job, plan),
+        memory=memory_launch(job, spec, plan, node, resume_manifest),
     ).to_dict()
 
 

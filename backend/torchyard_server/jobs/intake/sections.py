@@ -25,6 +25,7 @@ from ..spec.jobspec import (
     Distributed,
     Elastic,
     FaultTolerance,
+    MemoryCheckpointing,
     Placement,
     Resources,
     Scaling,
@@ -321,6 +322,20 @@ class VolumeSerializer(StrictFields, serializers.Serializer):
         return attrs
 
 
+class MemoryCheckpointingSerializer(StrictFields, serializers.Serializer):
+    every_n_steps = serializers.IntegerField(
+        min_value=1, max_value=1_000_000, default=MemoryCheckpointing.every_n_steps,
+        help_text="a checkpoint in memory every N steps (the script asks sdk.checkpoint.memory_due(step))")
+    replicas = serializers.IntegerField(
+        min_value=0, max_value=3, default=MemoryCheckpointing.replicas,
+        help_text="copies kept on other machines of the job (buddies), beside the saving machine's own: a lost "
+                  "machine's checkpoint survives on its buddy. 0: the saving machine only")
+    budget = serializers.IntegerField(
+        min_value=1 << 20, max_value=1 << 50, default=MemoryCheckpointing.budget,
+        help_text="bytes of memory the job may hold on each of its machines (two saves: the last one and the next); "
+                  "the planner skips a machine without that much free beside resources.memory_per_node")
+
+
 class CheckpointingSerializer(StrictFields, serializers.Serializer):
     enabled = serializers.BooleanField(default=Checkpointing.enabled)
     every_n_steps = EveryNStepsField(default=Checkpointing.every_n_steps)
@@ -330,6 +345,9 @@ class CheckpointingSerializer(StrictFields, serializers.Serializer):
             "to its machine's path of it (file://<path>/torchyard-checkpoints/job-<id>)"),
         error_messages={"invalid": "default, local, s3 or volume:NAME (a volume of the job)."})
     keep = serializers.IntegerField(min_value=1, max_value=1000, default=Checkpointing.keep)
+    memory = MemoryCheckpointingSerializer(
+        required=False, help_text="checkpoints in memory beside the disk/S3 ones: the agents hold them, each copied to "
+                                  "`replicas` other machines, and a recovery resumes from the newest that survives")
 
 
 class FaultToleranceSerializer(StrictFields, serializers.Serializer):

@@ -17,7 +17,7 @@ from torchyard.sdk.scaling import adjust_hyperparameters
 
 from ...projects.models import DEFAULT_PROJECT
 from ...rest.strict import StrictFields
-from ..spec.recipes import DATASET_RECIPES, IN_PLACE_RECIPES, MODEL_RECIPES, builtin_recipes
+from ..spec.recipes import DATASET_RECIPES, IN_PLACE_RECIPES, MEMORY_RECIPES, MODEL_RECIPES, builtin_recipes
 from .queue_fields import PreemptionSerializer, PriorityField, TimeLimitField
 from .sections import (
     CheckpointingSerializer,
@@ -153,6 +153,7 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
             raise serializers.ValidationError({"secret_env": [f"{', '.join(both)}: also in env; give it once."]})
         self._validate_launcher(attrs)
         self._validate_in_place(attrs)
+        self._validate_memory(attrs)
         if attrs["distributed"]["launcher"] != "command" or attrs.get("code"):
             self._validate_code(attrs)
         self._validate_recipe_hyperparameters(attrs)
@@ -276,6 +277,27 @@ class JobSpecSerializer(StrictFields, serializers.Serializer):
                                 "sdk.resilient), or use mode restart."]
         if refusals:
             raise serializers.ValidationError({"fault_tolerance": refusals})
+
+    @staticmethod
+    def _validate_memory(attrs: dict[str, Any]) -> None:
+        """checkpointing.memory copies a rank's whole state (DDP's) to other machines of the job: a
+        sharded built-in recipe, or more replicas than the job has other nodes, is refused."""
+        memory = attrs["checkpointing"].get("memory")
+        if memory is None:
+            return
+        resources = attrs["resources"]
+        fewest = resources.get("min_nodes") or resources.get("nodes")
+        if fewest is not None and memory["replicas"] > fewest - 1:
+            raise serializers.ValidationError({"checkpointing": {"memory": {"replicas": [
+                f"{memory['replicas']} cop{'y' if memory['replicas'] == 1 else 'ies'} on other machines of the job, "
+                f"which runs on {fewest} node{'s' if fewest > 1 else ''}: give it more nodes, or fewer replicas "
+                "(0 keeps each checkpoint in its own machine's memory only)."]}}})
+        entrypoint = attrs.get("entrypoint")
+        if entrypoint in builtin_recipes() and entrypoint not in MEMORY_RECIPES and not attrs.get("code"):
+            raise serializers.ValidationError({"checkpointing": {"memory": [
+                f"{entrypoint} shards its state (torch.distributed.checkpoint), which is saved to disk/S3 only; "
+                f"memory checkpoints copy a whole replica of the state: {', '.join(MEMORY_RECIPES)}, or your "
+                "own data-parallel script."]}})
 
     def _validate_launcher(self, attrs: dict[str, Any]) -> None:
         """launcher none runs one process per node; launcher command runs its command, nothing else;

@@ -127,6 +127,7 @@ class Need:
     # function's Python (major.minor): it can only be unpickled by the same one.
     cpus: int = 0
     memory: int = 0
+    memory_checkpoints: int = 0  # the part of `memory` that is checkpointing.memory.budget
     labels: tuple[tuple[str, str], ...] = ()
     python: str = ""
 

@@ -26,8 +26,16 @@ def _never(machine: Candidate, need: Need) -> str | None:
     if need.cpus and machine.cpu_count and machine.cpu_count < need.cpus:
         return f"{plural(machine.cpu_count, 'core')}, {need.cpus} asked"
     if need.memory and machine.memory_total and machine.memory_total < need.memory:
-        return f"{bytes_text(machine.memory_total)} of memory, {bytes_text(need.memory)} asked"
+        return f"{bytes_text(machine.memory_total)} of memory, {_memory_asked(need)}"
     return None
+
+
+def _memory_asked(need: Need) -> str:
+    """ "8.0 GiB asked", with memory checkpoints "8.0 GiB asked (4.0 GiB of them the memory checkpoints' budget)"."""
+    if not need.memory_checkpoints:
+        return f"{bytes_text(need.memory)} asked"
+    return (f"{bytes_text(need.memory)} asked ({bytes_text(need.memory_checkpoints)} of them the memory "
+            "checkpoints' budget)")
 
 
 def _fits(machine: Candidate, need: Need) -> bool:
@@ -68,7 +76,7 @@ def why_not(machine: Candidate, need: Need) -> str | None:
     if lacking:
         return lacking
     if need.memory and machine.memory_total and machine.memory_free < need.memory:
-        return f"{bytes_text(machine.memory_free)} of memory free, {bytes_text(need.memory)} asked"
+        return f"{bytes_text(machine.memory_free)} of memory free, {_memory_asked(need)}"
     if need.gpus:
         slots = machine.gpu_slots(need.min_gpu_memory)
         if len(machine.gpus) < need.gpus:
@@ -148,8 +156,14 @@ class NodeAsks(TypedDict):
     volume_classes: tuple[tuple[str, str], ...]
     cpus: int
     memory: int
+    memory_checkpoints: int
     labels: tuple[tuple[str, str], ...]
     python: str
+
+
+def _memory_budget(spec: JobSpec) -> int:
+    memory = spec.checkpointing.memory
+    return int(memory.budget) if memory is not None else 0
 
 
 def _asks(spec: JobSpec) -> NodeAsks:
@@ -157,7 +171,10 @@ def _asks(spec: JobSpec) -> NodeAsks:
             "volume_sizes": tuple((v.name, int(v.size)) for v in spec.volumes or [] if v.size),
             "volume_classes": tuple((v.name, str(v.storage_class)) for v in spec.volumes or [] if v.storage_class),
             "cpus": int(spec.resources.cpus_per_node or 0),
-            "memory": int(spec.resources.memory_per_node or 0),
+            # The memory checkpoints a machine holds for the job (its own node's and its buddies') come
+            # out of the same free memory as the node's processes.
+            "memory": int(spec.resources.memory_per_node or 0) + _memory_budget(spec),
+            "memory_checkpoints": _memory_budget(spec),
             "labels": tuple(sorted((str(k), str(v)) for k, v in (spec.placement.labels or {}).items())),
             "python": str(spec.function.python if spec.function else "")}
 

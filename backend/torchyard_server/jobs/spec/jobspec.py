@@ -103,12 +103,28 @@ class Scaling(StoredValue):
     warmup_steps: int = 0
 
 
+# checkpointing.memory.budget's default: what a job may hold in each of its machines' memory.
+DEFAULT_MEMORY_BUDGET = 4 << 30
+
+
+@dataclass
+class MemoryCheckpointing(StoredValue):
+    """checkpointing.memory: checkpoints held in the agents' memory, each copied to other machines."""
+
+    every_n_steps: int = shown(1, help_text="a memory checkpoint every N steps (sdk.checkpoint.memory_due)")
+    replicas: int = shown(1, help_text="copies on other machines of the job (buddies), beside the saving machine's")
+    budget: int = shown(DEFAULT_MEMORY_BUDGET, help_text="bytes the job may hold in each machine's memory: two saves")
+
+
 @dataclass
 class Checkpointing(StoredValue):
     enabled: bool = True
     every_n_steps: int | str = shown(200, field=EveryNStepsField)
     store: str = shown("default", choices=["default", "local", "s3"])
     keep: int = 3
+    memory: MemoryCheckpointing | None = None
+    OMIT_WHEN_NONE: ClassVar = frozenset({"memory"})
+    NESTED: ClassVar = {"memory": MemoryCheckpointing}
 
 
 @dataclass

@@ -37,3 +37,7 @@ def recipe_catalog() -> list[dict[str, str]]:
 # The built-in recipes that train through sdk.resilient, whose ranks fault_tolerance.mode in_place can
 # replace alone.
 IN_PLACE_RECIPES = ("examples/mlp_ddp.py",)
+
+# The built-in recipes whose state every rank holds whole (DDP): what a memory checkpoint
+# (checkpointing.memory) copies. The sharded ones save through torch.distributed.checkpoint to disk/S3.
+MEMORY_RECIPES = ("examples/mlp_ddp.py",)

@@ -28,6 +28,7 @@ from torchyard import protocol
 from torchyard.sdk import context, distributed, events
 from torchyard.sdk.checkpoint import background
 from torchyard.sdk.checkpoint import cadence as cadence_module
+from torchyard.sdk.checkpoint import memory as memory_tier
 from torchyard.sdk.checkpoint.background import PendingSave
 from torchyard.sdk.checkpoint.cadence import AUTO, Cadence
 from torchyard.sdk.checkpoint.hashing import hash_file, skip_torch_crc32
@@ -54,6 +55,7 @@ __all__ = [
     "checkpoint_url",
     "every_n_steps",
     "load_latest",
+    "memory_due",
     "open_store",
     "restore_rng",
     "rng_state",
@@ -323,8 +325,12 @@ def save(
     keep: int | None = None,
     async_: bool = False,
     epoch: int | None = None,
+    tier: str = "disk",
 ) -> bool | PendingSave:
     """Save a checkpoint of ``state`` at ``step``; every rank must call it. Returns True once committed.
+
+    ``tier="memory"`` keeps it in memory instead of the store (checkpointing.memory; ask
+    ``memory_due(step)`` when): see save_to_memory.
 
     Replicated state (plain DDP: every rank holds the same weights) is written by rank 0 alone;
     with ``sharded=True`` every rank writes its own ``state``. ``metadata`` (JSON-able) goes into the
@@ -345,6 +351,10 @@ def save(
     process group for the checkpoints' own collectives (every rank calls save, so every rank joins).
     Call ``wait()`` before destroying the process group yourself.
     """
+    if tier == "memory":
+        return save_to_memory(state, step, metadata=metadata, epoch=epoch, sharded=sharded)
+    if tier != "disk":
+        raise ValueError(f"tier must be 'disk' or 'memory', not {tier!r}")
     started = time.perf_counter()
     step = int(step)
     background.wait(why=f"checkpoint at step {step}")
@@ -534,12 +544,150 @@ def _commit(
     return True
 
 
+# --- the memory tier (checkpointing.memory) ----------------------------------------------------------
+_replicator = memory_tier.Replicator()
+_memory_warned = ""
+MEMORY_FILE = "state.pt"
+
+
+def memory_due(step: int) -> bool:
+    """Whether the job keeps a checkpoint in memory at ``step`` (checkpointing.memory.every_n_steps;
+    never when the job keeps none). Every rank gets the same answer."""
+    every = memory_tier.every_n_steps()
+    return every > 0 and int(step) % every == 0
+
+
+def _memory_warning(message: str) -> None:
+    """Said once until it changes: a buddy that is down would otherwise say it at every step."""
+    global _memory_warned
+    if message != _memory_warned:
+        _warn(message)
+        _memory_warned = message
+
+
+def save_to_memory(state: Any, step: int, *, metadata: dict[str, Any] | None = None, epoch: int | None = None,
+                   sharded: bool = False) -> bool | PendingSave:
+    """Keep a checkpoint of ``state`` at ``step`` in memory: this machine's agent's and its buddies' on
+    other machines (checkpointing.memory.replicas), committed in the job's checkpoints as the memory
+    tier. A recovery resumes from the newest checkpoint that survives, memory or disk: the saving
+    machine's copy when it lived, a buddy's when it did not, the store's when both are gone.
+
+    Every rank calls it; the state is a replica every rank holds (DDP), so rank 0 keeps it for all and
+    the others return True at once. Like an async save it copies the state into host buffers (reused
+    from save to save) while the loop waits, then serializes it and sends it to the holders side by
+    side on a background thread, and returns a PendingSave; the next save waits for it. A failure
+    (a holder down, the budget full) warns and commits nothing: training goes on, and the previous
+    checkpoint stays the one to recover from."""
+    if sharded:
+        raise ValueError("memory checkpoints keep a replicated state (DDP's); save a sharded state with tier='disk'")
+    step = int(step)
+    holders: list[memory_tier.Holder] = list(memory_tier.settings().get("holders") or [])
+    if not holders:
+        _memory_warning("this job keeps no memory checkpoints (checkpointing.memory is not set): nothing saved")
+        return False
+    if context.rank() != 0:
+        return True
+    started = time.perf_counter()
+    background.wait()  # the previous save first: one in flight, and its buffers are the ones reused
+    described = describe_state(state, epoch)
+    try:
+        staged = _stager.stage(state)
+    except Exception as exc:  # noqa: BLE001 - a save never ends training
+        _memory_warning(f"memory checkpoint at step {step} not kept: cannot copy the state ({exc!r})")
+        return False
+    metadata = copy.deepcopy(metadata)
+    blocking = time.perf_counter() - started
+
+    def work(background_started: float) -> bool:
+        return _keep_in_memory(staged, step, holders, metadata, described, blocking, background_started)
+
+    return background.start(step, blocking, work)
+
+
+def _keep_in_memory(staged: Any, step: int, holders: list[memory_tier.Holder], metadata: dict | None,
+                    described: StateDescription, blocking: float, background_started: float) -> bool:
+    import hashlib
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    with skip_torch_crc32():
+        torch.save(staged, buffer)
+    data = buffer.getbuffer()
+    try:
+        sha256 = hashlib.sha256(data).hexdigest()
+        path = memory_tier.job_path(_job_id() or 0, step, MEMORY_FILE)
+        machines = _replicator.put_all(holders, path, data, sha256)
+        size = len(data)
+    except memory_tier.MemoryTierError as exc:
+        _memory_warning(f"memory checkpoint at step {step} not kept: {exc}")
+        return False
+    finally:
+        data.release()
+    timing: SaveTiming = {"async": True, "blocking_seconds": round(blocking, 3),
+                          "background_seconds": round(time.perf_counter() - background_started, 3)}
+    manifest = _build_manifest(step, [], False, metadata, timing, described)
+    manifest["files"] = [{"path": MEMORY_FILE, "size": size, "sha256": sha256, "holders": machines}]
+    manifest["total_bytes"] = size
+    manifest["tier"] = "memory"
+    uri = f"{protocol.MEMORY_SCHEME}job-{_job_id()}/step-{step}"
+    try:
+        events.emit_checkpoint(step, uri, manifest)
+    except OSError as exc:
+        _memory_warning(f"memory checkpoint at step {step} kept but not announced: {exc!r}")
+        return False
+    global _memory_warned
+    _memory_warned = ""  # the next failure is news again
+    return True
+
+
+def _load_from_memory(map_location: Any, weights_only: bool) -> tuple[Any, int, Manifest] | None:
+    """The memory checkpoint the control plane chose to resume from (TORCHYARD_RESUME_MANIFEST is a
+    memory:// URI), read from the first living holder whose copy is whole; None, said, when there is
+    none or a rank cannot read it (every rank then goes on to the store's checkpoints together)."""
+    uri = os.environ.get(protocol.ENV_RESUME_MANIFEST, "").strip()
+    if not uri.startswith(protocol.MEMORY_SCHEME):
+        return None
+    resume = memory_tier.settings().get("resume") or {}
+    manifest: Manifest | None = resume.get("manifest")
+    holders: list[memory_tier.Holder] = list(resume.get("holders") or [])
+    state, machine, why = None, "", None
+    files: list[Any] = list(manifest["files"]) if manifest is not None else []
+    entry = next((f for f in files if f.get("path") == MEMORY_FILE), None)
+    if manifest is None or entry is None:
+        why = "the control plane sent no manifest for it"
+    elif not holders:
+        why = "no living machine holds it"
+    else:
+        try:
+            data, machine = memory_tier.fetch(holders, memory_tier.job_path(_job_id() or 0, manifest["step"], MEMORY_FILE),
+                                              int(entry["size"]), str(entry["sha256"]))
+            import io
+
+            import torch
+
+            state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
+        except memory_tier.MemoryTierError as exc:
+            why = str(exc)
+        except Exception as exc:  # noqa: BLE001 - an unloadable copy is a checkpoint to skip
+            why = f"it does not load ({exc!r})"
+    if _all_agree(why is None) and manifest is not None:
+        if context.rank() == 0:
+            print(f"[torchyard] resuming from the memory checkpoint at step {manifest['step']}, "
+                  f"held by {machine}", file=sys.stderr, flush=True)
+        return state, int(manifest["step"]), manifest
+    _warn(f"rank {context.rank()}: the memory checkpoint {uri} cannot be read"
+          f"{': ' + why if why else ' on another rank'}; resuming from the store's newest checkpoint instead")
+    return None
+
+
 # --- load -----------------------------------------------------------------------------------------
 def _candidates() -> list[tuple[str, str]]:
     """(store URL, step dir) to try in order: the resume manifest or LATEST, then older commits."""
     resume = os.environ.get(protocol.ENV_RESUME_MANIFEST, "").strip()
     root, first = checkpoint_url(), None
-    if resume:
+    if resume and not resume.startswith(protocol.MEMORY_SCHEME):  # a memory one was tried first
         try:
             root, first = split_manifest_uri(resume)
         except ValueError as exc:
@@ -649,8 +797,8 @@ def _read_manifest(store: Store, step_dir: str) -> Manifest | None:
 def load_latest(*, into: Any = None, map_location: Any = "cpu", weights_only: bool = True):
     """The newest good checkpoint as ``(state, step, manifest)``, or None when there is none.
 
-    Tries the manifest named by TORCHYARD_RESUME_MANIFEST (set by the control plane on relaunch),
-    else the one LATEST names, else the newest committed; every file is checked against the size and
+    Tries the manifest named by TORCHYARD_RESUME_MANIFEST (set by the control plane on relaunch: a
+    memory checkpoint's is read from a machine that holds it, see save_to_memory), else the one LATEST names, else the newest committed; every file is checked against the size and
     sha256 in its manifest, and a checkpoint that fails is reported and skipped for the previous
     committed one. In a distributed run call it after sdk.init_process_group(), on every rank: ranks
     agree on the checkpoint, so none resumes from a different step.
@@ -665,6 +813,9 @@ def load_latest(*, into: Any = None, map_location: Any = "cpu", weights_only: bo
     the saving run's; ``state`` is then ``into``. ``into`` is not used for replicated checkpoints.
     """
     background.wait(why="load_latest")  # this process's own save in flight commits first
+    from_memory = _load_from_memory(map_location, weights_only)
+    if from_memory is not None:
+        return from_memory
     candidates = None
     # Without a process group (in_place: torchft's groups are the replicas') every rank reads for itself.
     reads = context.rank() == 0 or not _group_active()

@@ -28,6 +28,7 @@ export function CheckpointsPanel({ jobId, seen }: { jobId: number; seen: number 
             <tr>
               <th>Step</th>
               <th>Attempt</th>
+              <th title="The store (disk/S3), or the memory of the machines that hold it (checkpointing.memory)">Kept in</th>
               <th>Committed</th>
               <th>Size</th>
               <th title="How long save() held the training loop (the slowest rank)">Blocked</th>
@@ -43,16 +44,23 @@ export function CheckpointsPanel({ jobId, seen }: { jobId: number; seen: number 
                   {c.verified ? '' : ' (corrupt)'}
                 </td>
                 <td>{c.attempt}</td>
+                <td>{c.tier === 'memory' ? `memory: ${memoryHolders(c.files).join(', ')}` : 'store'}</td>
                 <td>{formatDateTime(c.committed_at)}</td>
                 <td>{formatBytes(c.total_bytes)}</td>
                 <td>{formatSaveSeconds(c.blocking_seconds)}</td>
                 <td>{c.saved_async ? formatSaveSeconds(c.background_seconds) : c.blocking_seconds == null ? '—' : 'sync'}</td>
                 <td className="mono checkpoint-files">
-                  {c.files.map((f) => (
-                    <a key={f.path} href={checkpointFileUrl(jobId, c.id, f.path)} download>
-                      {f.path}
-                    </a>
-                  ))}
+                  {c.files.map((f) =>
+                    c.tier === 'memory' ? (
+                      <span key={f.path} title="held in the agents' memory: nothing to download">
+                        {f.path}
+                      </span>
+                    ) : (
+                      <a key={f.path} href={checkpointFileUrl(jobId, c.id, f.path)} download>
+                        {f.path}
+                      </a>
+                    ),
+                  )}
                 </td>
               </tr>
             ))}
@@ -61,4 +69,10 @@ export function CheckpointsPanel({ jobId, seen }: { jobId: number; seen: number 
       )}
     </section>
   )
+}
+
+/** The machines holding every file of a memory checkpoint, in the order the first file names them. */
+function memoryHolders(files: { holders?: string[] }[]): string[] {
+  const [first, ...rest] = files
+  return (first?.holders ?? []).filter((m) => rest.every((f) => f.holders?.includes(m)))
 }
