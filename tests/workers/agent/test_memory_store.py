@@ -76,18 +76,22 @@ def test_a_save_is_kept_and_read_back_whole_from_any_holder(server, keyed):
         other.server_close()
 
 
-def test_a_holder_refuses_a_wrong_key_a_torn_body_and_an_unknown_job(server, keyed):
+def test_a_holder_refuses_a_wrong_key_and_an_unknown_job_and_a_reader_a_corrupt_copy(server, keyed):
     server.holder.admit(3, KEY, 1 << 20)
     status, body = _request(server, "GET", "/jobs/3", key="wrong")
     assert status == 403 and b"wrong memory key" in body
     status, body = _request(server, "GET", "/jobs/4")
     assert status == 404 and b"job 4 holds no memory checkpoints here" in body
-    status, body = _request(server, "PUT", "/jobs/3/steps/1/state.pt", body=b"abc",
-                            headers={"X-Sha256": hashlib.sha256(b"abd").hexdigest()})
-    assert status == 400 and b"sha256" in body
     with pytest.raises(memory_tier.MemoryTierError, match="m1 answered 404"):
         memory_tier.fetch([_holder(server)], memory_tier.job_path(3, 1, "state.pt"), 3,
                           hashlib.sha256(b"abc").hexdigest())
+    # A copy that does not match its manifest's sha256 is not taken.
+    status, _ = _request(server, "PUT", "/jobs/3/steps/1/state.pt", body=b"abc",
+                         headers={"X-Sha256": hashlib.sha256(b"abd").hexdigest()})
+    assert status == 201
+    with pytest.raises(memory_tier.MemoryTierError, match="m1's copy fails its sha256 check"):
+        memory_tier.fetch([_holder(server)], memory_tier.job_path(3, 1, "state.pt"), 3,
+                          hashlib.sha256(b"abd").hexdigest())
 
 
 def test_the_budget_keeps_the_newest_steps_and_refuses_what_cannot_fit_beside_the_last(server, keyed):
