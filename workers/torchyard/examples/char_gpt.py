@@ -266,6 +266,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rank {rank}: resumed from checkpoint at step {start}", flush=True)
     ddp_model = sdk.wrap_ddp(model)
 
+    def checkpoint_state(step: int) -> tuple[dict, int]:
+        """What a checkpoint keeps, and the epoch it is in; every rank builds it (the data's gathers the positions)."""
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": sdk.checkpoint.rng_state()}
+        if isinstance(data, LineData):
+            state["data"] = data.lines.state_dict()  # every rank: it gathers the positions
+            return state, data.lines.position.epoch  # passes over this rank's shards
+        return state, step * global_batch // data.epoch_windows
+
     sdk.set_total_steps(args.steps)  # progress and ETA on the job's page
     window_start, window_tokens = time.perf_counter(), 0
     for step in range(start + 1, args.steps + 1):
@@ -298,17 +306,16 @@ def main(argv: list[str] | None = None) -> int:
         # Preempted: save now on every rank and yield; the job resumes from this step later.
         preempted = sdk.should_yield() and not last
         if cadence.due(step) or (cadence.enabled and last) or preempted:
-            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": sdk.checkpoint.rng_state()}
-            if isinstance(data, LineData):
-                state["data"] = data.lines.state_dict()  # every rank: it gathers the positions
-                epoch = data.lines.position.epoch  # passes over this rank's shards
-            else:
-                epoch = step * global_batch // data.epoch_windows
+            state, epoch = checkpoint_state(step)
             with sdk.preemption.committing():
                 saved = sdk.checkpoint.save(state, step, metadata={"recipe": "char_gpt", "loss": loss.item()},
                                             epoch=epoch)
             if preempted and saved:
                 sdk.yield_for_preemption(step)
+        elif sdk.checkpoint.memory_due(step):
+            # checkpointing.memory: this machine's memory and its buddy's, between the store's saves.
+            state, epoch = checkpoint_state(step)
+            sdk.checkpoint.save(state, step, metadata={"recipe": "char_gpt"}, epoch=epoch, tier="memory")
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
 

@@ -40,4 +40,4 @@ IN_PLACE_RECIPES = ("examples/mlp_ddp.py",)
 
 # The built-in recipes whose state every rank holds whole (DDP): what a memory checkpoint
 # (checkpointing.memory) copies. The sharded ones save through torch.distributed.checkpoint to disk/S3.
-MEMORY_RECIPES = ("examples/mlp_ddp.py",)
+MEMORY_RECIPES = ("examples/mlp_ddp.py", "examples/char_gpt.py")

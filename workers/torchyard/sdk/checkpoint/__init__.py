@@ -557,12 +557,12 @@ def memory_due(step: int) -> bool:
     return every > 0 and int(step) % every == 0
 
 
-def _memory_warning(message: str) -> None:
-    """Said once until it changes: a buddy that is down would otherwise say it at every step."""
+def _memory_warning(why: str, step: int | None = None) -> None:
+    """Said once until the reason changes: a buddy that is down would otherwise say it at every step."""
     global _memory_warned
-    if message != _memory_warned:
-        _warn(message)
-        _memory_warned = message
+    if why != _memory_warned:
+        _warn(why if step is None else f"memory checkpoint at step {step} not kept: {why}")
+        _memory_warned = why
 
 
 def save_to_memory(state: Any, step: int, *, metadata: dict[str, Any] | None = None, epoch: int | None = None,
@@ -593,7 +593,7 @@ def save_to_memory(state: Any, step: int, *, metadata: dict[str, Any] | None = N
     try:
         staged = _stager.stage(state)
     except Exception as exc:  # noqa: BLE001 - a save never ends training
-        _memory_warning(f"memory checkpoint at step {step} not kept: cannot copy the state ({exc!r})")
+        _memory_warning(f"cannot copy the state ({exc!r})", step)
         return False
     metadata = copy.deepcopy(metadata)
     blocking = time.perf_counter() - started
@@ -621,7 +621,7 @@ def _keep_in_memory(staged: Any, step: int, holders: list[memory_tier.Holder], m
         machines = _replicator.put_all(holders, path, data, sha256)
         size = len(data)
     except memory_tier.MemoryTierError as exc:
-        _memory_warning(f"memory checkpoint at step {step} not kept: {exc}")
+        _memory_warning(str(exc), step)
         return False
     finally:
         data.release()
@@ -635,7 +635,7 @@ def _keep_in_memory(staged: Any, step: int, holders: list[memory_tier.Holder], m
     try:
         events.emit_checkpoint(step, uri, manifest)
     except OSError as exc:
-        _memory_warning(f"memory checkpoint at step {step} kept but not announced: {exc!r}")
+        _memory_warning(f"kept but not announced ({exc!r})", step)
         return False
     global _memory_warned
     _memory_warned = ""  # the next failure is news again
