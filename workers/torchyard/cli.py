@@ -378,8 +378,11 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     if not checkpoints:
         print(f"job {args.job} has no committed checkpoint")
     for c in checkpoints:
+        # A memory checkpoint says which machines hold it; the store's its manifest's URI.
+        holders = sorted({h for f in c["files"] for h in f.get("holders") or []})
+        where = f"{c['uri']} (in memory on {', '.join(holders)})" if c.get("tier") == "memory" else c["uri"]
         print(f"step {c['step']:<8} attempt {c['attempt']:<3} world {c['world_size']:<4} "
-              f"{c['total_bytes'] / 1e6:9.1f} MB  {len(c['files'])} file(s)  {c['uri']}")
+              f"{c['total_bytes'] / 1e6:9.1f} MB  {len(c['files'])} file(s)  {where}")
     return 0
 
 
