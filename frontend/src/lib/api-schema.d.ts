@@ -1066,7 +1066,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description `/api/network/local_job_status/{job_id}`: what TransformerLab's coordinator machine polled, the job's status. */
+        /**
+         * @description `/api/network/local_job_status/{job_id}`: what TransformerLab's coordinator machine polled, the job's
+         *     status; the ids and answers of `distributed/status/{job_id}`.
+         */
         get: operations["network_local_job_status_retrieve"];
         put?: never;
         post?: never;
@@ -1138,7 +1141,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description `/api/network/machines/{id}/job_status/{job_id}`: the job's status with its nodes on that machine. */
+        /**
+         * @description `/api/network/machines/{id}/job_status/{job_id}`: the job's status with its nodes on that machine
+         *     (ranks of a per-rank dispatch still coming in: those that target it).
+         */
         get: operations["network_machines_job_status_retrieve"];
         put?: never;
         post?: never;
@@ -1175,7 +1181,8 @@ export interface paths {
         put?: never;
         /**
          * @description `/api/network/machines/{id}/stop_job/{job_id}`: stops the job, all of its nodes (one node
-         *     alone cannot stop: the job would recover it), as `POST /api/jobs/{id}/stop`.
+         *     alone cannot stop: the job would recover it), as `POST /api/jobs/{id}/stop`, and answers its
+         *     nodes on that machine; ranks of a per-rank dispatch still coming in are dropped, all of them.
          */
         post: operations["network_machines_stop_job_create"];
         delete?: never;
@@ -2170,7 +2177,7 @@ export interface components {
         ExecuteJobIn: {
             /** @description the JobSpec (DESIGN.md section 4) */
             job_data: components["schemas"]["JobSpec"];
-            /** @description the caller's own id for the job (dist_job_123), given back as seed_job_id: distributed/status/{job_id} and distributed/stop/{job_id} take it. Never digits (Torchyard's job ids) nor plan-<number> (a plan's) */
+            /** @description the caller's own id for the job (dist_job_123), given back as seed_job_id: every route with a {job_id} takes it (distributed/status, distributed/stop, machines/{id}/job_status, local_job_status, ...). Never digits (Torchyard's job ids) nor plan-<number> (a plan's: distributed/dispatch runs a plan) */
             job_id?: string | null;
             /** @description a machine's name, id or host: the whole job on it; else where the planner chooses */
             target_machine?: string;
@@ -8700,7 +8707,8 @@ export interface operations {
             };
             header?: never;
             path: {
-                job_id: number;
+                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id you named a job of yours with (dist_job_123: a whole job's, a per-rank dispatch's, execute_job's) */
+                job_id: string;
                 key: string;
             };
             cookie?: never;
@@ -8758,7 +8766,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                job_id: number;
+                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id you named a job of yours with (dist_job_123: a whole job's, a per-rank dispatch's, execute_job's) */
+                job_id: string;
             };
             cookie?: never;
         };
@@ -8815,7 +8824,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                job_id: number;
+                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id you named a job of yours with (dist_job_123: a whole job's, a per-rank dispatch's, execute_job's) */
+                job_id: string;
             };
             cookie?: never;
         };
@@ -9242,7 +9252,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                job_id: number;
+                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id you named a job of yours with (dist_job_123: a whole job's, a per-rank dispatch's, execute_job's) */
+                job_id: string;
                 machine_id: number;
             };
             cookie?: never;
@@ -9357,7 +9368,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                job_id: number;
+                /** @description Torchyard's job id (digits), a plan's job_id (plan-12), or the job_id you named a job of yours with (dist_job_123: a whole job's, a per-rank dispatch's, execute_job's) */
+                job_id: string;
                 machine_id: number;
             };
             cookie?: never;

@@ -181,8 +181,8 @@ def test_a_dispatch_may_not_name_its_job_with_digits(api, two_machines):
 
 # --- unknown and malformed ids ---------------------------------------------------------------------
 @pytest.mark.parametrize(("job_id", "code", "says"), [
-    ("999999", 404, "no such job."),
-    ("99999999999999999999999", 404, "no job 99999999999999999999999."),
+    ("999999", 404, "no job 999999: there is no Torchyard job 999999 that you may see."),
+    ("99999999999999999999999", 404, "no job 99999999999999999999999: there is no Torchyard job"),
     ("plan-999999", 404, "no plan plan-999999: there is no task 999999 that you may see."),
     ("plan-abc", 404, "no job 'plan-abc': neither a Torchyard job id (digits), a plan's job_id (plan-12) nor the "
                       "job_id you gave a job of yours."),

@@ -161,5 +161,5 @@ def test_a_remote_job_may_not_be_named_with_digits(api, two_machines):
     assert refused.status_code == 400
     assert refused.json()["job_id"] == [
         "42 is a Torchyard job id (digits name a submitted job on every route): name your job with letters "
-        "(dist_job_123), or give a plan's job_id (plan-12)."]
+        "(dist_job_123), or leave job_id out."]
     assert not Job.objects.exists()

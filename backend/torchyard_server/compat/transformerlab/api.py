@@ -26,27 +26,25 @@ from ...celery import app as celery_app
 from ...jobs.control.admission import admit_spec
 from ...jobs.control.dispatch import job_preview_plan
 from ...jobs.control.grants import bundle_grant
-from ...jobs.control.stop import job_stop
 from ...jobs.control.submit import job_submit
 from ...jobs.intake.sections import RuntimeSerializer
 from ...jobs.intake.serializer import JobSpecSerializer
 from ...jobs.models import Job
 from ...jobs.placement.candidates import Need, machine_candidates
 from ...jobs.placement.planner import order_machines
-from ...jobs.selectors import job_visible_or_404
 from ...jobs.spec.jobspec import JobSpec
 from ...machines.api import MachineDetailView, force_requested
 from ...machines.models import Machine
 from ...machines.selectors import machine_list
 from ...machines.serializers import MachineOut
 from ...machines.services import machine_delete
-from ...projects.permissions import CanSubmitSomewhere, IsStaff, require_job_control
+from ...projects.permissions import CanSubmitSomewhere, IsStaff
 from ...rest.openapi import ErrorOut
 from ...rest.renderers import DOWNLOAD_RENDERERS
 from ...rest.strict import StrictFields
 from ...templates.services import on_one_machine
 from .dispatch import RankDispatchIn, dispatch_rank, is_rank_dispatch, machine_called
-from .ids import job_find_status, job_find_stop
+from .ids import found_label, job_find_job, job_find_status, job_find_stop
 from .named import NamedDispatchIn, is_named_dispatch, named_job_submit
 from .payloads import DistributedTrainingConfig, job_status, seed_body
 from .plans import (
@@ -285,35 +283,27 @@ class DispatchToMachineView(APIView):
 
 
 # --- a job on one machine (the seed's remote jobs) ---------------------------------------------------
-def _job_on_machine(user, job_id: int, machine_id: int) -> tuple[Job, Machine]:
-    """The job, if this user may see it and it has, or is pinned to, a node on the machine; else 404."""
-    machine = get_object_or_404(Machine, pk=machine_id)
-    job = job_visible_or_404(user=user, job_id=job_id)
-    pinned = (job.spec.get("placement") or {}).get("machines") or []
-    if not any(n.machine_id == machine.pk for n in job.nodes.all()) and not {machine.name, str(machine.pk)} & set(pinned):
-        raise NotFound(f"job {job.pk} has no node on machine {machine.name}.")
-    return job, machine
-
-
+# Their job ids are the status route's (ids.py), and what one names must be on the machine: a job with
+# a node there or pinned to it, ranks coming in one of which targets it; else a 404 saying so.
 class MachineJobStatusView(APIView):
-    """`/api/network/machines/{id}/job_status/{job_id}`: the job's status with its nodes on that machine."""
+    """`/api/network/machines/{id}/job_status/{job_id}`: the job's status with its nodes on that machine
+    (ranks of a per-rank dispatch still coming in: those that target it)."""
 
-    @extend_schema(responses=DistributedJobStatusOut)
-    def get(self, request, machine_id: int, job_id: int):
-        job, machine = _job_on_machine(request.user, job_id, machine_id)
-        return Response(_status(job, machine_id=machine.pk))
+    @extend_schema(parameters=[JOB_ID], responses=DistributedJobStatusOut)
+    def get(self, request, machine_id: int, job_id: str):
+        machine = get_object_or_404(Machine, pk=machine_id)
+        return Response(DistributedJobStatusOut(job_find_status(user=request.user, job_id=job_id, machine=machine)).data)
 
 
 class MachineStopJobView(APIView):
     """`/api/network/machines/{id}/stop_job/{job_id}`: stops the job, all of its nodes (one node
-    alone cannot stop: the job would recover it), as `POST /api/jobs/{id}/stop`."""
+    alone cannot stop: the job would recover it), as `POST /api/jobs/{id}/stop`, and answers its
+    nodes on that machine; ranks of a per-rank dispatch still coming in are dropped, all of them."""
 
-    @extend_schema(request=None, responses=DistributedJobStatusOut)
-    def post(self, request, machine_id: int, job_id: int):
-        job, machine = _job_on_machine(request.user, job_id, machine_id)
-        require_job_control(request.user, job)
-        job_stop(job_id=job.pk, reason=f"stopped by {request.user.username}")
-        return Response(_status(Job.objects.get(pk=job.pk), machine_id=machine.pk))
+    @extend_schema(parameters=[JOB_ID], request=None, responses=DistributedJobStatusOut)
+    def post(self, request, machine_id: int, job_id: str):
+        machine = get_object_or_404(Machine, pk=machine_id)
+        return Response(DistributedJobStatusOut(job_find_stop(user=request.user, job_id=job_id, machine=machine)).data)
 
 
 class ExecuteJobView(APIView):
@@ -337,11 +327,12 @@ class ExecuteJobView(APIView):
 
 
 class LocalJobStatusView(APIView):
-    """`/api/network/local_job_status/{job_id}`: what TransformerLab's coordinator machine polled, the job's status."""
+    """`/api/network/local_job_status/{job_id}`: what TransformerLab's coordinator machine polled, the job's
+    status; the ids and answers of `distributed/status/{job_id}`."""
 
-    @extend_schema(responses=DistributedJobStatusOut)
-    def get(self, request, job_id: int):
-        return Response(_status(job_visible_or_404(user=request.user, job_id=job_id)))
+    @extend_schema(parameters=[JOB_ID], responses=DistributedJobStatusOut)
+    def get(self, request, job_id: str):
+        return Response(DistributedJobStatusOut(job_find_status(user=request.user, job_id=job_id)).data)
 
 
 class PrepareDependenciesIn(StrictFields, serializers.Serializer):
@@ -390,27 +381,31 @@ class PrepareDependenciesView(APIView):
 
 
 # --- a job's output files (its artifacts) ---------------------------------------------------------
+# Their job ids are the status route's (ids.py); one that names no job yet (ranks still coming in, a plan
+# never queued) is a 404 saying why.
 class LocalJobFileView(APIView):
     """`/api/network/local_job_file/{job_id}/{key}`: the output file at path `key` (the newest
     attempt's, the lowest node rank's when several nodes wrote it)."""
 
     renderer_classes = DOWNLOAD_RENDERERS
 
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
-    def get(self, request, job_id: int, key: str):
-        job = job_visible_or_404(user=request.user, job_id=job_id)
-        artifact = job.artifacts.filter(path=key).order_by("-attempt", "node_rank").first()
+    @extend_schema(parameters=[JOB_ID], responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+    def get(self, request, job_id: str, key: str):
+        found = job_find_job(user=request.user, job_id=job_id)
+        assert found.job is not None
+        artifact = found.job.artifacts.filter(path=key).order_by("-attempt", "node_rank").first()
         if artifact is None:
-            raise NotFound(f"job {job_id} has no output file {key!r}.")
+            raise NotFound(f"job {found_label(found)} has no output file {key!r}.")
         return artifact_response(artifact)
 
 
 class LocalJobOutputView(APIView):
     """`/api/network/local_job_output/{job_id}`: the job's status, its output files and its last log lines."""
 
-    @extend_schema(responses=LocalJobOutputOut)
-    def get(self, request, job_id: int):
-        job = job_visible_or_404(user=request.user, job_id=job_id)
+    @extend_schema(parameters=[JOB_ID], responses=LocalJobOutputOut)
+    def get(self, request, job_id: str):
+        job = job_find_job(user=request.user, job_id=job_id).job
+        assert job is not None
         lines = job.events.filter(type="log").order_by("-id")[:100]
         return Response({
             "job_id": job.pk,

@@ -1,5 +1,7 @@
 """One reading of a TransformerLab `job_id` for every route that takes one (`distributed/status/{id}`,
-`distributed/stop/{id}`, `distributed_jobs/{id}/status`):
+`distributed/stop/{id}`, `distributed_jobs/{id}/status`, `machines/{machine_id}/job_status/{id}`,
+`machines/{machine_id}/stop_job/{id}`, `local_job_status/{id}`, `local_job_output/{id}`,
+`local_job_file/{id}/{key}`):
 
 - digits (`57`): Torchyard's job id, as `/api/jobs/57`;
 - `plan-<digits>` (`plan-12`): the job a plan became. The newest job submitted from the plan's task
@@ -10,7 +12,8 @@
   job of that name, or its ranks while they are still coming in.
 
 Digits stay Torchyard's job ids everywhere (the routes took only those before), so a plan answers
-its id with the `plan-` prefix, and no job of a user's may be named with digits."""
+its id with the `plan-` prefix, and no job of a user's may be named with digits. An id that names
+nothing this user may see is a 404 naming it; one over 100 characters a 400 on `job_id`."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from rest_framework.exceptions import NotFound
 from ...jobs.control.stop import job_stop
 from ...jobs.models import Job
 from ...jobs.selectors import job_visible_or_404
+from ...machines.models import Machine
 from ...projects.permissions import require_job_control
 from ...templates.models import JobTemplate
 from ...templates.selectors import template_latest_job, template_visible_or_404
@@ -50,14 +54,22 @@ def _newest(rows: list[RankDispatch], job: Job | None) -> bool:
     return bool(rows) and (job is None or max(r.created_at for r in rows) > job.created_at)
 
 
+def _torchyard_job(*, user: Any, job_id: str) -> Job:
+    """The job of Torchyard's id `job_id` (digits), if this user may see it; else a 404 naming the id."""
+    if len(job_id) <= 18:  # beyond a bigint no job has that id
+        try:
+            return job_visible_or_404(user=user, job_id=int(job_id))
+        except NotFound:
+            pass
+    raise NotFound(f"no job {job_id}: there is no Torchyard job {job_id} that you may see.")
+
+
 def job_find(*, user: Any, job_id: str) -> Found:
     """What `job_id` names for this user (the module's docstring); 404 with a sentence when nothing."""
     if len(job_id) > MAX_ID:
         raise serializers.ValidationError({"job_id": [f"is {len(job_id)} characters long; a job_id has at most {MAX_ID}."]})
     if is_torchyard_id(job_id):
-        if len(job_id) > 18:  # beyond a bigint: no job has that id
-            raise NotFound(f"no job {job_id}.")
-        return Found(seed_job_id=None, job=job_visible_or_404(user=user, job_id=int(job_id)))
+        return Found(seed_job_id=None, job=_torchyard_job(user=user, job_id=job_id))
     rows = gathering_rows(user=user, key=job_id)
     kept = [r for r in rows if r.job_id is None]
     number = plan_number(job_id)
@@ -98,34 +110,88 @@ def planned_status(task: JobTemplate) -> dict[str, Any]:
     }
 
 
-def job_find_status(*, user: Any, job_id: str) -> dict[str, Any]:
-    found = job_find(user=user, job_id=job_id)
+def found_label(found: Found) -> str:
+    """How answers name the job found: its Torchyard id, and the TransformerLab id it was found by if any."""
+    assert found.job is not None
+    return str(found.job.pk) if found.seed_job_id is None else f"{found.job.pk} ({found.seed_job_id})"
+
+
+def found_on_machine(found: Found, *, job_id: str, machine: Machine) -> None:
+    """404 with a sentence unless what `job_id` names is on `machine`: a job with a node there (any
+    attempt) or pinned to it, or ranks coming in one of which targets it. A plan never queued is on
+    no machine yet."""
     if found.job is not None:
-        return job_status(found.job, seed_job_id=found.seed_job_id)
+        pinned = (found.job.spec.get("placement") or {}).get("machines") or []
+        if any(n.machine_id == machine.pk for n in found.job.nodes.all()) or {machine.name, str(machine.pk)} & set(pinned):
+            return
+        raise NotFound(f"job {found_label(found)} has no node on machine {machine.name}.")
     if found.rows:
-        return gathering_status(job_id, found.rows)
+        if any(r.machine_id == machine.pk for r in found.rows):
+            return
+        raise NotFound(f"no rank of {job_id!r} targets machine {machine.name}: its ranks coming in target "
+                       f"{', '.join(sorted({r.machine.name for r in found.rows}))}.")
+    raise NotFound(f"{job_id} was never queued: it has no node on machine {machine.name} "
+                   f"(GET /api/network/distributed/status/{job_id} answers the plan).")
+
+
+def _nodes_on(answer: dict[str, Any], machine: Machine | None) -> dict[str, Any]:
+    """A DistributedJobStatus with only the nodes on `machine` when given (as job_status's machine_id)."""
+    if machine is None:
+        return answer
+    return {**answer, "nodes": [n for n in answer["nodes"] if n["machine_id"] == machine.pk]}
+
+
+def job_find_status(*, user: Any, job_id: str, machine: Machine | None = None) -> dict[str, Any]:
+    """The status of what `job_id` names; with `machine`, only its nodes there, and a 404 unless it is
+    on that machine (found_on_machine)."""
+    found = job_find(user=user, job_id=job_id)
+    if machine is not None:
+        found_on_machine(found, job_id=job_id, machine=machine)
+    if found.job is not None:
+        return job_status(found.job, machine_id=machine.pk if machine else None, seed_job_id=found.seed_job_id)
+    if found.rows:
+        return _nodes_on(gathering_status(job_id, found.rows), machine)
     assert found.task is not None
     return planned_status(found.task)
 
 
-def job_find_stop(*, user: Any, job_id: str) -> dict[str, Any]:
+def job_find_job(*, user: Any, job_id: str) -> Found:
+    """What `job_id` names, for a route that needs a job (its output, its files): a 404 saying why
+    while there is none yet (its ranks still coming in, a plan never queued)."""
+    found = job_find(user=user, job_id=job_id)
+    if found.job is not None:
+        return found
+    if found.rows:
+        raise NotFound(f"no job {job_id!r} yet: {gathering_status(job_id, found.rows)['status_reason']} (the job "
+                       "is submitted once every rank has come).")
+    assert found.task is not None
+    raise NotFound(f"no job of {job_id} yet: it is {planned_status(found.task)['status_reason']}.")
+
+
+def job_find_stop(*, user: Any, job_id: str, machine: Machine | None = None) -> dict[str, Any]:
     """Stop what `job_id` names: a job, all its nodes; the kept ranks of a per-rank dispatch,
     dropped so that no later rank starts the job; a plan never queued, nothing (there is nothing
-    running, and the plan stays: it is a task, which DELETE /api/tasks/{id} removes)."""
+    running, and the plan stays: it is a task, which DELETE /api/tasks/{id} removes). With
+    `machine`: a 404 unless what it names is on that machine, and the answer's nodes those there
+    (the whole job stops all the same: one node alone cannot, the job would recover it)."""
     found = job_find(user=user, job_id=job_id)
+    if machine is not None:
+        found_on_machine(found, job_id=job_id, machine=machine)
     if found.rows:
         dropped, job = gathering_drop(user=user, key=job_id)
         if job is None and not dropped:
             raise NotFound(f"no job {job_id!r}: its ranks were dropped already.")
         if job is None:
-            return {**gathering_status(job_id, dropped), "status": "stopped", "waiting_for_ranks": [], "status_reason": (
-                f"stopped before every rank came: rank(s) {', '.join(str(r.rank) for r in dropped)} dropped, "
-                "nothing was launched")}
+            return _nodes_on({**gathering_status(job_id, dropped), "status": "stopped", "waiting_for_ranks": [],
+                              "status_reason": (f"stopped before every rank came: rank(s) "
+                                                f"{', '.join(str(r.rank) for r in dropped)} dropped, nothing was launched")},
+                             machine)
         found = Found(seed_job_id=job_id, job=job_visible_or_404(user=user, job_id=job.pk))
     if found.job is not None:
         require_job_control(user, found.job)
         job_stop(job_id=found.job.pk, reason=f"stopped by {user.get_username()}")
-        return job_status(job_visible_or_404(user=user, job_id=found.job.pk), seed_job_id=found.seed_job_id)
+        return job_status(job_visible_or_404(user=user, job_id=found.job.pk), machine_id=machine.pk if machine else None,
+                          seed_job_id=found.seed_job_id)
     assert found.task is not None
     require_job_control(user, found.task)
     return {**planned_status(found.task), "status_reason": (

@@ -45,16 +45,20 @@ def is_torchyard_id(job_id: Any) -> bool:
     return isinstance(job_id, int) or (isinstance(job_id, str) and job_id.isascii() and job_id.isdigit())
 
 
-def own_id_refusal(job_id: str) -> str | None:
-    """Why a caller may not name its own job `job_id` (a per-rank dispatch's, a whole job's), in a
-    sentence; None when it may. Digits are Torchyard's job ids and `plan-<digits>` a plan's on every
-    route, and a `/` cannot travel in a route's path."""
+def own_id_refusal(job_id: str, *, takes_plans: bool = True) -> str | None:
+    """Why a caller may not name its own job `job_id` (a per-rank dispatch's, a whole job's, execute_job's),
+    in a sentence; None when it may. Digits are Torchyard's job ids and `plan-<digits>` a plan's on every
+    route, and a `/` cannot travel in a route's path. `takes_plans`: whether the body may give a plan's
+    job_id instead (dispatch's may; execute_job's runs its job_data, never a plan), which the advice says."""
     if is_torchyard_id(job_id):
+        instead = "or give a plan's job_id (plan-12)" if takes_plans else "or leave job_id out"
         return (f"{job_id} is a Torchyard job id (digits name a submitted job on every route): name your job with "
-                "letters (dist_job_123), or give a plan's job_id (plan-12).")
-    if plan_number(job_id) is not None:
-        return (f"{job_id} reads as a plan's job_id (plan-<number>), which only distributed/plan answers: name your "
-                "own job otherwise (dist_job_123).")
+                f"letters (dist_job_123), {instead}.")
+    if (number := plan_number(job_id)) is not None:
+        return (f"{job_id} is a plan's job_id (plan-<number>, which distributed/plan answers): it names the plan, "
+                f"not a job of your own. Run the plan with POST /api/network/distributed/dispatch "
+                f"{{\"job_id\": \"{job_id}\"}} (or POST /api/tasks/{number}/queue/{{machine_id}}: all of it on one "
+                "machine), or name your own job otherwise (dist_job_123).")
     if "/" in job_id:
         return (f"{job_id!r} has a '/', which the status and stop routes' paths cannot carry: name your job "
                 "without it (dist_job_123).")

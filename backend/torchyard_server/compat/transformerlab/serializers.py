@@ -114,13 +114,14 @@ class ExecuteJobIn(StrictFields, serializers.Serializer):
 
     job_data = JobSpecSerializer(help_text="the JobSpec (DESIGN.md section 4)")
     job_id = serializers.CharField(max_length=100, required=False, allow_null=True, help_text=(
-        "the caller's own id for the job (dist_job_123), given back as seed_job_id: distributed/status/{job_id} "
-        "and distributed/stop/{job_id} take it. Never digits (Torchyard's job ids) nor plan-<number> (a plan's)"))
+        "the caller's own id for the job (dist_job_123), given back as seed_job_id: every route with a {job_id} "
+        "takes it (distributed/status, distributed/stop, machines/{id}/job_status, local_job_status, ...). Never "
+        "digits (Torchyard's job ids) nor plan-<number> (a plan's: distributed/dispatch runs a plan)"))
     target_machine = serializers.CharField(max_length=255, required=False, allow_blank=True, help_text=(
         "a machine's name, id or host: the whole job on it; else where the planner chooses"))
 
     def validate_job_id(self, value: str | None) -> str | None:
-        if value is not None and (refusal := own_id_refusal(value)):
+        if value is not None and (refusal := own_id_refusal(value, takes_plans=False)):
             raise serializers.ValidationError(refusal)
         return value
 
