@@ -23,6 +23,7 @@ from .preferences import api as preferences
 from .projects import api as projects
 from .reports import goodput_api, purge_api, summaries
 from .streaming import api as streaming
+from .sweeps import api as sweeps
 from .usage import api as usage
 from .web import health, metrics
 from .web import views as web
@@ -51,6 +52,10 @@ api = [
     path("api/machines/<int:machine_id>/rotate-token", machines.MachineRotateTokenView.as_view()),
     path("api/cluster/workers", cluster.ClusterWorkersView.as_view()),
     path("api/cluster/resources", cluster.ClusterResourcesView.as_view()),
+    path("api/sweeps", sweeps.SweepListView.as_view()),
+    path("api/sweeps/<int:sweep_id>", sweeps.SweepDetailView.as_view()),
+    path("api/sweeps/<int:sweep_id>/stop", sweeps.SweepStopView.as_view()),
+    path("api/sweeps/<int:sweep_id>/resume", sweeps.SweepResumeView.as_view()),
     path("api/experiments", experiments.RunListView.as_view()),
     path("api/experiments/compare", experiments.RunCompareView.as_view()),
     path("api/experiments/<str:run_id>", experiments.RunDetailView.as_view()),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -27,6 +28,8 @@ from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.machines.services import machine_create, machine_delete
 from torchyard_server.plugins.models import Plugin
 from torchyard_server.projects.models import Membership, Project
+from torchyard_server.sweeps import study as sweep_study
+from torchyard_server.sweeps.models import Sweep
 from torchyard_server.templates.models import JobTemplate
 
 pytestmark = pytest.mark.django_db
@@ -142,6 +145,11 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
     "api/placement-policies": everyone_signed_in,
     "api/cluster/workers": everyone_signed_in,
     "api/cluster/resources": everyone_signed_in,
+    "api/sweeps": {"get": everyone_signed_in, "post": submit},  # each user's visible sweeps only
+    # The sweep is alice's, in lab: bob (a member) may see it but not stop or resume it.
+    "api/sweeps/<int:sweep_id>": job_read,
+    "api/sweeps/<int:sweep_id>/stop": job_control,
+    "api/sweeps/<int:sweep_id>/resume": job_control,
     "api/experiments": everyone_signed_in,  # runs of each user's visible jobs only
     "api/experiments/compare": job_read,  # compares a run of the lab job: hidden from the outsider
     "api/experiments/<str:run_id>": job_read,
@@ -205,8 +213,11 @@ POLICY: dict[str, dict[str, Callable[[str], str]] | Callable[[str], str]] = {
 
 SPEC = {"name": "m", "project": "lab", "entrypoint": "examples/mlp_ddp.py", "args": ["--steps", "2"],
         "distributed": {"backend": "gloo"}}
+SWEEP = {"name": "s", "project": "lab", "trial": {"entrypoint": "examples/mlp_ddp.py"},
+         "space": {"lr": {"loguniform": [1.0e-4, 1.0e-1]}}, "searcher": {"metric": "loss", "max_trials": 2}}
 BODIES = {
     "api/agent/health": {"ok": True, "checks": []},
+    "api/sweeps": SWEEP,
     "api/jobs": SPEC,
     "api/jobs/plan": SPEC,
     "api/network/machines/<int:machine_id>/dispatch_job": SPEC,
@@ -312,9 +323,16 @@ def world(settings, tmp_path, staff, owner, teammate, viewer, outsider):
     bundle.owners.set(users.values())  # bundles stay per uploader: every user here uploaded this one
     Plugin.objects.create(name="lab", project=lab, version="1", entrypoint="main.py", bundle=bundle, owner=users["admin"])
     api_token, _ = api_token_create(user=users["staff"], name="sam's laptop", expires_in=None)
+    # A stopped sweep of lab, alice's (its study made as a sweep's is).
+    searcher = {"name": "tpe", "metric": "loss", "mode": "min", "max_trials": 2, "max_concurrent": 1, "max_failures": 0}
+    sweep = Sweep.objects.create(name="labs", project=lab, owner=users["admin"], status=Sweep.Status.STOPPED,
+                                 study_name=f"matrix-{uuid.uuid4().hex}",
+                                 spec={"name": "labs", "project": "lab", "trial": SPEC, "searcher": searcher,
+                                       "space": {"lr": {"loguniform": [1.0e-4, 1.0e-1]}}})
+    sweep_study.create(sweep.study_name, searcher)
     return {"users": users, "job": job, "api_token": api_token, "machine": machine, "token": token, "revoked": revoked,
             "checkpoint": checkpoint, "artifact": job.artifacts.get(), "bundle": bundle,
-            "template": template}
+            "template": template, "sweep": sweep}
 
 
 def client_for(role: str, world) -> APIClient:
@@ -335,7 +353,7 @@ def url_for(route: str, world) -> str:
         "name": "gpu-a" if "by-name" in route else "lab", "username": world["users"]["viewer"].username,
         "project": "lab",
         "token_id": world["api_token"].pk, "task_id": world["template"].pk, "run_id": f"{world['job'].pk}.0",
-        "rank": 0,
+        "rank": 0, "sweep_id": world["sweep"].pk,
     }
     url = route
     for conv in ("int", "str", "path"):

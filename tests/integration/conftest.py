@@ -8,7 +8,7 @@ from .netns import Cluster, open_cluster
 from .shared import Shared, settle
 from .stack import Stack, start_pg_stack, start_stack, stop_pg_stack
 
-# The integration tier runs on two pytest-xdist workers, a module at a time each (`--dist loadfile`),
+# The integration tier runs on three pytest-xdist workers, a module at a time each (`--dist loadfile`),
 # and a worker done with one module takes the next in collection order. Met last, a long module
 # leaves the other worker idle for its length: these, the longest in the ledger (var/test-ledger.json),
 # go first, longest first; every other module follows in its usual order. A new module of a minute or
@@ -16,7 +16,8 @@ from .stack import Stack, start_pg_stack, start_stack, stop_pg_stack
 LONGEST_FIRST = (
     "test_kill_matrix", "test_ray_jobs", "test_crash_only", "test_job_exits", "test_dashboard_in_a_browser",
     "test_embedded_mode", "test_preemption", "test_agent_distribution", "test_elastic", "test_elastic_hosts",
-    "test_volumes", "test_recovery", "test_s3_checkpoints", "test_functions", "test_warm_start", "test_seed001",
+    "test_volumes", "test_recovery", "test_s3_checkpoints", "test_sweeps", "test_functions", "test_warm_start",
+    "test_seed001",
 )
 
 

@@ -128,6 +128,29 @@ class Stack:
                 time.sleep(0.3)  # the web process is away: join again once it is back
         return False
 
+    def watch_cluster(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Whether `done()` came to hold within `timeout` s, asked whenever the cluster's stream brings
+        news (a job's state, the queue, the machines: a sweep or a pipeline moves with its jobs), at
+        most every half second, and every STREAM_QUIET_S when it is quiet."""
+        deadline = time.monotonic() + timeout
+        headers = {"Authorization": f"Token {self.token}"}
+        asked = 0.0
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                with ws_connect(self.ws_url("/api/cluster/stream"), additional_headers=headers,
+                                open_timeout=min(5.0, left)) as ws:
+                    while (left := deadline - time.monotonic()) > 0:
+                        with contextlib.suppress(TimeoutError):
+                            ws.recv(timeout=min(STREAM_QUIET_S, left))
+                        if time.monotonic() - asked < 0.5:
+                            continue
+                        asked = time.monotonic()
+                        if done():
+                            return True
+            except (OSError, WebSocketException, requests.RequestException):
+                time.sleep(0.3)
+        return False
+
     def events(self, job_id: int, types: str = "") -> list[dict[str, Any]]:
         out, after = [], 0
         while True:

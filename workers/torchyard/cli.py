@@ -373,6 +373,38 @@ def cmd_plugin_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from torchyard.client import sweeps
+
+    api, console = _client(args), Console()
+    if args.what in ("show", "stop", "resume"):
+        if args.id is None:
+            raise CliError(f"torchyard sweep {args.what} needs the sweep's id")
+        path = f"/api/sweeps/{args.id}" + ("" if args.what == "show" else f"/{args.what}")
+        sweep = api.call("GET" if args.what == "show" else "POST", path)
+        print(sweeps.summary(sweep))
+        for line in sweeps.trial_lines(sweep) if args.what == "show" else []:
+            print(line)
+        return 0
+    if args.id is not None:
+        raise CliError(f"torchyard sweep FILE takes no id (did you mean show, stop or resume {args.id}?)")
+    sweep = sweeps.submit(api, Path(args.what), console)
+    print(f"sweep {sweep['id']} submitted: {sweep['counts']['running']} trial(s) queued; stop it with "
+          f"`torchyard sweep stop {sweep['id']}`")
+    if args.detach:
+        return 0
+    final = sweeps.follow(api, sweep["id"], console)
+    return 0 if final["status"] == "completed" else 1
+
+
+def cmd_sweeps(args: argparse.Namespace) -> int:
+    from torchyard.client import sweeps
+
+    for sweep in _client(args).call("GET", "/api/sweeps"):
+        print(sweeps.summary(sweep))
+    return 0
+
+
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     checkpoints = _client(args).call("GET", f"/api/jobs/{args.job}/checkpoints")
     if not checkpoints:
@@ -601,6 +633,12 @@ def build_parser() -> argparse.ArgumentParser:
                             parent=plugin_sub)
     plugin_rm.add_argument("name", metavar="NAME", help="the plugin's name")
     plugin_rm.add_argument("--project", help="its project (needed when plugins of that name are in several)")
+    sweep = api_command("sweep", cmd_sweep, "run a sweep file (a search over hyperparameters, each trial a job) and "
+                        "follow it; or show, stop or resume one: `torchyard sweep stop 3`")
+    sweep.add_argument("what", metavar="FILE|show|stop|resume", help="a sweep file (YAML or JSON), or an action")
+    sweep.add_argument("id", type=int, nargs="?", help="the sweep's id, for show, stop and resume")
+    sweep.add_argument("--detach", action="store_true", help="return once submitted instead of following it")
+    api_command("sweeps", cmd_sweeps, "list the sweeps you may see, newest first")
     checkpoints = api_command("checkpoints", cmd_checkpoints, "list a job's committed checkpoints, newest first")
     checkpoints.add_argument("job", type=int)
     logs = api_command("logs", cmd_logs, "print a job's logs")

@@ -73,6 +73,17 @@ class QueuedJob(TypedDict):
     processes: int
 
 
+class JobEndListener(Instance):
+    def job_ended(self, job_id: int, status: str) -> None:
+        """The job reached `status` (completed, failed or stopped), inside the transaction that moved
+        it there: work of its own waits for the commit (transaction.on_commit)."""
+        raise NotImplementedError
+
+
+# Apps that follow jobs to their end (sweeps: a trial's job ending moves its sweep on).
+job_end_listeners: Registry[JobEndListener] = Registry("job end listeners")
+
+
 class QueueListener(Instance):
     def queue_changed(self, entries: list[QueuedJob]) -> None:
         """The queue as it now stands (jobs/placement/queue.py queue_entries), after a pass, on commit."""

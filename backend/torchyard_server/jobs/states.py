@@ -11,6 +11,7 @@ from .events import publish_on_commit
 from .memory_free import free_memory_on_commit
 from .models import Job, JobNode
 from .queue_poke import queue_poke_on_commit
+from .registries import job_end_listeners
 
 J = Job.Status
 N = JobNode.Status
@@ -86,6 +87,7 @@ def transition_job(job: Job, to: str, reason: str = "", **fields) -> bool:
         setattr(job, name, value)
     if to in JOB_FINAL:
         free_memory_on_commit(job)
+        job_end_listeners.notify(lambda listener: listener.job_ended(job.pk, to))
     if to in JOB_FINAL or (to == J.QUEUED and previous == J.RECOVERING) or to == J.PREEMPTED:
         # What it held is free (or it waits again): a queued job may start now.
         queue_poke_on_commit()

@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "torchyard_server.checkpoints",
     "torchyard_server.streaming",
     "torchyard_server.live",
+    "torchyard_server.sweeps",
     "torchyard_server.compat.transformerlab",
     "torchyard_server.web",
 ]
@@ -144,6 +145,8 @@ CELERY_BEAT_SCHEDULE = {
                            "options": {"expires": 2.0}},
     # Agents' Redis users: written again after a Redis restart, removed with their machines.
     "sync-agent-redis-users": {"task": "torchyard_server.machines.tasks.sync_agent_redis_users", "schedule": 10.0},
+    # Running sweeps: what their trials reported reaches the pruner, ended trials make room for new ones.
+    "tick-sweeps": {"task": "torchyard_server.sweeps.tasks.tick_sweeps", "schedule": 2.0, "options": {"expires": 2.0}},
     # Quarantined machines whose probation is over: their agents run a health check.
     "ask-health-checks": {"task": "torchyard_server.machines.tasks.ask_health_checks",
                           "schedule": env_float("TORCHYARD_HEALTH_CHECK_EVERY", 15.0)},
@@ -311,6 +314,9 @@ SPECTACULAR_SETTINGS = {
         "StragglerPolicyEnum": "torchyard_server.jobs.spec.jobspec.STRAGGLER_POLICIES",
         "RecoveryModeEnum": "torchyard_server.jobs.spec.jobspec.RECOVERY_MODES",
         "ScalingModeEnum": ["keep_global_batch", "scale_global_batch", "none"],
+        "SweepStatusEnum": "torchyard_server.sweeps.models.Sweep.Status",
+        "TrialStatusEnum": "torchyard_server.sweeps.models.Trial.Status",
+        "GoalEnum": ["min", "max"],  # a metric is best at its min or its max: experiments, sweeps
     },
     # The WebSocket streams' messages, events and close codes (live/contract_schema.py).
     "POSTPROCESSING_HOOKS": [

@@ -1420,6 +1420,70 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/sweeps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["sweeps_list"];
+        put?: never;
+        post: operations["sweeps_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sweeps/{sweep_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["sweeps_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sweeps/{sweep_id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["sweeps_resume_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sweeps/{sweep_id}/stop": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["sweeps_stop_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/tasks": {
         parameters: {
             query?: never;
@@ -1695,6 +1759,18 @@ export interface components {
             readonly detail: unknown;
             readonly source_ip: string | null;
         };
+        BestTrialOut: {
+            number: number;
+            job: number | null;
+            hyperparameters: {
+                [key: string]: unknown;
+            };
+            /**
+             * Format: double
+             * @description its value of the searcher's metric
+             */
+            metric: number;
+        };
         /**
          * @description * `resources` - resources
          *     * `capacity` - capacity
@@ -1928,7 +2004,7 @@ export interface components {
             csrftoken: string;
         };
         DeepHealthCheckOut: {
-            name: components["schemas"]["NameEnum"];
+            name: components["schemas"]["DeepHealthCheckOutNameEnum"];
             ok: boolean;
             /** @description what was done, or why it failed */
             detail: string;
@@ -1938,6 +2014,15 @@ export interface components {
              */
             ms: number;
         };
+        /**
+         * @description * `database` - database
+         *     * `redis` - redis
+         *     * `storage` - storage
+         *     * `controller` - controller
+         *     * `ingest` - ingest
+         * @enum {string}
+         */
+        DeepHealthCheckOutNameEnum: "database" | "redis" | "storage" | "controller" | "ingest";
         DeepHealthOut: {
             status: components["schemas"]["DeepHealthOutStatusEnum"];
             checks: components["schemas"]["DeepHealthCheckOut"][];
@@ -3592,15 +3677,6 @@ export interface components {
             buckets: components["schemas"]["MetricBucketOut"][];
         };
         /**
-         * @description * `database` - database
-         *     * `redis` - redis
-         *     * `storage` - storage
-         *     * `controller` - controller
-         *     * `ingest` - ingest
-         * @enum {string}
-         */
-        NameEnum: "database" | "redis" | "storage" | "controller" | "ingest";
-        /**
          * @description A whole job (TransformerLab's DistributedTrainingConfig) under your own job_id: poll and stop it
          *     with that id on every route that takes one.
          */
@@ -4341,6 +4417,55 @@ export interface components {
          * @enum {string}
          */
         ScalingModeEnum: "keep_global_batch" | "scale_global_batch" | "none";
+        Searcher: {
+            /**
+             * @description grid (every point of the space), random, tpe (Optuna's default), asha (TPE, and trials stopped early at rungs: Successive Halving) or hyperband
+             *
+             *     * `grid` - grid
+             *     * `random` - random
+             *     * `tpe` - tpe
+             *     * `asha` - asha
+             *     * `hyperband` - hyperband
+             * @default tpe
+             */
+            name?: components["schemas"]["SearcherNameEnum"];
+            /** @description the name a trial reports with sdk.report(step=..., NAME=value): its last value is the trial's result */
+            metric: string;
+            /** @default min */
+            mode?: components["schemas"]["GoalEnum"];
+            /** @description how many trials in all (default: every point of a grid, else 10) */
+            max_trials?: number;
+            /**
+             * @description trials running (or queued) at once
+             * @default 4
+             */
+            max_concurrent?: number;
+            /** @description failed trials the sweep survives (default: a quarter of max_trials); one more fails the sweep */
+            max_failures?: number;
+            /**
+             * @description asha, hyperband: the first rung's step; each next rung is reduction_factor times further
+             * @default 10
+             */
+            min_steps?: number;
+            /** @description hyperband: the steps a trial runs at most */
+            max_steps?: number;
+            /**
+             * @description asha, hyperband: 1 in reduction_factor of the trials reaching a rung go on
+             * @default 3
+             */
+            reduction_factor?: number;
+            /** @description the sampler's seed, for a repeatable search */
+            seed?: number;
+        };
+        /**
+         * @description * `grid` - grid
+         *     * `random` - random
+         *     * `tpe` - tpe
+         *     * `asha` - asha
+         *     * `hyperband` - hyperband
+         * @enum {string}
+         */
+        SearcherNameEnum: "grid" | "random" | "tpe" | "asha" | "hyperband";
         SeedDispatchIn: components["schemas"]["DistributedTrainingConfig"] | components["schemas"]["NamedDispatchIn"] | components["schemas"]["PlannedDispatchIn"] | components["schemas"]["RankDispatchIn"];
         /**
          * @description * `agent` - agent
@@ -4490,6 +4615,72 @@ export interface components {
             /** @description every machine that fits, in the planner's order */
             machines: components["schemas"]["MachineOut"][];
         };
+        SweepCountsOut: {
+            running: number;
+            completed: number;
+            pruned: number;
+            failed: number;
+            stopped: number;
+            max_trials: number;
+        };
+        SweepOut: {
+            readonly id: number;
+            name: string;
+            project: string;
+            owner: string;
+            status: components["schemas"]["SweepStatusEnum"];
+            /** @description why it stopped, failed or completed */
+            reason: string;
+            /** @description as submitted, with the searcher's defaults filled in */
+            spec: {
+                [key: string]: unknown;
+            };
+            counts: components["schemas"]["SweepCountsOut"];
+            best_trial: components["schemas"]["BestTrialOut"] | null;
+            trials: components["schemas"]["TrialOut"][];
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            finished_at: string | null;
+        };
+        SweepSpec: {
+            name: string;
+            /** @default default */
+            project?: string;
+            /** @description the JobSpec of every trial, without its name (each trial is named <sweep>-<number>); the trial's hyperparameters are the space's point merged over its own hyperparameters, read with sdk.config() */
+            trial: {
+                [key: string]: unknown;
+            };
+            /** @description each hyperparameter: {choice|grid: [...]}, {uniform|loguniform: [low, high]} or {int: [low, high]} */
+            space: {
+                [key: string]: unknown;
+            };
+            searcher: components["schemas"]["Searcher"];
+        };
+        /**
+         * @description * `running` - Running
+         *     * `stopping` - Stopping
+         *     * `stopped` - Stopped
+         *     * `completed` - Completed
+         *     * `failed` - Failed
+         * @enum {string}
+         */
+        SweepStatusEnum: "running" | "stopping" | "stopped" | "completed" | "failed";
+        SweepSummaryOut: {
+            readonly id: number;
+            name: string;
+            project: string;
+            owner: string;
+            status: components["schemas"]["SweepStatusEnum"];
+            /** @description why it stopped, failed or completed */
+            reason: string;
+            counts: components["schemas"]["SweepCountsOut"];
+            best_trial: components["schemas"]["BestTrialOut"] | null;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            finished_at: string | null;
+        };
         /** @description A task: a name and TransformerLab's DistributedTrainingConfig, or a whole JobSpec in `spec`. */
         TaskIn: {
             plugin_name?: string;
@@ -4586,6 +4777,45 @@ export interface components {
             /** @description days until the token stops working (default: never) */
             expires_in_days?: number | null;
         };
+        TrialOut: {
+            /**
+             * Format: int64
+             * @description Optuna's trial number in the sweep's study
+             */
+            number: number;
+            job: number | null;
+            /** @description its job's status (null once the job was deleted) */
+            job_status: string | null;
+            status: components["schemas"]["TrialStatusEnum"];
+            /** @description its point of the space: the hyperparameters it ran with */
+            params: {
+                [key: string]: unknown;
+            };
+            /**
+             * Format: double
+             * @description the metric's last reported value
+             */
+            value: number | null;
+            /**
+             * Format: int64
+             * @description the step it was last reported at
+             */
+            step: number | null;
+            reason: string;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            finished_at: string | null;
+        };
+        /**
+         * @description * `running` - Running
+         *     * `completed` - Completed
+         *     * `pruned` - Pruned
+         *     * `failed` - Failed
+         *     * `stopped` - Stopped
+         * @enum {string}
+         */
+        TrialStatusEnum: "running" | "completed" | "pruned" | "failed" | "stopped";
         UsageOut: {
             by: components["schemas"]["ByEnum"];
             /** Format: date-time */
@@ -10557,6 +10787,282 @@ export interface operations {
             };
             /** @description Signed in, but not allowed to do this. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    sweeps_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepSummaryOut"][];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    sweeps_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SweepSpec"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The body is not of a media type this route takes. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    sweeps_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    sweeps_resume_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    sweeps_stop_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepOut"];
+                };
+            };
+            /** @description Bad input: the messages of each field that was wrong. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description Not signed in, or the token or session is not valid. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object, or not one this user may see. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

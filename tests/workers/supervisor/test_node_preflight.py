@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
+import re
 import sys
 import threading
 import time
@@ -91,7 +92,8 @@ def test_the_master_and_a_node_agree_on_loopback_and_each_publishes_its_passed_p
     assert line.startswith(f"preflight passed: reached the master 127.0.0.1:{master.launch.master_port}")
     # One machine, one network stack: the master finds no link between the nodes to measure.
     lines = [e["line"] for e in master.published(redis_url) if e["type"] == protocol.LOG]
-    assert lines[0].startswith("preflight passed in 0.")
+    # How long it took is the machine's business (a loaded one takes seconds): that it says so is this test's.
+    assert re.match(r"preflight passed in \d+\.\d+ s: master 127\.0\.0\.1:\d+ through lo", lines[0]), lines[0]
     assert lines[1].startswith("links: every node of the job shares this machine's network stack")
 
 

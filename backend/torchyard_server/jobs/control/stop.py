@@ -22,10 +22,15 @@ def job_stop(*, job_id: int, reason: str = "stop requested") -> Job | None:
             return job
         audit.record(None, audit.Action.JOB_STOP, job, previous=job.status, reason=reason)
         live = live_nodes(job)
-        if job.status in (J.QUEUED, J.PREEMPTED, J.PLANNING) or not live:
+        if job.status in (J.QUEUED, J.PREEMPTED, J.PLANNING):
             transition_job(job, J.STOPPED, reason)
             return job
+        # A job that ran goes through stopping, also when none of its nodes is live any more (a running
+        # job may not jump to stopped): then it is stopped at once.
         transition_job(job, J.STOPPING, reason)
+        if not live:
+            transition_job(job, J.STOPPED, reason)
+            return job
         stop_nodes(live)
     return job
 
