@@ -97,14 +97,14 @@ setup: install frontend services browser
 # - unit: every test outside tests/integration, on two pytest-xdist workers (each has its own test
 #   database, named by pytest-django, and Redis database: xdist_redis.py). `--dist load`, not loadfile:
 #   Schemathesis's cases share one node id, and xdist's file and scope schedulers keep one of them.
-# - integration: whole stacks (tests/integration) on three workers, a module at a time each
+# - integration: whole stacks (tests/integration) on two workers too, a module at a time each
 #   (`--dist loadfile`: a module's tests share its fixtures), the longest modules first (the order is
 #   tests/integration/conftest.py's, hence --no-loadscope-reorder); each worker shares its own stacks
 #   among its modules (tests/integration/shared.py). A whole-stack test waits more than it computes:
-#   one at a time left half of the two cores idle, and three workers keep both busy.
+#   one at a time left half of the two cores idle (three slowed every test more than they overlapped).
 TEST_ENV := DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL)
 UNIT_TIER := --ignore=tests/integration -p tests.xdist_redis -n 2 --dist load
-INTEGRATION_TIER := tests/integration -n 3 --dist loadfile --no-loadscope-reorder
+INTEGRATION_TIER := tests/integration -n 2 --dist loadfile --no-loadscope-reorder
 pytest: pytest-unit pytest-integration
 
 pytest-unit: setup

@@ -28,7 +28,6 @@ from torchyard_server.jobs.models import Job, JobNode
 from torchyard_server.machines.services import machine_create, machine_delete
 from torchyard_server.plugins.models import Plugin
 from torchyard_server.projects.models import Membership, Project
-from torchyard_server.sweeps import study as sweep_study
 from torchyard_server.sweeps.models import Sweep
 from torchyard_server.templates.models import JobTemplate
 
@@ -323,13 +322,12 @@ def world(settings, tmp_path, staff, owner, teammate, viewer, outsider):
     bundle.owners.set(users.values())  # bundles stay per uploader: every user here uploaded this one
     Plugin.objects.create(name="lab", project=lab, version="1", entrypoint="main.py", bundle=bundle, owner=users["admin"])
     api_token, _ = api_token_create(user=users["staff"], name="sam's laptop", expires_in=None)
-    # A stopped sweep of lab, alice's (its study made as a sweep's is).
+    # A stopped sweep of lab, alice's (its searcher's study is made when it first moves on).
     searcher = {"name": "tpe", "metric": "loss", "mode": "min", "max_trials": 2, "max_concurrent": 1, "max_failures": 0}
     sweep = Sweep.objects.create(name="labs", project=lab, owner=users["admin"], status=Sweep.Status.STOPPED,
                                  study_name=f"matrix-{uuid.uuid4().hex}",
                                  spec={"name": "labs", "project": "lab", "trial": SPEC, "searcher": searcher,
                                        "space": {"lr": {"loguniform": [1.0e-4, 1.0e-1]}}})
-    sweep_study.create(sweep.study_name, searcher)
     return {"users": users, "job": job, "api_token": api_token, "machine": machine, "token": token, "revoked": revoked,
             "checkpoint": checkpoint, "artifact": job.artifacts.get(), "bundle": bundle,
             "template": template, "sweep": sweep}

@@ -8,7 +8,7 @@ from .netns import Cluster, open_cluster
 from .shared import Shared, settle
 from .stack import Stack, start_pg_stack, start_stack, stop_pg_stack
 
-# The integration tier runs on three pytest-xdist workers, a module at a time each (`--dist loadfile`),
+# The integration tier runs on two pytest-xdist workers, a module at a time each (`--dist loadfile`),
 # and a worker done with one module takes the next in collection order. Met last, a long module
 # leaves the other worker idle for its length: these, the longest in the ledger (var/test-ledger.json),
 # go first, longest first; every other module follows in its usual order. A new module of a minute or

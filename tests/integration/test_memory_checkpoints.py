@@ -10,7 +10,7 @@ import time
 
 import requests
 
-from .test_in_place import FINAL, wait_step
+from .test_in_place import FINAL
 
 SPEC = {
     "name": "memory-tier",
@@ -47,8 +47,13 @@ def _wait_attempt_steps(stack, job_id: int, attempt: int) -> None:
 def test_a_rank_killed_resumes_from_memory_and_from_the_store_once_memory_is_gone(pg_stack):
     job = pg_stack.submit(SPEC)
     job_id = job["id"]
-    wait_step(pg_stack, job_id, rank=0, step=45)
-    listed = pg_stack.api("GET", f"/api/jobs/{job_id}/checkpoints").json()
+    listed: list[dict] = []
+
+    def both_tiers() -> bool:  # the store's first checkpoint is at step 60, memory's at every step
+        listed[:] = pg_stack.api("GET", f"/api/jobs/{job_id}/checkpoints").json()
+        return {c["tier"] for c in listed} == {"disk", "memory"}
+
+    assert pg_stack.watch_job(job_id, both_tiers, 120, on=frozenset({"checkpoint"})), pg_stack.job_log_tail(job_id)
     memory = [c for c in listed if c["tier"] == "memory"]
     machines = {n["machine"]["name"] for n in pg_stack.job(job_id)["nodes"]}
     # Every file of a memory checkpoint is held by both machines: the saver's own and its buddy.

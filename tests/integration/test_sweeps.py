@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from playwright.sync_api import expect
+
+from .browser import fresh_page, log_in
+
 FINAL = {"completed", "stopped", "failed"}
 TRIAL = {"entrypoint": "examples/mlp_ddp.py", "resources": {"nodes": 1, "procs_per_node": 1},
          "args": ["--steps", "60", "--report-every", "1", "--log-every", "1000", "--step-sleep", "0.1"],
@@ -36,7 +40,7 @@ def _ts(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def test_an_asha_sweep_prunes_behind_the_rungs_and_names_the_best_trial(pg_stack):
+def test_an_asha_sweep_prunes_behind_the_rungs_and_names_the_best_trial(pg_stack, browser, shots):
     created = pg_stack.api("POST", "/api/sweeps", json=SWEEP)
     assert created.status_code == 201, created.text
     sweep = wait_sweep(pg_stack, created.json()["id"], FINAL)
@@ -44,16 +48,18 @@ def test_an_asha_sweep_prunes_behind_the_rungs_and_names_the_best_trial(pg_stack
     trials = sweep["trials"]
     counts = sweep["counts"]
     assert len(trials) == 12 and counts["completed"] + counts["pruned"] == 12, counts
-    # The best is the completed trial with the lowest last loss.
+    # The best is the completed trial with the lowest last loss (of two with the same point, and so the
+    # same loss, the first).
     completed = [t for t in trials if t["status"] == "completed"]
-    best = min(completed, key=lambda t: t["value"])
+    best = min(completed, key=lambda t: (t["value"], t["number"]))
     assert sweep["best_trial"] == {"number": best["number"], "job": best["job"],
                                    "hyperparameters": best["params"], "metric": best["value"]}
     # Pruned at a rung (step 5 or 15), its job stopped there, and why.
     pruned = [t for t in trials if t["status"] == "pruned"]
     assert pruned, trials
     for trial in pruned:
-        assert trial["reason"].startswith(f"pruned at step {trial['step']} (loss ") and "go on; its" in trial["reason"]
+        assert trial["reason"].startswith(f"pruned at step {trial['step']} (loss ") and "trials that reached it go on" \
+            in trial["reason"], trial
         job = pg_stack.job(trial["job"])
         assert job["status"] == "stopped" and job["status_reason"].startswith("pruned by sweep lr-search"), job
         assert trial["step"] < 60
@@ -67,6 +73,20 @@ def test_an_asha_sweep_prunes_behind_the_rungs_and_names_the_best_trial(pg_stack
         running += change
         peak = max(peak, running)
     assert peak <= 4, edges
+
+    # Its page, in Chromium: how far it got, the best trial, every trial with why the pruned ones stopped.
+    with fresh_page(browser, shots, 1280, 1400) as page:
+        log_in(pg_stack.base, page)
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Sweeps").click()
+        page.get_by_role("link", name=f"#{sweep['id']} lr-search").click()
+        expect(page.get_by_text("12 / 12 trials done")).to_be_visible()
+        best_box = page.get_by_label("best trial")
+        expect(best_box.get_by_role("link", name=f"job #{best['job']}")).to_be_visible()
+        trials_table = page.get_by_role("table")
+        expect(trials_table.get_by_role("row")).to_have_count(13)
+        expect(trials_table.get_by_text("pruned at step").first).to_be_visible()
+        expect(page.locator(".chart-uplot canvas").first).to_be_visible()  # the curves load after the page
+        page.screenshot(path=str(shots / "sweep.png"), full_page=True)
 
 
 def test_a_sweep_stopped_mid_way_resumes_where_it_was(pg_stack):

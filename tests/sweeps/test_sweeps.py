@@ -85,8 +85,9 @@ def test_a_sweep_runs_its_trials_as_jobs_prunes_at_a_rung_and_names_the_best(api
     report(b, 2, 0.9)
     sweep_advance(sweep_id)
     pruned = Trial.objects.get(sweep_id=sweep_id, number=1)
-    assert pruned.status == "pruned" and pruned.reason.startswith("pruned at step 2 (loss 0.9): lowest 1 of the 2 "
-                                                                  "trials that reached step 2 go on"), pruned.reason
+    assert pruned.status == "pruned" and pruned.reason == (
+        "pruned at step 2 (loss 0.9): at rung 0 the lowest 1 of the 2 trials that reached it go on (the last at 0.5); "
+        "its 0.9 is behind"), pruned.reason
     pruned.job.refresh_from_db()
     assert pruned.job.status == J.STOPPED and pruned.job.status_reason.startswith("pruned by sweep lr-search")
     # Its place is taken at once by trial 2.
@@ -122,3 +123,20 @@ def test_a_sweep_runs_its_trials_as_jobs_prunes_at_a_rung_and_names_the_best(api
     final = api.get(f"/api/sweeps/{sweep_id}").json()
     assert final["status"] == "completed" and final["best_trial"]["number"] == 0, final
     assert final["counts"]["completed"] + final["counts"]["pruned"] == 6
+
+
+def test_a_seeded_search_asks_a_new_point_at_each_move_and_the_same_ones_again_from_the_same_seed(api, two_machines):
+    spec = {**SWEEP, "searcher": {"name": "random", "metric": "loss", "max_trials": 4, "max_concurrent": 1, "seed": 5}}
+
+    def points() -> list[float]:
+        sweep_id = api.post("/api/sweeps", spec, format="json").json()["id"]
+        while (running := Trial.objects.filter(sweep_id=sweep_id, status="running").first()) is not None:
+            run(running.job)
+            report(running.job, 1, 1.0)
+            finish(running.job)
+            sweep_advance(sweep_id)  # each trial asked by a sampler made anew, as every move of a sweep makes it
+        return [t.params["lr"] for t in Trial.objects.filter(sweep_id=sweep_id).order_by("number")]
+
+    first = points()
+    assert len(first) == 4 and len(set(first)) == 4, first
+    assert points() == first

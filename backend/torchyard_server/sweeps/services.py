@@ -84,12 +84,14 @@ def _follow(sweep: Sweep, study, trial: Trial) -> None:
             fresh.append((step, float(value)))
             trial.step, trial.value = step, float(value)
     trial.last_event_id = last
-    if fresh and job.status not in JOB_FINAL and searcher_study.report(study, trial.optuna_trial_id, fresh):
-        step, value = fresh[-1]
-        why = searcher_study.rung_comparison(study, trial.number, step, value, searcher["mode"],
+    stopped_at = searcher_study.report(study, trial.optuna_trial_id, fresh, searcher) if fresh else None
+    if stopped_at is not None and job.status not in JOB_FINAL:
+        step, value = stopped_at
+        why = searcher_study.rung_comparison(study, trial.optuna_trial_id, searcher["mode"],
                                              int(searcher["reduction_factor"]))
         stopped = job_stop(job_id=job.pk, reason=f"pruned by sweep {sweep.name} at step {step}: {why}")
         if stopped is None or stopped.status != Job.Status.COMPLETED:
+            trial.step, trial.value = step, value
             _end(study, trial, T.PRUNED, f"pruned at step {step} ({metric} {value:.6g}): {why}")
             return
         job = stopped  # it completed meanwhile: a finished trial is not pruned
@@ -178,7 +180,8 @@ def _settle(sweep: Sweep) -> None:
 
 def best_trial(sweep: Sweep) -> Trial | None:
     done = sweep.trials.filter(status=T.COMPLETED, value__isnull=False)
-    return (done.order_by("value") if sweep.spec["searcher"]["mode"] == "min" else done.order_by("-value")).first()
+    # Of trials as good, the first (the same point asked twice trains to the same value).
+    return done.order_by("value" if sweep.spec["searcher"]["mode"] == "min" else "-value", "number").first()
 
 
 def _stop_running(sweep: Sweep, reason: str) -> int:

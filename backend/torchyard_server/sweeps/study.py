@@ -91,9 +91,12 @@ def grid_size(space: dict[str, dict[str, Any]]) -> int:
     return math.prod(len(next(iter(spec.values()))) for spec in space.values())
 
 
-def _sampler(searcher: dict[str, Any], space: dict[str, dict[str, Any]]) -> optuna.samplers.BaseSampler:
+def _sampler(searcher: dict[str, Any], space: dict[str, dict[str, Any]], asked: int) -> optuna.samplers.BaseSampler:
+    """The sweep's sampler, made anew at each move of the sweep: with a seed, its random generator
+    starts from the seed moved on by the trials already asked (a sampler made from the bare seed each
+    time would draw the same first point every time)."""
     optuna = _optuna()
-    seed = searcher.get("seed")
+    seed = None if searcher.get("seed") is None else int(searcher["seed"]) + asked
     name = searcher["name"]
     if name == "grid":
         return optuna.samplers.GridSampler({k: list(next(iter(v.values()))) for k, v in space.items()}, seed=seed)
@@ -122,8 +125,14 @@ def create(study_name: str, searcher: dict[str, Any]) -> None:
 
 
 def load(study_name: str, searcher: dict[str, Any], space: dict[str, dict[str, Any]]) -> optuna.Study:
-    return _optuna().load_study(study_name=study_name, storage=storage(), sampler=_sampler(searcher, space),
-                             pruner=_pruner(searcher))
+    """The sweep's study (made first if it has none yet)."""
+    try:
+        study = _optuna().load_study(study_name=study_name, storage=storage(), pruner=_pruner(searcher))
+    except KeyError:  # Optuna's word for "no such study"
+        create(study_name, searcher)
+        return load(study_name, searcher, space)
+    study.sampler = _sampler(searcher, space, len(study.get_trials(deepcopy=False)))
+    return study
 
 
 def ask(study: optuna.Study, space: dict[str, dict[str, Any]]) -> optuna.trial.Trial:
@@ -139,12 +148,29 @@ def grid_exhausted(study: optuna.Study) -> bool:
     return isinstance(sampler, _optuna().samplers.GridSampler) and sampler.is_exhausted(study)
 
 
-def report(study: optuna.Study, trial_id: int, values: list[tuple[int, float]]) -> bool:
-    """Report a running trial's new (step, value) pairs; whether the pruner says to stop it now."""
+def report(study: optuna.Study, trial_id: int, values: list[tuple[int, float]],
+           searcher: dict[str, Any]) -> tuple[int, float] | None:
+    """Report a running trial's new (step, value) pairs, in order, asking the pruner as each one passes
+    a rung (and after the last): the (step, value) it was stopped at, or None when it goes on. Asked
+    at the rung as the trial passes it, so every trial is compared on the value it had there."""
     found = trial(study, trial_id)
-    for step, value in values:
+    rungs = _rung_steps(searcher)
+    previous = storage().get_trial(trial_id).last_step or 0
+    for index, (step, value) in enumerate(values):
         found.report(value, step)
-    return bool(values) and found.should_prune()
+        crossed = any(previous < rung <= step for rung in rungs)
+        previous = step
+        if (crossed or index == len(values) - 1) and found.should_prune():
+            return step, value
+    return None
+
+
+def _rung_steps(searcher: dict[str, Any]) -> list[int]:
+    """The steps where Successive Halving compares trials (Hyperband's brackets among them)."""
+    if searcher["name"] not in ("asha", "hyperband"):
+        return []
+    first, factor = int(searcher["min_steps"]), int(searcher["reduction_factor"])
+    return [first * factor**k for k in range(32) if first * factor**k <= 10**9]
 
 
 def finish(study: optuna.Study, number: int, outcome: Outcome, value: float | None = None) -> None:
@@ -155,20 +181,24 @@ def finish(study: optuna.Study, number: int, outcome: Outcome, value: float | No
         log.info("sweep study %s trial %s: %s", study.study_name, number, exc)
 
 
-def rung_comparison(study: optuna.Study, number: int, step: int, value: float, mode: str,
-                    reduction_factor: int) -> str:
-    """Why a trial was pruned at `step`, in the rung's own terms: how many trials reached that step,
-    how many of them go on, and the value the last of those had."""
-    reached = sorted(v for t in study.get_trials(deepcopy=False)
-                     if (v := _at_or_before(t.intermediate_values, step)) is not None)
+def rung_comparison(study: optuna.Study, trial_id: int, mode: str, reduction_factor: int) -> str:
+    """Why the pruner stopped a trial, in Successive Halving's own terms: the rung it did not pass,
+    how many trials reached it, how many of those go on, and the value of the last that does."""
+    attrs = storage().get_trial(trial_id).system_attrs
+    rungs = [int(key.removeprefix(_RUNG)) for key in attrs if key.startswith(_RUNG)]
+    if not rungs:
+        return "the pruner stopped it"
+    rung = max(rungs)
+    key = f"{_RUNG}{rung}"
+    value = float(attrs[key])
+    competing = sorted(float(a[key]) for t in study.get_trials(deepcopy=False) if key in (a := t.system_attrs))
     if mode == "max":
-        reached.reverse()
-    kept = max(1, len(reached) // reduction_factor)
-    cut = reached[kept - 1] if reached else value
-    return (f"{'lowest' if mode == 'min' else 'highest'} {kept} of the {len(reached)} trials that reached step {step} "
-            f"go on; its {value:.6g} is behind the cut of {cut:.6g}")
+        competing.reverse()
+    kept = max(1, len(competing) // reduction_factor)
+    cut = competing[kept - 1]
+    return (f"at rung {rung} the {'lowest' if mode == 'min' else 'highest'} {kept} of the {len(competing)} trials "
+            f"that reached it go on (the last at {cut:.6g}); its {value:.6g} is behind")
 
 
-def _at_or_before(values: dict[int, float], step: int) -> float | None:
-    steps = [s for s in values if s <= step]
-    return values[max(steps)] if steps else None
+# Successive Halving's record of the value a trial had as it passed a rung (an Optuna system attribute).
+_RUNG = "completed_rung_"

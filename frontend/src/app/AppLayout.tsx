@@ -53,6 +53,7 @@ export function AppLayout() {
           <NavLink to="/usage">Usage</NavLink>
           <NavLink to="/projects">Projects</NavLink>
           <NavLink to="/experiments">Experiments</NavLink>
+          <NavLink to="/sweeps">Sweeps</NavLink>
           <NavLink to="/topology">Topology</NavLink>
           <div className="spacer" />
           <NavLink to="/tokens" className="sidebar-foot">

@@ -2,6 +2,8 @@ import { Link, Route, Routes } from 'react-router-dom'
 import { LoginPage } from '../features/auth/components/LoginPage'
 import { RequireAuth } from '../features/auth/components/RequireAuth'
 import { ExperimentsPage } from '../features/experiments/components/ExperimentsPage'
+import { SweepDetailPage } from '../features/sweeps/components/SweepDetailPage'
+import { SweepsPage } from '../features/sweeps/components/SweepsPage'
 import { JobDetailPage } from '../features/jobs/components/JobDetailPage'
 import { JobsPanel } from '../features/jobs/components/JobsPanel'
 import { MachinesPanel } from '../features/machines/components/MachinesPanel'
@@ -44,6 +46,8 @@ export function AppRoutes() {
           <Route path="usage" element={<UsagePage />} />
           <Route path="projects" element={<ProjectsPage />} />
           <Route path="experiments" element={<ExperimentsPage />} />
+          <Route path="sweeps" element={<SweepsPage />} />
+          <Route path="sweeps/:id" element={<SweepDetailPage />} />
           <Route path="tokens" element={<TokensPage />} />
           <Route path="topology" element={<TopologyPage />} />
           <Route path="*" element={<NotFound />} />
