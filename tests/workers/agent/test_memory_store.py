@@ -110,3 +110,24 @@ def test_the_budget_keeps_the_newest_steps_and_refuses_what_cannot_fit_beside_th
     status, body = _request(server, "DELETE", "/jobs/5")
     assert status == 200 and json.loads(body)["freed_bytes"] == 1000
     assert server.holder.held_bytes() == 0
+
+
+def test_a_restarted_agent_serves_on_the_port_it_had(tmp_path):
+    from types import SimpleNamespace
+
+    from torchyard.agent.main import Agent
+
+    agent = SimpleNamespace(memory=MemoryHolder(), work_dir=tmp_path)
+    first = Agent._memory_server(agent, 0)  # type: ignore[arg-type]
+    port = first.port
+    first.server_close()
+    # Launches sent before the restart's first heartbeat name that port: the next agent takes it again.
+    again = Agent._memory_server(agent, 0)  # type: ignore[arg-type]
+    try:
+        assert again.port == port and (tmp_path / "memory-port").read_text() == str(port)
+        # Taken meanwhile (here: by the agent still holding it), a free one instead, remembered.
+        other = Agent._memory_server(agent, 0)  # type: ignore[arg-type]
+        assert other.port != port and (tmp_path / "memory-port").read_text() == str(other.port)
+        other.server_close()
+    finally:
+        again.server_close()

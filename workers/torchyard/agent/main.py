@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
@@ -140,7 +141,24 @@ class Agent:
         # The memory checkpoints this machine holds for its jobs, served on --memory-port (0: any),
         # which the heartbeats report (agent/memory.py).
         self.memory = MemoryHolder()
-        self.memory_server = MemoryServer(self.memory, memory_port)
+        self.memory_server = self._memory_server(memory_port)
+
+    def _memory_server(self, port: int) -> MemoryServer:
+        """The memory store on `port`, or without one on the port this machine's agent had before (kept
+        in the work dir): launches sent before a restart's first heartbeat name that port, and a
+        firewall rule made for it stays right. A port taken since is given up for a free one."""
+        remembered = self.work_dir / "memory-port"
+        if not port:
+            with contextlib.suppress(OSError, ValueError):
+                before = int(remembered.read_text().strip())
+                with contextlib.suppress(OSError):
+                    server = MemoryServer(self.memory, before)
+                    return server
+        server = MemoryServer(self.memory, port)  # OSError: --memory-port is taken (cli.py says so)
+        with contextlib.suppress(OSError):
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            remembered.write_text(str(server.port))
+        return server
 
     def _training_versions(self) -> TrainingVersions:
         """The training Python's and its torch's versions, read once: the plan shows whether the
