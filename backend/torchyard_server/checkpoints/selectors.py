@@ -14,6 +14,10 @@ _HOLDERS_GONE = (Machine.Status.OFFLINE, Machine.Status.PENDING)
 _LOOK_BACK = 50
 
 
+def _living_machines() -> set[str]:
+    return set(Machine.objects.exclude(status__in=_HOLDERS_GONE).values_list("name", flat=True))
+
+
 def checkpoint_list(*, job_id: int):
     return CheckpointManifest.objects.filter(job_id=job_id, deleted=False).order_by("-step")
 
@@ -38,7 +42,7 @@ def latest_good_manifest_uri(*, job_id: int) -> str:
         if row.tier != CheckpointManifest.Tier.MEMORY:
             return row.uri
         if alive is None:
-            alive = set(Machine.objects.exclude(status__in=_HOLDERS_GONE).values_list("name", flat=True))
+            alive = _living_machines()
         if _living_holders(row, alive):
             return row.uri
     return ""
@@ -50,8 +54,7 @@ def memory_resume(*, job_id: int, uri: str) -> tuple[dict[str, Any], list[str]] 
     row = CheckpointManifest.objects.filter(job_id=job_id, uri=uri, tier=CheckpointManifest.Tier.MEMORY).first()
     if row is None:
         return None
-    alive = set(Machine.objects.exclude(status__in=_HOLDERS_GONE).values_list("name", flat=True))
-    holders = _living_holders(row, alive)
+    holders = _living_holders(row, _living_machines())
     return (dict(row.manifest), holders) if holders else None
 
 

@@ -32,20 +32,6 @@ class SweepCountsOut(serializers.Serializer):
     max_trials = serializers.IntegerField()
 
 
-class SweepOut(serializers.ModelSerializer):
-    project = serializers.CharField(source="project.name")
-    owner = serializers.CharField(source="owner.username")
-    spec = serializers.DictField(help_text="as submitted, with the searcher's defaults filled in")
-    counts = SweepCountsOut()
-    best_trial = BestTrialOut(allow_null=True)
-    trials = TrialOut(many=True)
-
-    class Meta:
-        model = Sweep
-        fields = ["id", "name", "project", "owner", "status", "reason", "spec", "counts", "best_trial", "trials",
-                  "created_at", "finished_at"]
-
-
 class SweepSummaryOut(serializers.ModelSerializer):
     project = serializers.CharField(source="project.name")
     owner = serializers.CharField(source="owner.username")
@@ -56,3 +42,13 @@ class SweepSummaryOut(serializers.ModelSerializer):
         model = Sweep
         fields = ["id", "name", "project", "owner", "status", "reason", "counts", "best_trial", "created_at",
                   "finished_at"]
+
+
+class SweepOut(SweepSummaryOut):
+    """A sweep with its spec and every trial."""
+
+    spec = serializers.DictField(help_text="as submitted, with the searcher's defaults filled in")
+    trials = TrialOut(many=True)
+
+    class Meta(SweepSummaryOut.Meta):
+        fields = [*SweepSummaryOut.Meta.fields, "spec", "trials"]

@@ -44,9 +44,9 @@ def sweep_create(*, spec: dict[str, Any], owner) -> Sweep:
     checked = JobSpecSerializer(data=trial_spec(spec, 0, first_point(spec["space"])))
     checked.is_valid(raise_exception=True)
     admit_spec(checked.validated_data, user=owner)
-    name = f"sweep-{uuid.uuid4().hex[:16]}"
-    searcher_study.create(name, spec["searcher"])
-    sweep = Sweep.objects.create(name=spec["name"], project=project, owner=owner, spec=spec, study_name=name)
+    # Its study is made as it first moves on (study.load).
+    sweep = Sweep.objects.create(name=spec["name"], project=project, owner=owner, spec=spec,
+                                 study_name=f"sweep-{uuid.uuid4().hex[:16]}")
     sweep_advance(sweep.pk)
     return sweep
 
@@ -76,7 +76,7 @@ def _follow(sweep: Sweep, study, trial: Trial) -> None:
     fresh: list[tuple[int, float]] = []
     last = trial.last_event_id
     for event_id, payload in (JobEvent.objects.filter(job_id=job.pk, type="metric", id__gt=trial.last_event_id)
-                              .filter(rank__in=[0]).order_by("id").values_list("id", "payload")[:5000]):
+                              .filter(rank=0).order_by("id").values_list("id", "payload")[:5000]):
         last = event_id
         value, step = payload.get(metric), payload.get("step")
         if isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(step, int) \

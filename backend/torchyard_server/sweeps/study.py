@@ -119,7 +119,7 @@ def _pruner(searcher: dict[str, Any]) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
 
-def create(study_name: str, searcher: dict[str, Any]) -> None:
+def _create(study_name: str, searcher: dict[str, Any]) -> None:
     _optuna().create_study(study_name=study_name, storage=storage(), load_if_exists=True,
                         direction="minimize" if searcher["mode"] == "min" else "maximize")
 
@@ -129,7 +129,7 @@ def load(study_name: str, searcher: dict[str, Any], space: dict[str, dict[str, A
     try:
         study = _optuna().load_study(study_name=study_name, storage=storage(), pruner=_pruner(searcher))
     except KeyError:  # Optuna's word for "no such study"
-        create(study_name, searcher)
+        _create(study_name, searcher)
         return load(study_name, searcher, space)
     study.sampler = _sampler(searcher, space, len(study.get_trials(deepcopy=False)))
     return study

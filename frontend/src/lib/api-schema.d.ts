@@ -4623,6 +4623,7 @@ export interface components {
             stopped: number;
             max_trials: number;
         };
+        /** @description A sweep with its spec and every trial. */
         SweepOut: {
             readonly id: number;
             name: string;
@@ -4631,17 +4632,17 @@ export interface components {
             status: components["schemas"]["SweepStatusEnum"];
             /** @description why it stopped, failed or completed */
             reason: string;
-            /** @description as submitted, with the searcher's defaults filled in */
-            spec: {
-                [key: string]: unknown;
-            };
             counts: components["schemas"]["SweepCountsOut"];
             best_trial: components["schemas"]["BestTrialOut"] | null;
-            trials: components["schemas"]["TrialOut"][];
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
             finished_at: string | null;
+            /** @description as submitted, with the searcher's defaults filled in */
+            spec: {
+                [key: string]: unknown;
+            };
+            trials: components["schemas"]["TrialOut"][];
         };
         SweepSpec: {
             name: string;

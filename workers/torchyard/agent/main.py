@@ -149,11 +149,8 @@ class Agent:
         firewall rule made for it stays right. A port taken since is given up for a free one."""
         remembered = self.work_dir / "memory-port"
         if not port:
-            with contextlib.suppress(OSError, ValueError):
-                before = int(remembered.read_text().strip())
-                with contextlib.suppress(OSError):
-                    server = MemoryServer(self.memory, before)
-                    return server
+            with contextlib.suppress(OSError, ValueError):  # none kept, or taken since
+                return MemoryServer(self.memory, int(remembered.read_text().strip()))
         server = MemoryServer(self.memory, port)  # OSError: --memory-port is taken (cli.py says so)
         with contextlib.suppress(OSError):
             self.work_dir.mkdir(parents=True, exist_ok=True)

@@ -121,9 +121,12 @@ class MemoryHolder:
             return {str(step): {name: {"size": len(b.data), "sha256": b.sha256} for name, b in blobs.items()}
                     for step, blobs in sorted(job.steps.items())}
 
-    def free(self, job_id: int) -> int:
-        """Drop everything held for the job (it ended); the bytes freed."""
+    def free(self, job_id: int, key: str | None = None) -> int:
+        """Drop everything held for the job (it ended); the bytes freed. With `key` (a request's), only
+        for a holder of the job's key."""
         with self._lock:
+            if key is not None:
+                self._job(job_id, key)
             job = self._jobs.pop(job_id, None)
         return 0 if job is None else job.held()
 
@@ -219,9 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
             job, step, _, key = self._route()
             if step is not None:
                 raise Refused(405, "DELETE frees a whole job: /jobs/<job>")
-            with self.server.holder._lock:
-                self.server.holder._job(job, key)
-            freed = self.server.holder.free(job)
+            freed = self.server.holder.free(job, key)
         except Refused as exc:
             return self._refused(exc)
         self._answer(200, {"job": job, "freed_bytes": freed})

@@ -627,9 +627,8 @@ def _keep_in_memory(staged: Any, step: int, holders: list[memory_tier.Holder], m
         data.release()
     timing: SaveTiming = {"async": True, "blocking_seconds": round(blocking, 3),
                           "background_seconds": round(time.perf_counter() - background_started, 3)}
-    manifest = _build_manifest(step, [], False, metadata, timing, described)
-    manifest["files"] = [{"path": MEMORY_FILE, "size": size, "sha256": sha256, "holders": machines}]
-    manifest["total_bytes"] = size
+    manifest = _build_manifest(step, [FileEntry(MEMORY_FILE, size, sha256)], False, metadata, timing, described)
+    manifest["files"][0]["holders"] = machines
     manifest["tier"] = "memory"
     uri = f"{protocol.MEMORY_SCHEME}job-{_job_id()}/step-{step}"
     try:
